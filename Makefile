@@ -1,0 +1,52 @@
+# nbworkers: everything a fresh machine needs, from the project's own files.
+#   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
+#   make test   set up, then run the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TF215_VENV := .venv-tf215
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lab bench estimator-env browser-deps clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Debian's chromium for the browser tests (Playwright must never download a browser here).
+browser-deps:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+# The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on).
+estimator-env: $(TF215_VENV)/.installed
+
+$(TF215_VENV)/.installed: pyproject.toml
+	test -x $(TF215_VENV)/bin/python || $(PYTHON) -m venv $(TF215_VENV)
+	$(TF215_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TF215_VENV)/bin/python -m pip install -q 'tensorflow-cpu==2.15.*' 'tensorflow-estimator==2.15.*' pyzmq jupyter-client psutil traitlets
+	$(TF215_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+demo: setup
+	$(PY) -m nbworkers.demo
+
+test: setup browser-deps estimator-env
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m 'not browser and not estimator and not slow'
+
+lab: setup
+	$(PY) -m nbworkers.kernelspec install --sys-prefix
+	$(VENV)/bin/jupyter lab tutorials/
+
+bench: setup
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results

@@ -1,0 +1,1 @@
+"""What runs inside a worker (placeholder until the distlib work lands)."""

@@ -1,0 +1,98 @@
+"""The worker entry point: ``python -m nbworkers.distlib.bootstrap`` runs one notebook cell as ``__main__``.
+
+The launcher hands it, through the environment (names in ``wire``): ``TF_CONFIG``, the relay's address and
+key, the worker's index and launch generation, the path of the cell's code, an optional file of pushed
+kernel variables, and the directory the cell runs in (put first on ``sys.path`` so that modules written with
+``%%writefile`` import as in the tutorials).
+
+``SIGUSR1`` dumps every thread's Python stack into the worker's log (the no-progress watchdog uses it).
+"""
+
+from __future__ import annotations
+
+import builtins
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import traceback
+import types
+
+from nbworkers.distlib import wire
+
+
+def load_pushed(path: str | None) -> dict:
+    """Variables the kernel pushed (``%%worker --push``). Kernel to worker only: the kernel never unpickles."""
+    if not path:
+        return {}
+    with open(path, "rb") as file:
+        return pickle.load(file)
+
+
+def run_startup_hook() -> None:
+    try:
+        from nbworkers.distlib import startup
+    except ImportError:
+        return
+    hook = getattr(startup, "before_user_code", None)
+    if hook is not None:
+        hook()
+
+
+def print_user_traceback(code_path: str) -> str:
+    """Print the exception with the bootstrap's own frames cut off; return its last line."""
+    kind, error, tb = sys.exc_info()
+    while tb is not None and tb.tb_frame.f_code.co_filename != code_path:
+        tb = tb.tb_next
+    lines = traceback.format_exception(kind, error, tb if tb is not None else error.__traceback__)
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
+    return lines[-1].strip()
+
+
+def main() -> int:
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    code_path = os.environ[wire.ENV_CODE]
+    cwd = os.environ.get(wire.ENV_CWD) or os.getcwd()
+    os.chdir(cwd)
+    sys.path.insert(0, cwd)
+    sys.argv = [code_path]
+    sender = wire.process_sender()
+
+    with open(code_path, encoding="utf-8") as file:
+        source = file.read()
+    module = types.ModuleType("__main__")
+    module.__file__ = code_path
+    module.__builtins__ = builtins
+    module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
+    sys.modules["__main__"] = module
+
+    exit_code = 0
+    detail = ""
+    try:
+        run_startup_hook()
+        if sender is not None:
+            sender.send("status", state="running")
+        exec(compile(source, code_path, "exec"), module.__dict__)
+    except SystemExit as stop:
+        exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        detail = print_user_traceback(code_path)
+        exit_code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if sender is not None:
+        sender.send("status", state="finished" if exit_code == 0 else "failed", detail=detail)
+        sender.close()
+    return exit_code
+
+
+if __name__ == "__main__":
+    code = main()
+    # TensorFlow's gRPC and collective threads can keep a finished worker from exiting; the cell is done and
+    # its output flushed, so leave now without waiting for them.
+    os._exit(code)

@@ -1,0 +1,33 @@
+"""nbworkers: interactive multi-worker TensorFlow training from a Jupyter notebook cell.
+
+``%load_ext nbworkers``, then ``%%worker -n 2`` on a cell runs it on two worker processes with their own
+``TF_CONFIG``. The kernel never imports TensorFlow.
+"""
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:
+    from nbworkers.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def get_cluster(name: str):
+    """The cluster handle of that name started by this kernel."""
+    from nbworkers.magics import registry
+
+    return registry.get(name)
+
+
+def clusters() -> list:
+    from nbworkers.magics import registry
+
+    return registry.all_clusters()
+
+
+def settings():
+    """The kernel side's tunables (timeouts, run directory, ...): ``nbworkers.settings().stop_grace = 10``."""
+    from nbworkers.magics.settings import settings as current
+
+    return current()

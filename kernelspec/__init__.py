@@ -1,0 +1,1 @@
+"""The nbworkers kernel: a Python kernel that loads the extension at start."""

@@ -1,0 +1,13 @@
+"""The kernel side of nbworkers: ``%%worker``, ``%workers``, clusters, backends, the relay, the views.
+
+Kept free of imports at package level: the worker host (``backends.host``) is a fresh interpreter that
+imports this package and must start fast. Nothing here imports TensorFlow.
+"""
+
+
+def load_ipython_extension(ipython) -> None:
+    from .magic import WorkerMagics
+    from .settings import configure
+
+    configure(ipython.config)
+    ipython.register_magics(WorkerMagics)

@@ -1,0 +1,1 @@
+"""Where worker processes run: ``local`` (this machine) and, later, ``ray`` (many machines)."""

@@ -1,0 +1,97 @@
+"""The local backend: each worker is a fresh interpreter under a host process (see ``host``), on this machine.
+
+Every host runs in a session of its own (so the notebook's Interrupt button, which signals the kernel's
+process group, never reaches it) and holds a pipe from the kernel on its stdin (so a dead kernel, even one
+killed with ``kill -9``, takes its workers with it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .host import group_alive
+
+HOST_MODULE = "nbworkers.magics.backends.host"
+BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
+
+
+@dataclass
+class WorkerProcess:
+    """One worker as the kernel sees it: its host process, and the worker's own pid once reported."""
+
+    index: int
+    host: subprocess.Popen
+    log_path: Path
+    worker_pid: int | None = None
+    extra_pgids: list[int] = field(default_factory=list)
+
+    def poll(self) -> int | None:
+        """The worker's exit code (negative: killed by that signal), or None while it runs."""
+        code = self.host.poll()
+        if code is None:
+            return None
+        if code > 128:  # the host exits with 128+N when the worker died of signal N
+            return -(code - 128)
+        return code
+
+    def _tell_host(self, command: str) -> None:
+        try:
+            self.host.stdin.write(f"{command}\n".encode())
+            self.host.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def request_stop(self) -> None:
+        """Ask the host to stop the worker group (TERM, grace, KILL); returns at once."""
+        self._tell_host("stop")
+
+    def dump_stacks(self) -> None:
+        self._tell_host("stacks")
+
+    def pgids(self) -> list[int]:
+        groups = [self.host.pid]
+        if self.worker_pid:
+            groups.append(self.worker_pid)
+        return groups + self.extra_pgids
+
+    def kill(self) -> None:
+        """SIGKILL the host's and the worker's process groups, now."""
+        for pgid in self.pgids():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def alive(self) -> bool:
+        if self.host.poll() is None:
+            return True
+        return bool(self.worker_pid) and group_alive(self.worker_pid)
+
+    def close(self) -> None:
+        if self.host.stdin:
+            try:
+                self.host.stdin.close()
+            except OSError:
+                pass
+
+
+class LocalBackend:
+    name = "local"
+    worker_host = "localhost"  # the address TF_CONFIG gives every worker
+
+    def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
+               grace: float, role: str = "worker") -> WorkerProcess:
+        command = [
+            sys.executable, "-m", HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role,
+            "--", python, "-u", "-m", BOOTSTRAP_MODULE,
+        ]
+        host = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"),
+            env=env, cwd=cwd, start_new_session=True, close_fds=True,
+        )
+        return WorkerProcess(index=index, host=host, log_path=log_path)

@@ -1,0 +1,482 @@
+"""A cluster: one ``%%worker`` run — its worker group, its relay, its state, its views, its supervisor thread.
+
+The supervisor thread owns the run: it drains the relay, watches the worker processes, applies the failure
+policy (one worker fails: the others are stopped, they would hang in a collective), answers stop requests
+(from ``stop()``, a widget button on any thread, or the server extension's ``stop-requested`` file), writes
+the state file, and refreshes the views at most every ``flush_interval`` seconds. Everything a user calls on
+a ``Cluster`` returns at once except ``wait()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from nbworkers.distlib import wire
+
+from . import ports
+from .backends.host import group_alive
+from .backends.local import LocalBackend, WorkerProcess
+from .environment import worker_env
+from .errors import LaunchError
+from .gpus import assign_gpus, visible_gpus
+from .relay import Message, RelayReceiver
+from .settings import WorkerSettings, settings as current_settings
+from .spec import LaunchSpec
+from .state import ClusterState, WorkerState
+from .tfconfig import plan_tasks, tf_configs
+
+STOP_REQUEST_FILE = "stop-requested"
+STATE_FILE = "state.json"
+ERROR_LOG_TAIL_LINES = 25  # lines of a failed worker's log quoted in the cluster's error
+
+
+def log_path(run_dir: Path, index: int) -> Path:
+    return run_dir / f"worker-{index}.log"
+
+
+def read_tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            size = file.tell()
+            file.seek(max(0, size - 64 * 1024))
+            text = file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Cluster:
+    def __init__(self, spec: LaunchSpec, config: WorkerSettings | None = None, backend: Any = None,
+                 view_factory: Callable[["Cluster"], Any] | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.settings = config or current_settings()
+        self.backend = backend or LocalBackend()
+        self.run_dir = Path(self.settings.run_root) / self.name
+        self._view_factory = view_factory
+        self._views: list[Any] = []
+        self._views_lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+        self._stop_event = threading.Event()
+        self._restart_event = threading.Event()
+        self._waiters = 0
+        self._procs: list[WorkerProcess] = []
+        self._stopping_since: float | None = None
+        self._stop_reason = ""
+        self._final_status = ""
+        self._kill_deadline: float | None = None
+        self._port_retries_left = self.settings.port_retries
+        self._dirty = True
+        self._last_flush = 0.0
+        self._last_state_write = 0.0
+        self._key = wire.new_key()
+        self._relay: RelayReceiver | None = None
+        self._thread: threading.Thread | None = None
+        tasks = plan_tasks(spec.workers)
+        self._tasks = tasks
+        self.state = ClusterState(
+            name=self.name,
+            backend=self.backend.name,
+            run_dir=str(self.run_dir),
+            workers=[
+                WorkerState(index=i, role=t.role, role_index=t.index, log_path=str(log_path(self.run_dir, i)))
+                for i, t in enumerate(tasks)
+            ],
+            kernel_pid=os.getpid(),
+            kernel_id=_kernel_id(),
+        )
+        for worker in self.state.workers:
+            worker.log_tail = type(worker.log_tail)(self.settings.log_tail_lines)
+
+    # ----------------------------------------------------------------------------------- user-facing API
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self.state.snapshot()
+
+    def stop(self) -> None:
+        """Ask the supervisor to stop every worker (TERM, a grace period, KILL). Thread-safe; returns at once."""
+        self._stop_event.set()
+
+    def restart(self) -> None:
+        """Stop the group and start it again on fresh ports. Thread-safe; returns at once."""
+        self._restart_event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends (True) or ``timeout`` seconds pass (False), refreshing the views meanwhile.
+
+        Called from the kernel's main thread, the refreshes and the final summary go out tied to the
+        executing cell, so headless runs (nbclient, papermill) keep them.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._waiters += 1
+        try:
+            while not self._done.is_set():
+                left = self.settings.flush_interval
+                if deadline is not None:
+                    left = min(left, deadline - time.monotonic())
+                    if left <= 0:
+                        return False
+                self._done.wait(left)
+                if self._dirty:
+                    self._refresh_views()
+            self._finish_views()
+            return True
+        finally:
+            with self._lock:
+                self._waiters -= 1
+
+    def logs(self, worker: int | None = None, tail: int | None = None) -> str:
+        """A worker's full log from disk (or every worker's, prefixed by index); ``tail`` keeps the last lines."""
+        indices = range(len(self.state.workers)) if worker is None else [self._check_index(worker)]
+        parts = []
+        for i in indices:
+            try:
+                text = log_path(self.run_dir, i).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            lines = text.splitlines()
+            if tail is not None:
+                lines = lines[-tail:]
+            parts.append("\n".join(f"[{i}] {line}" for line in lines) if worker is None else "\n".join(lines))
+        return "\n".join(parts)
+
+    def _check_index(self, worker: int) -> int:
+        if not 0 <= worker < len(self.state.workers):
+            raise ValueError(f"cluster {self.name!r} has workers 0..{len(self.state.workers) - 1}, not {worker}")
+        return worker
+
+    def __repr__(self) -> str:
+        return f"<Cluster {self.name!r}: {len(self.state.workers)} workers, {self.status}>"
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+    def show(self) -> Any:
+        """Display a live view of this cluster in the current output."""
+        from .view import default_view_factory
+
+        view = (self._view_factory or default_view_factory)(self)
+        with self._views_lock:
+            self._views.append(view)
+        view.show()
+        if self._done.is_set():
+            view.finish(self.snapshot())
+        return view
+
+    # ----------------------------------------------------------------------------------- launch
+    def start(self) -> "Cluster":
+        self._prepare_run_dir()
+        self._relay = RelayReceiver(self._key)
+        try:
+            self._launch_group()
+        except BaseException:
+            self._kill_all()
+            self._relay.close()
+            raise
+        self._write_state(force=True)
+        self._thread = threading.Thread(target=self._supervise, name=f"nbworkers-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _prepare_run_dir(self) -> None:
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        self.run_dir.mkdir(parents=True)
+        (self.run_dir / "cell.py").write_text(self.spec.code, encoding="utf-8")
+        if self.spec.push:
+            with open(self.run_dir / "push.pkl", "wb") as file:
+                pickle.dump(self.spec.push, file)
+
+    def _launch_group(self) -> None:
+        gpu_lists = assign_gpus(len(self._tasks), self.spec.gpus_per_worker, visible_gpus())
+        chosen = ports.pick_free_ports(len(self._tasks))
+        configs = tf_configs(self._tasks, self.backend.worker_host, chosen)
+        gen = self.state.generation
+        self._procs = []
+        for i, (task, config) in enumerate(zip(self._tasks, configs)):
+            env = worker_env(
+                base=os.environ, extra=self.spec.env, tf_config=config, cuda_visible_devices=gpu_lists[i],
+                wire_env={
+                    wire.ENV_RELAY: self._relay.address,
+                    wire.ENV_KEY: self._key,
+                    wire.ENV_CLUSTER: self.name,
+                    wire.ENV_WORKER: str(i),
+                    wire.ENV_GENERATION: str(gen),
+                    wire.ENV_RUN_DIR: str(self.run_dir),
+                    wire.ENV_CODE: str(self.run_dir / "cell.py"),
+                    wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
+                    wire.ENV_CWD: self.spec.cwd,
+                },
+            )
+            path = log_path(self.run_dir, i)
+            with open(path, "ab") as log:
+                log.write(f"--- nbworkers: {task.role} {task.index}, launch {gen}, TF_CONFIG={config}\n".encode())
+            self._procs.append(
+                self.backend.launch(i, self.spec.python, env, self.spec.cwd, path, self.settings.stop_grace, task.role)
+            )
+
+    # ----------------------------------------------------------------------------------- supervisor
+    def _supervise(self) -> None:
+        try:
+            while True:
+                messages = self._relay.poll(self.settings.poll_interval)
+                with self._lock:
+                    for message in messages:
+                        self._apply(message)
+                    self._check_requests()
+                    self._check_processes()
+                    finished = all(p.poll() is not None for p in self._procs)
+                if finished:
+                    break
+                self._periodic()
+            self._drain_relay()
+            with self._lock:
+                self._conclude()
+        except Exception:
+            with self._lock:
+                self.state.status = "failed"
+                self.state.error = "nbworkers supervisor crashed:\n" + traceback.format_exc()
+            self._kill_all()
+        finally:
+            with self._lock:
+                self.state.ended = self.state.ended or time.time()
+                self.state.dropped = self._drop_counts()
+            self._write_state(force=True)
+            self._done.set()
+            with self._lock:
+                waiting = self._waiters > 0
+            if not waiting:
+                self._finish_views()
+            if self._relay is not None:
+                self._relay.close()
+            for proc in self._procs:
+                proc.close()
+
+    def _apply(self, message: Message) -> None:
+        content = message.content
+        if content["gen"] != self.state.generation:
+            self._relay.drops.note("stale", f"generation {content['gen']}")
+            return
+        index = content["worker"]
+        if index >= len(self.state.workers):
+            self._relay.drops.note("malformed", f"no worker {index}")
+            return
+        worker = self.state.workers[index]
+        self._dirty = True
+        if message.kind == "log":
+            worker.log_tail.feed(content["lines"])
+        elif message.kind == "metrics":
+            worker.apply_metrics(content)
+            if self.state.status == "starting":
+                self.state.status = "running"
+        elif message.kind == "status":
+            if worker.exit_code is None:
+                worker.status = content["state"]
+                worker.detail = content.get("detail") or worker.detail
+                if content["state"] in ("running", "waiting") and self.state.status == "starting":
+                    self.state.status = "running"
+        elif message.kind == "hello":
+            worker.pid = content["pid"]
+            worker.host = content.get("host") or ""
+            self._procs[index].worker_pid = content["pid"]
+
+    def _check_requests(self) -> None:
+        if self._stopping_since is None:
+            if self._stop_event.is_set() or (self.run_dir / STOP_REQUEST_FILE).exists():
+                self._begin_stop("stopped by request", final_status="stopped")
+            elif self.spec.timeout and time.time() - self.state.started > self.spec.timeout:
+                self._begin_stop(f"timed out after {self.spec.timeout:g} s (--timeout)", final_status="failed")
+            elif self._restart_event.is_set():
+                self._restart_event.clear()
+                self._relaunch("restart requested")
+        if self._kill_deadline is not None and time.monotonic() > self._kill_deadline:
+            for proc in self._procs:
+                if proc.alive():
+                    proc.kill()
+            self._kill_deadline = None
+
+    def _begin_stop(self, reason: str, final_status: str) -> None:
+        self._stopping_since = time.monotonic()
+        self._stop_reason = reason
+        if self.state.status not in ("failed",):
+            self.state.status = final_status if final_status != "stopped" else "stopping"
+        self._final_status = final_status
+        if final_status == "failed" and not self.state.error:
+            self.state.error = reason
+        for proc in self._procs:
+            proc.request_stop()
+        self._kill_deadline = time.monotonic() + self.settings.stop_grace + 2.0
+        self._dirty = True
+
+    def _check_processes(self) -> None:
+        for proc, worker in zip(self._procs, self.state.workers):
+            if worker.exit_code is not None:
+                continue
+            code = proc.poll()
+            if code is None:
+                continue
+            worker.exit_code = code
+            self._dirty = True
+            if code == 0:
+                worker.status = "finished"
+            elif self._stopping_since is not None:
+                worker.status = "stopped" if self._final_status == "stopped" or worker.status != "failed" else "failed"
+            else:
+                worker.status = "failed"
+                self._on_worker_failed(proc, worker, code)
+
+    def _on_worker_failed(self, proc: WorkerProcess, worker: WorkerState, code: int) -> None:
+        tail = read_tail(proc.log_path, ERROR_LOG_TAIL_LINES)
+        if ports.port_taken(tail) and self._port_retries_left > 0:
+            self._port_retries_left -= 1
+            self._relaunch(f"worker {worker.index}'s TensorFlow server could not bind its port")
+            return
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.state.status = "failed"
+        self.state.error = f"worker {worker.index} ({worker.role} {worker.role_index}) {how}.\n{tail}"
+        worker.detail = worker.detail or how
+        self._begin_stop(f"worker {worker.index} {how}", final_status="failed")
+
+    def _relaunch(self, cause: str) -> None:
+        """Stop the whole group (never a single worker), then start it again on fresh ports."""
+        for proc in self._procs:
+            proc.request_stop()
+        deadline = time.monotonic() + self.settings.stop_grace + 2.0
+        while any(p.alive() for p in self._procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._kill_all()
+        for proc in self._procs:
+            proc.close()
+        self.state.generation += 1
+        self.state.restarts += 1
+        self.state.restart_causes.append(cause)
+        self.state.status = "starting"
+        for worker in self.state.workers:
+            worker.status, worker.exit_code, worker.pid, worker.detail = "starting", None, None, ""
+            worker.restarts += 1
+            worker.log_tail.feed([f"--- nbworkers: restarting the group: {cause}\n"])
+        self._launch_group()
+        self._dirty = True
+
+    def _conclude(self) -> None:
+        self._kill_all()
+        self.state.ended = time.time()
+        if self.state.status in ("failed",):
+            return
+        if self._stopping_since is not None:
+            self.state.status = self._final_status
+        elif all(w.exit_code == 0 for w in self.state.workers):
+            self.state.status = "finished"
+        else:
+            self.state.status = "failed"
+        self._dirty = True
+
+    def _drain_relay(self) -> None:
+        """The hosts send their last log lines and exit codes just before they exit: take them in."""
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            messages = self._relay.poll(0.05)
+            with self._lock:
+                for message in messages:
+                    self._apply(message)
+            if not messages:
+                break
+
+    def _kill_all(self) -> None:
+        for proc in self._procs:
+            if proc.alive():
+                proc.kill()
+            for pgid in proc.pgids():
+                if group_alive(pgid):
+                    try:
+                        os.killpg(pgid, 9)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+
+    def _drop_counts(self) -> dict[str, int]:
+        drops = self._relay.drops if self._relay else None
+        if drops is None:
+            return {}
+        return {"bad_signature": drops.bad_signature, "malformed": drops.malformed, "stale": drops.stale}
+
+    # ----------------------------------------------------------------------------------- outputs
+    def _periodic(self) -> None:
+        now = time.monotonic()
+        if now - self._last_state_write >= self.settings.state_file_interval:
+            self._write_state()
+        with self._lock:
+            waiting = self._waiters > 0
+        if not waiting and self._dirty and now - self._last_flush >= self.settings.flush_interval:
+            self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        with self._views_lock:
+            views = list(self._views)
+            self._last_flush = time.monotonic()
+            if not views:
+                return
+            with self._lock:
+                self.state.dropped = self._drop_counts()
+                snapshot = self.state.snapshot()
+                self._dirty = False
+            for view in views:
+                try:
+                    view.update(snapshot)
+                except Exception:  # a broken view must not take the run down
+                    traceback.print_exc(file=sys.__stderr__)
+
+    def _finish_views(self) -> None:
+        with self._views_lock:
+            snapshot = self.snapshot()
+            for view in self._views:
+                try:
+                    view.finish(snapshot)
+                except Exception:
+                    traceback.print_exc(file=sys.__stderr__)
+
+    def _write_state(self, force: bool = False) -> None:
+        self._last_state_write = time.monotonic()
+        with self._lock:
+            self.state.dropped = self._drop_counts()
+            data = self.state.snapshot()
+            data["host_pids"] = [p.host.pid for p in self._procs]
+            data["worker_pgids"] = [p.worker_pid for p in self._procs if p.worker_pid]
+        for worker in data["workers"]:
+            worker.pop("history", None)
+        tmp = self.run_dir / (STATE_FILE + ".tmp")
+        try:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self.run_dir / STATE_FILE)
+        except OSError:
+            pass
+
+
+def _kernel_id() -> str:
+    """The kernel's id, from its connection file name (kernel-<id>.json), when running in a Jupyter kernel."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).name
+    except Exception:
+        return ""
+    return name[len("kernel-") : -len(".json")] if name.startswith("kernel-") else name

@@ -1,0 +1,25 @@
+"""The environment a worker process starts with."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Set by the kernel for itself; wrong or harmful in a plain worker interpreter.
+KERNEL_ONLY_PREFIXES = ("JPY_", "PYDEVD_", "IPY_")
+KERNEL_ONLY_NAMES = ("TF_CONFIG", "CLICOLOR_FORCE", "FORCE_COLOR")
+
+
+def worker_env(base: Mapping[str, str], extra: Mapping[str, str], tf_config: str, cuda_visible_devices: str,
+               wire_env: Mapping[str, str]) -> dict[str, str]:
+    env = {
+        k: v for k, v in base.items()
+        if not k.startswith(KERNEL_ONLY_PREFIXES) and k not in KERNEL_ONLY_NAMES
+    }
+    if env.get("MPLBACKEND", "").startswith("module://"):  # the kernel's inline backend does not exist there
+        del env["MPLBACKEND"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    env.update(extra)  # the user's --env wins over inherited values ...
+    env["TF_CONFIG"] = tf_config  # ... but not over what makes the cluster work
+    env.update({k: v for k, v in wire_env.items() if v})
+    return env

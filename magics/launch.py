@@ -1,0 +1,121 @@
+"""From ``%%worker`` flags and a cell to a checked ``LaunchSpec``: every mistake is caught here, before
+anything starts, with a message that says what to do."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from argparse import Namespace
+from typing import Any
+
+from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
+from .names import fresh_name, valid_name
+from .settings import settings
+from .spec import LaunchSpec
+
+_checked_pythons: dict[tuple[str, float], None] = {}
+
+
+def check_syntax(cell: str) -> None:
+    try:
+        compile(cell, "<%%worker cell>", "exec")
+    except SyntaxError as error:
+        where = f"line {error.lineno}" if error.lineno else "the cell"
+        shown = (error.text or "").rstrip("\n")
+        pointer = ""
+        if shown and error.offset:
+            pointer = "\n    " + " " * (error.offset - 1) + "^"
+        raise CellSyntaxError(
+            f"SyntaxError in the %%worker cell at {where}: {error.msg}\n    {shown}{pointer}\n"
+            "Nothing was started. The cell runs as plain Python on the workers (no %magics or !commands)."
+        ) from None
+
+
+def check_python(python: str) -> str:
+    """The worker interpreter's absolute path, once we know it can run nbworkers' worker bootstrap."""
+    if not python:
+        return sys.executable
+    path = os.path.abspath(os.path.expanduser(python))
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise WorkerPythonError(f"--python {python}: no such executable. Give the path of a Python interpreter.")
+    if path == sys.executable:
+        return path
+    key = (path, os.path.getmtime(path))
+    if key in _checked_pythons:
+        return path
+    try:
+        result = subprocess.run(
+            [path, "-c", "import nbworkers.distlib.bootstrap"], capture_output=True, text=True,
+            timeout=settings().python_check_timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise WorkerPythonError(f"--python {python}: could not run it ({error}).") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise WorkerPythonError(
+            f"--python {python} cannot run nbworkers workers: {last}\n"
+            f"Install nbworkers there: `{path} -m pip install nbworkers` (with --no-deps to keep its TensorFlow)."
+        )
+    _checked_pythons[key] = None
+    return path
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum():
+            raise LaunchError(f"--env {pair!r}: expected KEY=VALUE, for example --env TF_USE_LEGACY_KERAS=1")
+        env[key] = value
+    return env
+
+
+def collect_push(names: list[str], user_ns: dict[str, Any]) -> dict[str, Any]:
+    wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    missing = [n for n in wanted if n not in user_ns]
+    if missing:
+        raise PushError(f"--push: no variable named {', '.join(missing)} in the notebook. Define it first.")
+    pushed = {n: user_ns[n] for n in wanted}
+    for name, value in pushed.items():
+        try:
+            pickle.dumps(value)
+        except Exception as error:
+            raise PushError(
+                f"--push {name}: its value cannot be pickled ({type(error).__name__}: {error}). "
+                "Push plain data, or build the object inside the cell."
+            ) from None
+    return pushed
+
+
+def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[str], running: set[str]) -> LaunchSpec:
+    if args.workers < 1:
+        raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")
+    if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
+        raise LaunchError(f"--gpus-per-worker {args.gpus_per_worker}: use 0 (CPU only) or more.")
+    if args.timeout is not None and args.timeout <= 0:
+        raise LaunchError(f"--timeout {args.timeout:g}: give a positive number of seconds.")
+    if not cell.strip():
+        raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
+    check_syntax(cell)
+    name = args.name or fresh_name(taken)
+    if not valid_name(name):
+        raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
+    if name in running:
+        raise ClusterNameError(f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
+    cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    if not os.path.isdir(cwd):
+        raise LaunchError(f"--cwd {args.cwd}: no such directory.")
+    return LaunchSpec(
+        code=cell,
+        workers=args.workers,
+        name=name,
+        python=check_python(args.python),
+        env=parse_env(args.env),
+        cwd=cwd,
+        gpus_per_worker=args.gpus_per_worker,
+        block=args.block,
+        timeout=args.timeout,
+        push=collect_push(args.push, user_ns),
+    )

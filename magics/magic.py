@@ -1,0 +1,148 @@
+"""``%%worker`` (run a cell on N worker processes) and ``%workers`` (list, logs, stop, wait)."""
+
+from __future__ import annotations
+
+import sys
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import registry
+from .cluster import Cluster
+from .errors import LaunchError
+from .launch import build_spec
+from .summary import render_summary_html, render_text
+from .view import HtmlBundle
+
+
+@magics_class
+class WorkerMagics(Magics):
+    @magic_arguments()
+    @argument("-n", "--workers", type=int, default=2, help="number of worker processes (default 2)")
+    @argument("--name", default="", help="the cluster's name (default: a fresh readable name)")
+    @argument("--python", default="", metavar="PATH",
+              help="interpreter the workers run (default: the kernel's); it must have nbworkers installed")
+    @argument("--env", action="append", default=[], metavar="KEY=VALUE",
+              help="an environment variable for every worker (repeatable)")
+    @argument("--cwd", default="", metavar="DIR", help="directory the cell runs in (default: the notebook's)")
+    @argument("--gpus-per-worker", type=int, default=None, metavar="G",
+              help="GPUs per worker; 0 hides GPUs (CUDA_VISIBLE_DEVICES=-1); default: an equal share")
+    @argument("--block", action="store_true", help="wait until the run ends (scripts, headless runs)")
+    @argument("--timeout", type=float, default=None, metavar="SECONDS",
+              help="stop the run and mark it failed after this many seconds")
+    @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
+              help="kernel variables (picklable) placed in the workers' globals before the cell runs")
+    @cell_magic
+    def worker(self, line: str, cell: str):
+        """Run this cell on N background worker processes, each with its own TF_CONFIG.
+
+        The cell returns at once (unless --block) and shows a live view of the workers; the returned
+        cluster handle (also `%workers` NAME) has .status, .wait(), .stop(), .logs(worker).
+
+        Example::
+
+            %%worker -n 2
+            import tensorflow as tf
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        """
+        try:
+            args = parse_argstring(self.worker, line)
+        except UsageError as error:
+            raise UsageError(f"{error}\nSee `%%worker --help`.") from None
+        try:
+            spec = build_spec(args, cell, self.shell.user_ns, taken=registry.names(), running=_running_names())
+            cluster = Cluster(spec)
+            registry.add(cluster)
+            cluster.start()
+        except LaunchError as error:
+            raise UsageError(str(error)) from None
+        if not args.block:
+            return cluster
+        cluster.show()
+        try:
+            cluster.wait()
+        except KeyboardInterrupt:
+            print(f"Stopped waiting; cluster {cluster.name!r} is still running. "
+                  f"`%workers stop {cluster.name}` stops it.", file=sys.stderr)
+        return None
+
+    @magic_arguments()
+    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait")
+    @argument("name", nargs="?", default=None, help="the cluster's name")
+    @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
+    @argument("--tail", type=int, default=None, help="logs: only the last N lines")
+    @argument("--all", action="store_true", help="stop: every running cluster")
+    @argument("--timeout", type=float, default=None, help="wait: give up after this many seconds")
+    @line_magic
+    def workers(self, line: str):
+        """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
+        `%workers wait NAME [--timeout S]`."""
+        try:
+            args = parse_argstring(self.workers, line)
+        except UsageError as error:
+            raise UsageError(f"{error}\nSee `%workers --help`.") from None
+        action = args.action
+        if action == "list":
+            display(HtmlBundle(*_cluster_table()))
+            return None
+        if action not in ("logs", "stop", "wait"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop or wait. See `%workers --help`.")
+        if action == "stop" and args.all:
+            for cluster in registry.running():
+                cluster.stop()
+            for cluster in registry.all_clusters():
+                cluster.wait(timeout=cluster.settings.stop_grace + 5)
+            return None
+        if not args.name:
+            raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
+        try:
+            cluster = registry.get(args.name)
+        except KeyError as error:
+            raise UsageError(error.args[0]) from None
+        if action == "logs":
+            try:
+                print(cluster.logs(args.worker, tail=args.tail))
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+            return None
+        if action == "stop":
+            cluster.stop()
+            cluster.wait(timeout=cluster.settings.stop_grace + 5)
+            display(HtmlBundle(render_text(cluster.snapshot()), render_summary_html(cluster.snapshot())))
+            return None
+        try:
+            ended = cluster.wait(timeout=args.timeout)
+        except KeyboardInterrupt:
+            print(f"Stopped waiting; cluster {cluster.name!r} is still {cluster.status}.", file=sys.stderr)
+            return None
+        snapshot = cluster.snapshot()
+        display(HtmlBundle(render_text(snapshot), render_summary_html(snapshot)))
+        if not ended:
+            print(f"cluster {cluster.name!r} is still {cluster.status} after {args.timeout:g} s", file=sys.stderr)
+        return None
+
+
+def _running_names() -> set[str]:
+    return {c.name for c in registry.running()}
+
+
+def _cluster_table() -> tuple[str, str]:
+    clusters = registry.all_clusters()
+    if not clusters:
+        return "no clusters yet: run a cell with %%worker", "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
+    rows = []
+    for cluster in clusters:
+        snap = cluster.snapshot()
+        statuses = ", ".join(f"{w['index']}:{w['status']}" for w in snap["workers"])
+        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"], statuses,
+                     str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
+    header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)
+    import html
+
+    cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
+    table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
+    return text, table

@@ -1,0 +1,386 @@
+// nbworkers live training widget (anywidget ESM, no build step, no network).
+// State comes from four synced traits: cluster (header + cards), logs, series (chart), notice.
+
+const STATUS_LABELS = {
+  starting: "starting",
+  waiting: "waiting for peers",
+  running: "running",
+  finished: "finished",
+  failed: "failed",
+  stopped: "stopped",
+  restarting: "restarting",
+};
+const DONE = new Set(["finished", "failed", "stopped"]);
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
+const SVG_NS = "http://www.w3.org/2000/svg";
+const BUTTON_PENDING_MS = 8000;
+
+function h(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function s(tag, attrs = {}) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+function fmtNumber(value) {
+  if (typeof value !== "number") return String(value);
+  if (Number.isInteger(value)) return String(value);
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs >= 1e5 || abs < 1e-3)) return value.toExponential(3);
+  return String(Number(value.toPrecision(4)));
+}
+
+function fmtDuration(seconds) {
+  if (typeof seconds !== "number" || !isFinite(seconds) || seconds < 0) return "-";
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const total = Math.round(seconds);
+  const hours = Math.floor(total / 3600);
+  const minutes = Math.floor((total % 3600) / 60);
+  const secs = String(total % 60).padStart(2, "0");
+  return hours ? `${hours}h ${String(minutes).padStart(2, "0")}m ${secs}s` : `${minutes}m ${secs}s`;
+}
+
+function workerName(w) {
+  return `#${w.index} ${w.role || "worker"}:${w.role_index ?? 0}`;
+}
+
+function chiefIndex(workers) {
+  const chief = workers.find((w) => w.role === "chief");
+  return chief ? chief.index : workers.length ? workers[0].index : 0;
+}
+
+function badge(status) {
+  return h("span", { class: `nbw-badge nbw-status-${status}`, text: STATUS_LABELS[status] || status || "unknown" });
+}
+
+// ------------------------------------------------------------------------------------ cards
+
+function progressRow(label, fraction) {
+  const fill = h("div", { class: "nbw-bar-fill" });
+  fill.style.width = `${Math.max(0, Math.min(1, fraction)) * 100}%`;
+  return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }), h("div", { class: "nbw-bar" }, fill));
+}
+
+function renderCard(w) {
+  const card = h("div", { class: `nbw-card nbw-card-${w.status}`, "data-index": w.index, "data-status": w.status });
+  card.append(
+    h("div", { class: "nbw-card-head" }, h("span", { class: "nbw-card-title", text: workerName(w) }), badge(w.status)),
+  );
+  const where = [w.host || "", w.pid ? `pid ${w.pid}` : ""].filter(Boolean).join(" · ");
+  card.append(h("div", { class: "nbw-card-host", text: where || "\u00a0" }));
+
+  const done = w.status === "finished";
+  if (w.epoch !== null && w.epoch !== undefined) {
+    const total = w.epochs_total;
+    const shown = total ? Math.min(w.epoch + 1, total) : w.epoch + 1;
+    const within = w.steps_total && w.step !== null ? w.step / w.steps_total : 0;
+    const fraction = done ? 1 : total ? (w.epoch + within) / total : 0;
+    card.append(progressRow(total ? `epoch ${shown}/${total}` : `epoch ${shown}`, fraction));
+  }
+  if (w.step !== null && w.step !== undefined) {
+    const fraction = w.steps_total ? w.step / w.steps_total : 0;
+    card.append(progressRow(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`, fraction));
+  }
+
+  const names = Object.keys(w.metrics || {});
+  if (names.length) {
+    const table = h("table", { class: "nbw-metrics" });
+    for (const name of names) {
+      table.append(h("tr", {}, h("td", { text: name }), h("td", { class: "nbw-num", text: fmtNumber(w.metrics[name]) })));
+    }
+    card.append(table);
+  }
+
+  const foot = [];
+  if (typeof w.steps_per_sec === "number") foot.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
+  foot.push(`restarts ${w.restarts || 0}`);
+  if (w.exit_code !== null && w.exit_code !== undefined) foot.push(`exit ${w.exit_code}`);
+  card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
+  if (w.detail) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
+  return card;
+}
+
+// ------------------------------------------------------------------------------------ chart
+
+function niceTicks(lo, hi, count = 5) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / count;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((v) => v >= raw) || raw;
+  const ticks = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
+  return ticks;
+}
+
+function drawChart(svg, legend, series, metric, only, workers) {
+  const width = Math.max(240, Math.floor(svg.parentNode.clientWidth || 600));
+  const height = 220;
+  const pad = { left: 56, right: 12, top: 10, bottom: 26 };
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.replaceChildren();
+  legend.replaceChildren();
+
+  const lines = [];
+  for (const entry of series || []) {
+    if (only !== null && entry.index !== only) continue;
+    const ys = (entry.metrics || {})[metric] || [];
+    const pts = [];
+    for (let i = 0; i < entry.x.length; i++) {
+      const y = ys[i];
+      if (typeof y === "number" && isFinite(y)) pts.push([entry.x[i], y]);
+    }
+    lines.push({ index: entry.index, pts });
+  }
+  const all = lines.flatMap((l) => l.pts);
+  svg.dataset.points = String(all.length);
+  if (!all.length) {
+    const t = s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "nbw-chart-empty" });
+    t.textContent = metric ? `no ${metric} values yet` : "no metrics reported yet";
+    svg.append(t);
+    return;
+  }
+  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) [y0, y1] = [y0 - Math.abs(y0 || 1) * 0.05, y1 + Math.abs(y1 || 1) * 0.05];
+  const margin = (y1 - y0) * 0.05;
+  y0 -= margin;
+  y1 += margin;
+  const X = (x) => pad.left + ((x - x0) / (x1 - x0)) * (width - pad.left - pad.right);
+  const Y = (y) => height - pad.bottom - ((y - y0) / (y1 - y0)) * (height - pad.top - pad.bottom);
+
+  const axes = s("g", { class: "nbw-axes" });
+  for (const v of niceTicks(y0, y1)) {
+    axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: Y(v), y2: Y(v), class: "nbw-grid" }));
+    const label = s("text", { x: pad.left - 6, y: Y(v) + 4, "text-anchor": "end" });
+    label.textContent = fmtNumber(v);
+    axes.append(label);
+  }
+  for (const v of niceTicks(x0, x1, 6)) {
+    if (v < x0 || v > x1) continue;
+    const label = s("text", { x: X(v), y: height - 8, "text-anchor": "middle" });
+    label.textContent = fmtNumber(v);
+    axes.append(label);
+  }
+  axes.append(s("line", { x1: pad.left, x2: pad.left, y1: pad.top, y2: height - pad.bottom, class: "nbw-axis" }));
+  axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: height - pad.bottom, y2: height - pad.bottom, class: "nbw-axis" }));
+  const xlabel = s("text", { x: width - pad.right, y: height - pad.bottom - 4, "text-anchor": "end", class: "nbw-axis-label" });
+  xlabel.textContent = "step";
+  axes.append(xlabel);
+  svg.append(axes);
+
+  for (const line of lines) {
+    if (!line.pts.length) continue;
+    const color = COLORS[line.index % COLORS.length];
+    const d = line.pts.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    svg.append(s("path", { d, stroke: color, class: "nbw-line", "data-worker": line.index, "data-points": line.pts.length }));
+    const [lx, ly] = line.pts[line.pts.length - 1];
+    svg.append(s("circle", { cx: X(lx), cy: Y(ly), r: 3, fill: color }));
+    const w = workers.find((x) => x.index === line.index);
+    const item = h("span", { class: "nbw-legend-item" });
+    const swatch = h("span", { class: "nbw-swatch" });
+    swatch.style.background = color;
+    item.append(swatch, `${w ? workerName(w) : "#" + line.index}: ${fmtNumber(ly)} @ ${fmtNumber(lx)}`);
+    legend.append(item);
+  }
+}
+
+// ------------------------------------------------------------------------------------ view
+
+function render({ model, el }) {
+  const root = h("div", { class: "nbw" });
+  el.append(root);
+
+  const title = h("span", { class: "nbw-title" });
+  const headBadge = h("span");
+  const meta = h("span", { class: "nbw-meta" });
+  const notice = h("span", { class: "nbw-notice" });
+  const stopButton = h("button", { class: "nbw-button nbw-stop", type: "button", text: "Stop", title: "Stop every worker" });
+  const restartButton = h("button", { class: "nbw-button nbw-restart", type: "button", text: "Restart", title: "Restart the whole group" });
+  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
+  const error = h("pre", { class: "nbw-error" });
+  const cards = h("div", { class: "nbw-cards" });
+
+  const metricSelect = h("select", { class: "nbw-metric", title: "Metric to plot" });
+  const scopeSelect = h("select", { class: "nbw-scope", title: "Workers to plot" });
+  scopeSelect.append(h("option", { value: "all", text: "all workers" }), h("option", { value: "chief", text: "chief only" }));
+  const svg = s("svg", { class: "nbw-chart", role: "img" });
+  const legend = h("div", { class: "nbw-legend" });
+  const chartPanel = h(
+    "div",
+    { class: "nbw-panel nbw-chart-panel" },
+    h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Metrics" }), h("label", {}, "metric ", metricSelect), h("label", {}, "show ", scopeSelect)),
+    h("div", { class: "nbw-chart-box" }, svg),
+    legend,
+  );
+
+  const tabs = h("div", { class: "nbw-tabs" });
+  const logPath = h("div", { class: "nbw-logpath" });
+  const logPre = h("pre", { class: "nbw-log", tabindex: "0" });
+  const logPanel = h("div", { class: "nbw-panel nbw-log-panel" }, h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Log" }), tabs), logPre, logPath);
+
+  root.append(header, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
+
+  const local = { metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null };
+
+  function cluster() {
+    return model.get("cluster") || {};
+  }
+
+  function renderHeader() {
+    const c = cluster();
+    const workers = c.workers || [];
+    title.textContent = c.name ? `Cluster ${c.name}` : "Cluster";
+    headBadge.replaceChildren(badge(c.status || "starting"));
+    root.dataset.status = c.status || "";
+    let wall = c.wall_time;
+    if (typeof wall === "number" && !DONE.has(c.status)) wall += (Date.now() - local.receivedAt) / 1000;
+    const parts = [`${workers.length} worker${workers.length === 1 ? "" : "s"}`, fmtDuration(wall)];
+    if (c.backend && c.backend !== "local") parts.push(c.backend);
+    if (c.restarts) parts.push(`${c.restarts} restart${c.restarts === 1 ? "" : "s"}`);
+    meta.textContent = parts.join(" · ");
+    const done = DONE.has(c.status);
+    stopButton.disabled = done || local.pending === "stop";
+    restartButton.disabled = local.pending === "restart";
+    notice.textContent = model.get("notice") || "";
+    const causes = c.restart_causes || [];
+    const text = [c.error || "", ...(c.status === "restarting" && causes.length ? [`restarting: ${causes[causes.length - 1]}`] : [])]
+      .filter(Boolean)
+      .join("\n");
+    error.textContent = text;
+    error.style.display = text ? "" : "none";
+  }
+
+  function renderCards() {
+    const workers = cluster().workers || [];
+    cards.replaceChildren(...workers.map(renderCard));
+  }
+
+  function renderChart() {
+    const c = cluster();
+    const workers = c.workers || [];
+    const series = model.get("series") || [];
+    const names = [...new Set(series.flatMap((e) => Object.keys(e.metrics || {})))].sort();
+    if (!local.metric || !names.includes(local.metric)) {
+      local.metric = names.includes("loss") ? "loss" : names[0] || null;
+    }
+    const options = names.map((n) => h("option", { value: n, text: n }));
+    metricSelect.replaceChildren(...options);
+    if (local.metric) metricSelect.value = local.metric;
+    metricSelect.disabled = !names.length;
+    const only = local.scope === "chief" ? chiefIndex(workers) : null;
+    drawChart(svg, legend, series, local.metric, only, workers);
+  }
+
+  function renderLogs() {
+    const workers = cluster().workers || [];
+    const logs = model.get("logs") || [];
+    if (local.logWorker >= workers.length) local.logWorker = 0;
+    tabs.replaceChildren(
+      ...workers.map((w, i) => {
+        const tab = h("button", { type: "button", class: `nbw-tab${i === local.logWorker ? " nbw-tab-active" : ""}`, text: workerName(w), "data-index": i });
+        tab.addEventListener("click", () => {
+          local.logWorker = i;
+          renderLogs();
+          logPre.scrollTop = logPre.scrollHeight;
+        });
+        return tab;
+      }),
+    );
+    const atBottom = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
+    const lines = logs[local.logWorker] || [];
+    logPre.textContent = lines.length ? lines.join("\n") : "(no output yet)";
+    if (atBottom) logPre.scrollTop = logPre.scrollHeight;
+    const w = workers[local.logWorker];
+    logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown · full log: ${w.log_path}` : "";
+  }
+
+  function clearPending() {
+    local.pending = null;
+    clearTimeout(local.pendingTimer);
+    stopButton.textContent = "Stop";
+    restartButton.textContent = "Restart";
+  }
+
+  function act(action) {
+    local.pending = action;
+    (action === "stop" ? stopButton : restartButton).textContent = action === "stop" ? "Stopping…" : "Restarting…";
+    model.send({ action });
+    clearTimeout(local.pendingTimer);
+    local.pendingTimer = setTimeout(() => {
+      clearPending();
+      renderHeader();
+    }, BUTTON_PENDING_MS);
+    renderHeader();
+  }
+
+  let lastStatus = cluster().status;
+  function onCluster() {
+    local.receivedAt = Date.now();
+    const status = cluster().status;
+    if (status !== lastStatus) {
+      lastStatus = status;
+      clearPending();
+    }
+    renderHeader();
+    renderCards();
+    renderChart(); // worker names/roles feed the legend
+    renderLogs();
+  }
+
+  stopButton.addEventListener("click", () => act("stop"));
+  restartButton.addEventListener("click", () => act("restart"));
+  metricSelect.addEventListener("change", () => {
+    local.metric = metricSelect.value;
+    renderChart();
+  });
+  scopeSelect.addEventListener("change", () => {
+    local.scope = scopeSelect.value;
+    renderChart();
+  });
+
+  model.on("change:cluster", onCluster);
+  model.on("change:series", renderChart);
+  model.on("change:logs", renderLogs);
+  model.on("change:notice", renderHeader);
+  const ticker = setInterval(() => {
+    if (!DONE.has(cluster().status)) renderHeader();
+  }, 1000);
+  let chartWidth = 0;
+  const resize =
+    typeof ResizeObserver === "function"
+      ? new ResizeObserver(() => {
+          const width = chartPanel.clientWidth;
+          if (width !== chartWidth) {
+            chartWidth = width;
+            renderChart();
+          }
+        })
+      : null;
+  if (resize) resize.observe(chartPanel);
+
+  onCluster();
+  return () => {
+    clearInterval(ticker);
+    clearTimeout(local.pendingTimer);
+    if (resize) resize.disconnect();
+    model.off("change:cluster", onCluster);
+    model.off("change:series", renderChart);
+    model.off("change:logs", renderLogs);
+    model.off("change:notice", renderHeader);
+  };
+}
+
+export default { render };
