@@ -31,3 +31,14 @@ def settings():
     from nbworkers.magics.settings import settings as current
 
     return current()
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension (REST API over clusters), enabled by jupyter-config/.../nbworkers.json."""
+    return [{"module": "nbworkers"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    from nbworkers.serverext import load
+
+    load(serverapp)

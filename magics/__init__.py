@@ -11,3 +11,6 @@ def load_ipython_extension(ipython) -> None:
 
     configure(ipython.config)
     ipython.register_magics(WorkerMagics)
+    from .leftovers import scan_at_load
+
+    scan_at_load()  # reap what kernels that died left behind (in the background)

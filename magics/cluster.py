@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -459,6 +460,7 @@ class Cluster:
         with self._lock:
             self.state.dropped = self._drop_counts()
             data = self.state.snapshot()
+            data["hostname"] = socket.gethostname()
             data["host_pids"] = [p.host.pid for p in self._procs]
             data["worker_pgids"] = [p.worker_pid for p in self._procs if p.worker_pid]
         for worker in data["workers"]:

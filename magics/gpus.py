@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 
 NVIDIA_SMI_TIMEOUT = 10.0  # seconds to wait for `nvidia-smi -L`
 
@@ -13,14 +14,17 @@ class GpuAssignmentError(ValueError):
     pass
 
 
-def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
-    """GPU ids this machine offers the workers: ``CUDA_VISIBLE_DEVICES`` when set, else what nvidia-smi lists."""
-    env = os.environ if environ is None else environ
-    listed = env.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        ids = [x.strip() for x in listed.split(",") if x.strip()]
-        return [] if ids and ids[0].startswith("-") else ids
-    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+MACHINE_GPUS_ENV = "NBWORKERS_VISIBLE_GPUS"  # set by the nbworkers kernel: the GPUs the workers share
+ALL_GPUS = "all"  # its value when the kernel was started without CUDA_VISIBLE_DEVICES
+
+
+def parse_ids(listed: str) -> list[str]:
+    ids = [x.strip() for x in listed.split(",") if x.strip()]
+    return [] if ids and ids[0].startswith("-") else ids
+
+
+def nvidia_smi_gpus(environ: Mapping[str, str]) -> list[str]:
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if smi is None:
         return []
     try:
@@ -28,6 +32,23 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
+    """GPU ids the workers share.
+
+    ``NBWORKERS_VISIBLE_GPUS`` first (the nbworkers kernel hides the GPUs from itself and records the
+    machine's list there; ``all``: every GPU nvidia-smi lists), then ``CUDA_VISIBLE_DEVICES``, then nvidia-smi.
+    """
+    env = os.environ if environ is None else environ
+    listed = env.get(MACHINE_GPUS_ENV)
+    if listed is None:
+        listed = env.get("CUDA_VISIBLE_DEVICES")
+    elif listed.strip() == ALL_GPUS:
+        listed = None
+    if listed is not None:
+        return parse_ids(listed)
+    return nvidia_smi_gpus(env)
 
 
 def assign_gpus(workers: int, per_worker: int | None, available: list[str]) -> list[str]:

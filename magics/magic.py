@@ -47,6 +47,9 @@ class WorkerMagics(Magics):
             import tensorflow as tf
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
         """
+        if _wants_help(line):
+            print(_usage(self.worker, "%%worker"))
+            return None
         try:
             args = parse_argstring(self.worker, line)
         except UsageError as error:
@@ -69,7 +72,7 @@ class WorkerMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait")
+    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach")
     @argument("name", nargs="?", default=None, help="the cluster's name")
     @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
     @argument("--tail", type=int, default=None, help="logs: only the last N lines")
@@ -78,7 +81,11 @@ class WorkerMagics(Magics):
     @line_magic
     def workers(self, line: str):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
-        `%workers wait NAME [--timeout S]`."""
+        `%workers wait NAME [--timeout S]`, `%workers attach NAME` (a run this kernel did not start, e.g. one
+        a dead kernel left)."""
+        if _wants_help(line):
+            print(_usage(self.workers, "%workers"))
+            return None
         try:
             args = parse_argstring(self.workers, line)
         except UsageError as error:
@@ -87,8 +94,8 @@ class WorkerMagics(Magics):
         if action == "list":
             display(HtmlBundle(*_cluster_table()))
             return None
-        if action not in ("logs", "stop", "wait"):
-            raise UsageError(f"unknown action {action!r}: use list, logs, stop or wait. See `%workers --help`.")
+        if action not in ("logs", "stop", "wait", "attach"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait or attach. See `%workers --help`.")
         if action == "stop" and args.all:
             for cluster in registry.running():
                 cluster.stop()
@@ -97,6 +104,14 @@ class WorkerMagics(Magics):
             return None
         if not args.name:
             raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
+        if action == "attach":
+            from .leftovers import RunNotFound, workers_attach
+
+            try:
+                workers_attach(args.name).show()
+            except RunNotFound as error:
+                raise UsageError(str(error)) from None
+            return None
         try:
             cluster = registry.get(args.name)
         except KeyError as error:
@@ -122,6 +137,18 @@ class WorkerMagics(Magics):
         if not ended:
             print(f"cluster {cluster.name!r} is still {cluster.status} after {args.timeout:g} s", file=sys.stderr)
         return None
+
+
+def _wants_help(line: str) -> bool:
+    return any(token in ("-h", "--help") for token in line.split())
+
+
+def _usage(magic, prog: str) -> str:
+    """The usage text of a magic's argument parser (magic_arguments' parsers have no --help of their own)."""
+    parser = magic.parser
+    parser.prog = prog[1:]  # IPython's formatter prefixes one '%'
+    text = parser.format_help()
+    return "usage: " + text.split("::", 1)[-1].lstrip("\n ") if text.startswith("::") else text
 
 
 def _running_names() -> set[str]:

@@ -74,7 +74,7 @@ class RelayReceiver:
             msg = self._session.deserialize(frames, content=True, copy=True)
         except ValueError as error:  # jupyter_client raises ValueError for bad/duplicate signatures
             text = str(error)
-            kind = "bad_signature" if "ignature" in text else "malformed"
+            kind = "bad_signature" if ("ignature" in text or "Unsigned" in text) else "malformed"
             self.drops.note(kind, text[:200])
             return None
         except Exception as error:  # undecodable JSON, wrong frame count, ...

@@ -96,7 +96,7 @@ def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -
     lines = list(lines or [])
     start = None
     for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("Traceback (most recent call last)"):
+        if "Traceback (most recent call last)" in lines[i]:
             start = i
             break
     tail = lines[start:] if start is not None else lines

@@ -176,7 +176,7 @@ function drawChart(svg, legend, series, metric, only, workers) {
   }
   axes.append(s("line", { x1: pad.left, x2: pad.left, y1: pad.top, y2: height - pad.bottom, class: "nbw-axis" }));
   axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: height - pad.bottom, y2: height - pad.bottom, class: "nbw-axis" }));
-  const xlabel = s("text", { x: width - pad.right, y: height - pad.bottom - 4, "text-anchor": "end", class: "nbw-axis-label" });
+  const xlabel = s("text", { x: pad.left - 6, y: height - 8, "text-anchor": "end", class: "nbw-axis-label" });
   xlabel.textContent = "step";
   axes.append(xlabel);
   svg.append(axes);
@@ -233,7 +233,7 @@ function render({ model, el }) {
 
   root.append(header, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
 
-  const local = { metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null };
+  const local = { follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null };
 
   function cluster() {
     return model.get("cluster") || {};
@@ -293,16 +293,18 @@ function render({ model, el }) {
         const tab = h("button", { type: "button", class: `nbw-tab${i === local.logWorker ? " nbw-tab-active" : ""}`, text: workerName(w), "data-index": i });
         tab.addEventListener("click", () => {
           local.logWorker = i;
+          local.follow = true;
           renderLogs();
-          logPre.scrollTop = logPre.scrollHeight;
         });
         return tab;
       }),
     );
-    const atBottom = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
     const lines = logs[local.logWorker] || [];
     logPre.textContent = lines.length ? lines.join("\n") : "(no output yet)";
-    if (atBottom) logPre.scrollTop = logPre.scrollHeight;
+    if (local.follow) {
+      logPre.scrollTop = logPre.scrollHeight;
+      requestAnimationFrame(() => (logPre.scrollTop = logPre.scrollHeight)); // first render: not laid out yet
+    }
     const w = workers[local.logWorker];
     logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown · full log: ${w.log_path}` : "";
   }
@@ -340,6 +342,10 @@ function render({ model, el }) {
     renderLogs();
   }
 
+  // Follow the log's end unless the reader scrolled up to look at something.
+  logPre.addEventListener("scroll", () => {
+    local.follow = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
+  });
   stopButton.addEventListener("click", () => act("stop"));
   restartButton.addEventListener("click", () => act("restart"));
   metricSelect.addEventListener("change", () => {

@@ -41,6 +41,7 @@ CLUSTER_FIELDS = (
     "generation", "run_dir",
 )  # fmt: skip
 ACTIONS = ("stop", "restart")
+STATE_TRAITS = ("cluster", "logs", "series", "notice", "updates")
 
 _HERE = Path(__file__).parent
 
@@ -240,6 +241,7 @@ class ClusterWidgetView:
         self.max_points = max_points
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)
+        answer_on_frontend_subshell(self.widget.comm)
         self._lock = threading.RLock()
         self._sent: dict[str, Any] = {}
         self._handle: Any = None
@@ -261,6 +263,8 @@ class ClusterWidgetView:
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self._throttle.flush(snapshot, replace=True)
+        with self._lock:  # resend it all: a headless run records only the messages of the cell being run
+            self.widget.send_state(key=list(STATE_TRAITS))
         if self._handle is not None:
             self._handle.update(bundle(self.widget, snapshot), raw=True)
 
@@ -314,6 +318,18 @@ class ClusterWidgetView:
     def _set_notice(self, text: str) -> None:
         with self._lock:
             self.widget.notice = text
+
+
+def answer_on_frontend_subshell(comm: Any) -> None:
+    """Handle this comm's front-end messages on the subshell the front end chose, so clicks work while busy.
+
+    JupyterLab >= 4.4 sends comm messages on a kernel subshell (its own thread). ipykernel >= 7.x re-routes
+    a comm's incoming messages to the subshell that last *sent* on it (``_reply_subshell_for``); our updates
+    go out from the main shell or the supervisor thread, so Stop would wait for a busy main shell. None of
+    this widget's messages is a reply to a kernel request, so the front end's choice is the right one.
+    """
+    if comm is not None and hasattr(comm, "_reply_subshell_for"):
+        comm._reply_subshell_for = lambda data, default: default
 
 
 def _same(name: str, old: Any, new: Any) -> bool:

@@ -1,0 +1,110 @@
+"""Keras 3 vs tf_keras under MultiWorkerMirroredStrategy.
+
+Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy upstream with ``ValueError: Attempt to
+convert a value (PerReplica...)`` (keras-team/keras#20585). ``install_fit_guard()`` wraps Keras 3's
+``fit`` so that this failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two ways
+that work: ``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running
+the tutorial's code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+KERAS3_TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
+UPSTREAM_ISSUE = "https://github.com/keras-team/keras/issues/20585"
+
+FIT_UNDER_MWMS_MESSAGE = f"""\
+Keras 3's model.fit does not work under MultiWorkerMirroredStrategy (upstream bug: {UPSTREAM_ISSUE}).
+Two ways that work with nbworkers:
+  1. Keep Keras 3 and train with the distributed fit from nbworkers (same compiled model, loss, optimizer,
+     metrics and callbacks):
+         from nbworkers import distlib
+         distlib.fit(model, dataset, epochs=..., steps_per_epoch=...)
+  2. Run the tutorial's code unchanged on tf_keras (Keras 2): start the cell with
+         %%worker --env TF_USE_LEGACY_KERAS=1
+     (or call nbworkers.distlib.use_tf_keras() before importing tensorflow) and build the model with tf.keras."""
+
+_LEGACY_VALUES = ("1", "true", "True")
+_installed = False
+
+
+class KerasFitUnderMultiWorkerError(RuntimeError):
+    """Keras 3 ``model.fit`` was called under MultiWorkerMirroredStrategy (see FIT_UNDER_MWMS_MESSAGE)."""
+
+
+class TfKerasTooLateError(RuntimeError):
+    """``use_tf_keras()`` was called after TensorFlow had already bound ``tf.keras`` to Keras 3."""
+
+
+def use_tf_keras() -> None:
+    """Make ``tf.keras`` tf_keras (Keras 2), whose ``model.fit`` works under MultiWorkerMirroredStrategy.
+
+    Must run before TensorFlow is imported (it reads TF_USE_LEGACY_KERAS once). Under %%worker the same
+    is ``%%worker --env TF_USE_LEGACY_KERAS=1``.
+    """
+    if os.environ.get(ENV_LEGACY_KERAS) in _LEGACY_VALUES:
+        return
+    if "tensorflow" in sys.modules:
+        raise TfKerasTooLateError(
+            "use_tf_keras() must be called before `import tensorflow` (TensorFlow decides what tf.keras is when"
+            " it is imported). Move it to the top of the cell, or start the cell with"
+            " `%%worker --env TF_USE_LEGACY_KERAS=1`."
+        )
+    if importlib.util.find_spec("tf_keras") is None:  # found, not imported (importing it imports TF)
+        raise ImportError("use_tf_keras() needs the tf_keras package: pip install tf-keras")
+    os.environ[ENV_LEGACY_KERAS] = "1"
+
+
+def using_tf_keras() -> bool:
+    return os.environ.get(ENV_LEGACY_KERAS) in _LEGACY_VALUES
+
+
+def _is_multi_worker(strategy) -> bool:
+    from tensorflow.python.distribute.collective_all_reduce_strategy import CollectiveAllReduceStrategy
+
+    return isinstance(strategy, CollectiveAllReduceStrategy)
+
+
+def _looks_like_the_upstream_failure(error: BaseException) -> bool:
+    text = str(error)
+    return "PerReplica" in text or "Invalid reduction dimension" in text
+
+
+def _guard_trainer_module(module) -> None:
+    trainer = getattr(module, "TensorFlowTrainer", None)
+    if trainer is None or getattr(trainer.fit, "_nbworkers_guard", False):
+        return
+    original_fit = trainer.fit
+
+    def fit(self, *args, **kwargs):
+        try:
+            return original_fit(self, *args, **kwargs)
+        except (ValueError, TypeError) as error:
+            strategy = getattr(self, "_distribute_strategy", None)
+            if strategy is None:
+                import tensorflow as tf
+
+                strategy = tf.distribute.get_strategy()
+            if _looks_like_the_upstream_failure(error) and _is_multi_worker(strategy):
+                raise KerasFitUnderMultiWorkerError(FIT_UNDER_MWMS_MESSAGE) from None
+            raise
+
+    fit._nbworkers_guard = True
+    fit.__doc__ = original_fit.__doc__
+    fit.__wrapped__ = original_fit
+    trainer.fit = fit
+
+
+def install_fit_guard() -> None:
+    """Wrap Keras 3's fit now if Keras 3 is loaded, else as soon as it is (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from nbworkers.distlib.import_hooks import when_imported
+
+    when_imported(KERAS3_TRAINER_MODULE, _guard_trainer_module)

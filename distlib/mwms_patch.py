@@ -1,0 +1,74 @@
+"""Wrap MultiWorkerMirroredStrategy's multi-worker setup (installed once, by ``startup`` or ``strategy()``).
+
+Around ``CollectiveAllReduceExtended._initialize_multi_worker`` it:
+- reports "waiting" while the strategy connects to the other workers and "running" after;
+- when ``collective_startup`` already started collectives for this same cluster, skips starting the server a
+  second time (which upstream would do with a "may cause error when accessing previously created tensors"
+  warning) and leaves peer-failure detection to the coordination service, as upstream does;
+- checks that every worker sees the same number of GPUs and the same cluster (``worker_facts``), so unequal
+  GPU counts give a clear ``GpuCountMismatchError`` before training instead of a hang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from nbworkers.distlib import collective_startup, collectives, worker_facts
+from nbworkers.distlib.cluster import TaskInfo
+from nbworkers.distlib.status import send_status
+
+_installed = False
+
+
+def _same_cluster(resolver, info: TaskInfo) -> bool:
+    try:
+        spec = resolver.cluster_spec().as_dict()
+        normalized = {job: list(v) if isinstance(v, (list, tuple)) else [v[k] for k in sorted(v)] for job, v in spec.items()}
+        return normalized == info.cluster and resolver.task_type == info.type and resolver.task_id == info.index
+    except Exception:
+        return False
+
+
+def check_devices_agree(extended) -> None:
+    """Exchange (device type, devices per worker, cluster fingerprint) with the other workers of this
+    strategy (``CollectiveAllReduceExtended``) and raise GpuCountMismatchError on disagreement."""
+    if not worker_facts.coordination_service_available():
+        return
+    cluster = json.dumps(extended._cluster_spec.as_dict(), sort_keys=True, default=str)
+    local = {
+        "devices": int(getattr(extended, "_num_devices_per_worker", 1)),
+        "device_type": str(getattr(extended, "_local_device_type", "CPU")),
+        "cluster": hashlib.sha256(cluster.encode()).hexdigest()[:16],
+    }
+    facts = worker_facts.exchange(local, int(extended._id_in_cluster), int(extended._num_workers))
+    collectives.check_worker_facts(facts)
+
+
+def install() -> None:
+    """Install the wrapper (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+    from tensorflow.python.eager import context
+
+    original = cars.CollectiveAllReduceExtended._initialize_multi_worker
+
+    def _initialize_multi_worker(self, cluster_resolver):
+        enabled = collective_startup.enabled_for()
+        if enabled is not None and context.context()._context_handle is not None and _same_cluster(cluster_resolver, enabled):
+            self._std_server_started = True  # collective_startup started it with this cluster's server def
+            self._enable_check_health = False  # the coordination service watches peers (as upstream does)
+        counts = collectives.gpu_counts_from_env()  # the launcher's view: checked before anything starts
+        if counts is not None:
+            collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
+        if context.context()._context_handle is None:  # it will connect to the other workers now
+            send_status("waiting", "setting up MultiWorkerMirroredStrategy")
+        original(self, cluster_resolver)
+        if context.executing_eagerly() and getattr(self, "_num_workers", 1) > 1:
+            check_devices_agree(self)
+        send_status("running")
+
+    cars.CollectiveAllReduceExtended._initialize_multi_worker = _initialize_multi_worker
+    _installed = True

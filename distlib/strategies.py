@@ -1,0 +1,47 @@
+"""``strategy()``: the tf.distribute strategy for this worker.
+
+With a TF_CONFIG cluster: MultiWorkerMirroredStrategy with collective communication options (NCCL when
+this worker sees GPUs, RING otherwise, or what the caller names). Without TF_CONFIG: a single-process
+MirroredStrategy over the local devices, so the same cell runs outside %%worker for debugging.
+"""
+
+from __future__ import annotations
+
+from nbworkers.distlib import collectives
+from nbworkers.distlib.cluster import task
+
+
+def local_gpu_count() -> int:
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def communication_options(implementation: str):
+    """``tf.distribute.experimental.CommunicationOptions`` for "NCCL" / "RING"."""
+    import tensorflow as tf
+
+    member = getattr(tf.distribute.experimental.CommunicationImplementation, implementation)
+    return tf.distribute.experimental.CommunicationOptions(implementation=member)
+
+
+def strategy(communication: str = "auto"):
+    """MultiWorkerMirroredStrategy for this %%worker cluster (or a local MirroredStrategy without TF_CONFIG).
+
+    ``communication``: "auto" (NCCL with GPUs, else RING), "nccl" or "ring". A broken TF_CONFIG raises
+    ``TFConfigError``; workers with unequal GPU counts raise ``GpuCountMismatchError`` before training.
+    """
+    info = task()  # validates TF_CONFIG before TensorFlow sees it
+    counts = collectives.gpu_counts_from_env()
+    if counts is not None:
+        collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
+    from nbworkers.distlib import keras_compat, mwms_patch
+
+    keras_compat.install_fit_guard()
+    import tensorflow as tf
+
+    mwms_patch.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's
+    implementation = collectives.choose_implementation(communication, local_gpu_count())
+    if not info.in_cluster:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(implementation))

@@ -1,0 +1,179 @@
+"""The Jupyter server extension: an authenticated REST API over the clusters under the run root.
+
+    GET    /nbworkers/api/clusters                          every cluster: name, kernel, backend, workers,
+                                                            status (checked: a dead kernel's run is "lost"),
+                                                            started, restarts, ...
+    GET    /nbworkers/api/clusters/<name>                   per-worker status and latest metrics
+    GET    /nbworkers/api/clusters/<name>/logs/<worker>?tail=N
+                                                            a worker's log (text/plain)
+    DELETE /nbworkers/api/clusters/<name>                   stop it, even while its kernel is busy
+
+It reads what the clusters write (``<run_root>/<name>/state.json``), so it never needs a kernel to be idle;
+stopping writes the ``stop-requested`` file the cluster's supervisor thread obeys, then kills what is left
+directly when the kernel is gone. Blocking work runs in a thread pool, never on the server's event loop.
+Every endpoint needs an authenticated, authorized user; names and worker ids cannot leave the run root.
+
+Configure with ``c.NbworkersAPI.<setting>`` in ``jupyter_server_config.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from traitlets import Float, Int, Unicode, default
+from traitlets.config import Configurable
+
+AUTH_RESOURCE = "nbworkers"
+API_PREFIX = "nbworkers/api"
+TAIL = re.compile(r"[0-9]{1,9}")  # ?tail=N: ASCII digits only
+
+
+class NbworkersAPI(Configurable):
+    """Settings of the nbworkers REST API (every timeout named here)."""
+
+    run_root = Unicode(help="The run root the clusters write to (default: the kernels' default, "
+                            "$NBWORKERS_RUN_ROOT or ~/.nbworkers/runs).").tag(config=True)
+    stop_timeout = Float(help="Seconds a DELETE waits for the cluster's own supervisor to stop it before it "
+                              "kills the processes directly (default: the workers' stop grace + 5).").tag(config=True)
+    kill_grace = Float(3.0, help="Seconds between SIGTERM and SIGKILL when processes are killed directly.").tag(
+        config=True)
+    log_max_bytes = Int(8 * 1024 * 1024, help="Most bytes of a log returned by one request (its end).").tag(
+        config=True)
+    stop_threads = Int(4, help="Threads that run stops and directory scans off the event loop.").tag(config=True)
+
+    @default("run_root")
+    def _default_run_root(self) -> str:
+        from nbworkers.magics.settings import WorkerSettings
+
+        return WorkerSettings().run_root
+
+    @default("stop_timeout")
+    def _default_stop_timeout(self) -> float:
+        from nbworkers.magics.leftovers import STOP_MARGIN
+        from nbworkers.magics.settings import WorkerSettings
+
+        return WorkerSettings().stop_grace + STOP_MARGIN
+
+
+class ClusterAPIHandler(APIHandler):
+    auth_resource = AUTH_RESOURCE
+
+    def initialize(self, api: NbworkersAPI, executor: ThreadPoolExecutor) -> None:
+        self.api = api
+        self.executor = executor
+
+    async def run_blocking(self, func, *args) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, func, *args)
+
+    def run_dir(self, name: str):
+        from nbworkers.magics import leftovers
+        from nbworkers.magics.names import valid_name
+
+        if not valid_name(name or ""):
+            raise web.HTTPError(400, f"{name!r} is not a cluster name: letters, digits, '.', '_', '-' (at most 64).")
+        try:
+            return leftovers.run_dir_of(name, self.api.run_root)
+        except leftovers.RunNotFound as error:
+            raise web.HTTPError(404, str(error)) from None
+
+    def write_json(self, data: Any) -> None:
+        self.finish(json.dumps(data, default=str))
+
+
+class ClustersHandler(ClusterAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from nbworkers.magics import leftovers
+
+        runs = await self.run_blocking(leftovers.list_runs, self.api.run_root)
+        self.write_json({"run_root": self.api.run_root, "clusters": runs})
+
+
+class ClusterHandler(ClusterAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        from nbworkers.magics import leftovers
+
+        run_dir = self.run_dir(name)
+        data = await self.run_blocking(lambda: leftovers.describe(run_dir, full=True))
+        if data is None:
+            raise web.HTTPError(404, f"cluster {name!r} has no readable state")
+        self.write_json(data)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        from nbworkers.magics import leftovers
+
+        run_dir = self.run_dir(name)
+        result = await self.run_blocking(
+            lambda: leftovers.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace)
+        )
+        self.write_json(result)
+
+
+class LogHandler(ClusterAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str, worker: str) -> None:
+        from nbworkers.magics import leftovers
+
+        run_dir = self.run_dir(name)
+        if not leftovers.WORKER_ID.fullmatch(worker):
+            raise web.HTTPError(400, f"worker {worker!r}: give the worker's index, 0, 1, ...")
+        tail_arg = self.get_argument("tail", None)
+        tail = None
+        if tail_arg not in (None, ""):
+            if not TAIL.fullmatch(tail_arg):
+                raise web.HTTPError(400, f"tail={tail_arg!r}: give a number of lines, for example tail=100")
+            tail = int(tail_arg)
+        try:
+            text = await self.run_blocking(
+                lambda: leftovers.read_log(run_dir, worker, tail, self.api.log_max_bytes)
+            )
+        except leftovers.RunNotFound as error:
+            raise web.HTTPError(404, str(error)) from None
+        self.finish(text, set_content_type="text/plain; charset=utf-8")
+
+
+class NotFoundHandler(ClusterAPIHandler):
+    """Anything else under /nbworkers/api: authenticated like the rest, then 404."""
+
+    @web.authenticated
+    @authorized
+    def get(self, *args) -> None:
+        raise web.HTTPError(404, "no such nbworkers endpoint: see GET /nbworkers/api/clusters")
+
+    delete = post = put = patch = get
+
+
+def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor) -> list[tuple]:
+    prefix = url_path_join(base_url, API_PREFIX)
+    kwargs = {"api": api, "executor": executor}
+    name = r"(?P<name>[^/]+)"
+    return [
+        (prefix + r"/clusters/?", ClustersHandler, kwargs),
+        (prefix + rf"/clusters/{name}/?", ClusterHandler, kwargs),
+        (prefix + rf"/clusters/{name}/logs/(?P<worker>[^/]+)/?", LogHandler, kwargs),
+        (prefix + r"(?:/.*)?", NotFoundHandler, kwargs),
+    ]
+
+
+def load(serverapp) -> None:
+    """Called by jupyter_server (through ``nbworkers._load_jupyter_server_extension``)."""
+    api = NbworkersAPI(parent=serverapp)
+    executor = ThreadPoolExecutor(max_workers=max(1, api.stop_threads), thread_name_prefix="nbworkers-api")
+    web_app = serverapp.web_app
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor))
+    serverapp.log.info("nbworkers: REST API at %s over %s",
+                       url_path_join(web_app.settings["base_url"], API_PREFIX, "clusters"), api.run_root)

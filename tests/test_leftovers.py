@@ -1,0 +1,346 @@
+"""Leftovers of dead kernels: found, reaped (real processes killed, state rewritten), attached read-only; runs of
+live kernels, of other machines and processes that merely reuse a pid or group id are never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nbworkers.magics import leftovers
+
+PY = sys.executable
+STOP_TIMEOUT = 30
+KERNEL_READY_TIMEOUT = 90
+CLUSTER_UP_TIMEOUT = 90
+
+
+def stubborn(env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A process in a session (and process group) of its own that ignores SIGTERM."""
+    proc = subprocess.Popen(
+        [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);"
+                   " time.sleep(600)"],
+        stdout=subprocess.PIPE, start_new_session=True, env=None if env is None else {**os.environ, **env},
+    )
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def gone(proc: subprocess.Popen) -> bool:
+    """The process has exited (psutil may have reaped our child already, so Popen's code is not reliable)."""
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            if proc.poll() is not None or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([PY, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def write_run(run_root: Path, name: str, kernel_pid: int, procs: list[subprocess.Popen], started: float,
+              status: str = "running", **extra) -> Path:
+    """A run directory as a kernel leaves it: the first half of procs are hosts, the rest workers."""
+    half = len(procs) // 2
+    hosts, workers = procs[:half], procs[half:]
+    run_dir = run_root / name
+    run_dir.mkdir(parents=True)
+    state = {
+        "name": name, "backend": "local", "status": status, "error": "", "started": started, "ended": None,
+        "wall_time": 1.0, "restarts": 0, "restart_causes": [], "generation": 0, "run_dir": str(run_dir),
+        "dropped": {}, "kernel_pid": kernel_pid, "kernel_id": "k-1",
+        "workers": [{"index": i, "role": "worker", "role_index": i, "host": "", "pid": pid, "status": "running",
+                     "detail": "", "exit_code": None, "epoch": 1, "epochs_total": 3, "step": 5, "steps_total": 10,
+                     "metrics": {"loss": 0.25}, "steps_per_sec": 2.0, "restarts": 0,
+                     "log_path": str(run_dir / f"worker-{i}.log"), "log_tail": []}
+                    for i, pid in enumerate([w.pid for w in workers] or [None, None])],
+        "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
+        **extra,
+    }
+    for worker in state["workers"]:
+        Path(worker["log_path"]).write_text(f"first line of {worker['index']}\nlast line of {worker['index']}\n")
+    (run_dir / "state.json").write_text(json.dumps(state))
+    return run_dir
+
+
+@pytest.fixture
+def procs():
+    started: list[subprocess.Popen] = []
+
+    def make(n: int, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+        new = [stubborn(env) for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield make
+    for proc in started:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "runs"
+    path.mkdir()
+    return path
+
+
+def test_a_dead_kernels_run_is_found_and_reaped(root, procs):
+    started = time.time() - 0.5
+    group = procs(4)
+    run_dir = write_run(root, "left-behind", dead_pid(), group, started)
+    write_run(root, "finished-run", dead_pid(), [], started, status="finished")
+
+    assert leftovers.find_leftovers(root) == [run_dir]
+    row = {r["name"]: r for r in leftovers.list_runs(root)}["left-behind"]
+    assert row["status"] == leftovers.LOST and row["processes_alive"] == 4 and row["recorded_status"] == "running"
+
+    assert leftovers.reap_leftovers(root, kill_grace=1.0) == ["left-behind"]
+    assert all(gone(p) for p in group)  # they ignore SIGTERM: SIGKILL followed
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["status"] == "failed" and "its kernel died" in state["error"]
+    assert state["ended"] and state["reaped"]
+    assert [w["status"] for w in state["workers"]] == ["failed", "failed"]
+    assert leftovers.find_leftovers(root) == []
+    assert json.loads((root / "finished-run" / "state.json").read_text())["status"] == "finished"
+
+
+def test_processes_that_name_the_run_dir_are_reaped_too(root, procs):
+    """A worker whose group id was never recorded (the kernel died before its hello) is found by its environment."""
+    started = time.time() - 0.5
+    recorded = procs(2)
+    unrecorded = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "half-started")})
+    other_run = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "another-run")})
+    run_dir = write_run(root, "half-started", dead_pid(), recorded, started)
+    found = {p.pid for p in leftovers.leftover_processes(leftovers.read_state(run_dir), run_dir)}
+    assert found == {p.pid for p in recorded + unrecorded}
+    leftovers.reap(run_dir, kill_grace=0.5)
+    assert all(gone(p) for p in recorded + unrecorded)
+    assert other_run[0].poll() is None
+
+
+def test_runs_of_a_live_kernel_are_left_alone(root, procs):
+    group = procs(2)
+    # this test process plays the kernel: alive, started before the run
+    run_dir = write_run(root, "alive", os.getpid(), group, time.time())
+    assert leftovers.kernel_alive(json.loads((run_dir / "state.json").read_text()))
+    assert leftovers.find_leftovers(root) == []
+    assert leftovers.reap(run_dir)["status"] == "running"
+    assert all(p.poll() is None for p in group)
+    assert leftovers.list_runs(root)[0]["status"] == "running"
+
+
+def test_a_pid_reused_after_the_run_started_is_not_its_kernel(root, procs):
+    started = time.time() - 10
+    [impostor] = procs(1)  # a process created after the run started, holding "the kernel's" pid
+    state = {"status": "running", "started": started, "kernel_pid": impostor.pid}
+    assert not leftovers.kernel_alive(state)
+    assert leftovers.kernel_alive({**state, "started": time.time()})
+
+
+def test_processes_newer_than_the_run_are_spared(root, procs):
+    """A process group id reused by a process started after the kernel stopped writing is not the run's."""
+    group = procs(2)
+    run_dir = write_run(root, "old-run", dead_pid(), group, started=time.time() - 100)
+    old = time.time() - 90
+    os.utime(run_dir / "state.json", (old, old))  # the dead kernel's last write, long before these processes
+    state = leftovers.read_state(run_dir)
+    assert leftovers.leftover_processes(state, run_dir) == []
+    leftovers.reap(run_dir, kill_grace=0.5)
+    assert all(p.poll() is None for p in group)
+    assert leftovers.read_state(run_dir)["status"] == "failed"
+
+
+def test_runs_of_another_machine_are_never_reaped(root, procs):
+    group = procs(2)
+    run_dir = write_run(root, "remote", dead_pid(), group, time.time(), hostname="some-other-machine")
+    assert leftovers.find_leftovers(root) == []
+    assert leftovers.reap_leftovers(root) == []
+    assert leftovers.read_state(run_dir)["status"] == "running"
+    assert all(p.poll() is None for p in group)
+
+
+def test_scan_at_load_reaps_in_the_background(root, procs):
+    group = procs(2)
+    run_dir = write_run(root, "stale", dead_pid(), group, time.time())
+    thread = leftovers.scan_at_load(root)
+    thread.join(STOP_TIMEOUT)
+    assert not thread.is_alive()
+    assert leftovers.read_state(run_dir)["status"] == "failed"
+    assert all(gone(p) for p in group)
+
+
+def test_attach_is_read_only_and_can_stop(root, procs):
+    group = procs(4)
+    write_run(root, "orphan", dead_pid(), group, time.time())
+    cluster = leftovers.attach("orphan", root)
+    assert cluster.name == "orphan" and cluster.status == leftovers.LOST and not cluster.done
+    snapshot = cluster.snapshot()
+    assert snapshot["attached"] and [w["metrics"] for w in snapshot["workers"]] == [{"loss": 0.25}] * 2
+    assert cluster.logs(1, tail=1) == "last line of 1"
+    assert cluster.logs(tail=1) == "[0] last line of 0\n[1] last line of 1"
+    with pytest.raises(ValueError):
+        cluster.logs(5)
+    with pytest.raises(RuntimeError, match="read-only"):
+        cluster.restart()
+    cluster.stop()
+    assert cluster.wait(timeout=STOP_TIMEOUT)
+    assert cluster.status == "stopped" and cluster.done
+    assert all(gone(p) for p in group)
+
+    for bad in ("..", "../runs", "/etc", "no-such-run", ".hidden", ""):
+        with pytest.raises(leftovers.RunNotFound):
+            leftovers.attach(bad, root)
+
+
+def test_a_symlink_out_of_the_run_root_is_not_a_run(root, tmp_path):
+    outside = tmp_path / "outside"
+    write_run(tmp_path, "outside", dead_pid(), [], time.time())
+    (root / "sneaky").symlink_to(outside, target_is_directory=True)
+    assert leftovers.list_run_dirs(root) == []
+    with pytest.raises(leftovers.RunNotFound):
+        leftovers.attach("sneaky", root)
+    assert leftovers.reap_leftovers(root) == []
+    assert leftovers.read_state(outside)["status"] == "running"
+
+
+# ------------------------------------------------------------------------------------ a real kernel, killed
+class NbworkersKernel:
+    def __init__(self, prefix: Path, env: dict[str, str], cwd: Path):
+        from jupyter_client import KernelManager
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        self.manager = KernelManager(
+            kernel_name="nbworkers",
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(prefix / "share/jupyter/kernels")]))
+        self.manager.start_kernel(env=env, cwd=str(cwd))
+        self.pid = self.manager.provisioner.process.pid
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=KERNEL_READY_TIMEOUT)
+
+    def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
+        msg_id = self.client.execute(code)
+        out, error = "", ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                return out, error
+            if kind == "stream" and content["name"] == "stdout":
+                out += content["text"]
+            elif kind == "error":
+                error = f"{content['ename']}: {content['evalue']}"
+            elif kind in ("display_data", "execute_result"):
+                out += content["data"].get("text/plain", "") + "\n"
+        raise TimeoutError(code)
+
+    def kill(self) -> None:
+        try:
+            self.client.stop_channels()
+        except Exception:
+            pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.manager.shutdown_kernel(now=True)
+        except Exception:
+            pass
+
+
+def _wait_until(predicate, timeout: float, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def _kill_run_processes(run_root: Path) -> None:
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)):
+                os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+        except (psutil.Error, OSError):
+            continue
+
+
+def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
+    prefix, run_root, cwd = tmp_path / "prefix", tmp_path / "runs", tmp_path / "nb"
+    cwd.mkdir()
+    env = dict(os.environ, NBWORKERS_RUN_ROOT=str(run_root), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env.pop("TF_CONFIG", None)
+    installed = subprocess.run([PY, "-m", "nbworkers.kernelspec", "install", "--prefix", str(prefix)],
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    first = second = None
+    try:
+        first = NbworkersKernel(prefix, env, cwd)
+        out, error = first.run("%%worker -n 2 --name doomed\nimport time\nprint('worker up', flush=True)\n"
+                               "time.sleep(60)\n")
+        assert not error, error
+        state_file = run_root / "doomed" / "state.json"
+
+        def up():
+            try:
+                state = json.loads(state_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return state if [w["status"] for w in state["workers"]] == ["running", "running"] else None
+
+        state = _wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
+        assert state, (run_root / "doomed" / "worker-0.log").read_text()
+        os.kill(first.pid, signal.SIGKILL)
+        first.manager.provisioner.process.wait()
+
+        second = NbworkersKernel(prefix, env, cwd)
+        out, error = second.run(
+            "from nbworkers.magics import leftovers\n"
+            "print(sorted(p.name for p in leftovers.find_leftovers()))\n"
+            "leftovers.scan_at_load().join(30)\n"
+            "print(sorted(p.name for p in leftovers.find_leftovers()))\n"
+            "attached = leftovers.workers_attach('doomed')\n"
+            "print(attached.status, attached.done)\n")
+        assert not error, error
+        assert out.split() == ["['doomed']", "[]", "failed", "True"], out
+        # the attached run works with %workers like one of the kernel's own
+        out, error = second.run("%workers logs doomed -w 1 --tail 1")
+        assert not error and out.strip() == "worker up", (out, error)
+        out, error = second.run("%workers")
+        assert not error and "doomed" in out and "failed" in out, (out, error)
+        out, error = second.run("%workers wait doomed --timeout 10")
+        assert not error and "its kernel died" in out, (out, error)
+        assert _wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                           for p in state["host_pids"]), STOP_TIMEOUT)
+    finally:
+        for kernel in (first, second):
+            if kernel is not None:
+                kernel.kill()
+        _kill_run_processes(run_root)

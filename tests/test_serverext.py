@@ -1,0 +1,491 @@
+"""The nbworkers REST API against a real `jupyter server` (a subprocess on a free port, with a token), with
+real kernels started through the server's own /api/kernels and driven over their websocket."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nbworkers.magics import leftovers
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "nbworkers-test-" + uuid.uuid4().hex
+SERVER_START_TIMEOUT = 60  # seconds for `jupyter server` to answer
+KERNEL_START_TIMEOUT = 90
+CLUSTER_UP_TIMEOUT = 90  # seconds for 2 workers to report running
+STOP_TIMEOUT = 30
+HTTP_TIMEOUT = 60
+WORKER_CELL = "import time\nprint('worker up', flush=True)\ntime.sleep(60)\n"
+
+
+@dataclass
+class Server:
+    port: int
+    proc: subprocess.Popen
+    run_root: Path
+    root_dir: Path
+    log: Path
+
+    def request(self, method: str, path: str, token: str | None = TOKEN, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
+        """One raw HTTP request: the path goes out exactly as given (no client-side normalisation)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT)
+        sent = dict(headers or {})
+        if token is not None:
+            sent["Authorization"] = f"token {token}"
+        try:
+            conn.request(method, path, body=body, headers=sent)
+            response = conn.getresponse()
+            return response.status, response.read(), dict(response.getheaders())
+        finally:
+            conn.close()
+
+    def json(self, method: str, path: str, **kwargs) -> tuple[int, object]:
+        status, body, _ = self.request(method, path, **kwargs)
+        try:
+            return status, json.loads(body or b"null")
+        except ValueError:
+            return status, body.decode(errors="replace")
+
+
+def _wait_until(predicate, timeout: float, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def _kill_tree(root_pid: int, run_root: Path) -> None:
+    """SIGKILL the process groups of root_pid's descendants, of every process of a run under run_root, and root's."""
+    groups: set[int] = set()
+    try:
+        for child in psutil.Process(root_pid).children(recursive=True):
+            try:
+                groups.add(os.getpgid(child.pid))
+            except OSError:
+                pass
+    except psutil.Error:
+        pass
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)):
+                groups.add(os.getpgid(proc.pid))
+        except (psutil.Error, OSError):
+            continue
+    groups.add(root_pid)
+    groups.discard(os.getpgid(0))
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("nbw-server")
+    prefix, run_root, root_dir = base / "prefix", base / "runs", base / "notebooks"
+    run_root.mkdir()
+    root_dir.mkdir()
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.pop("JUPYTER_PATH", None)
+    env.update({
+        "JUPYTER_CONFIG_DIR": str(base / "jupyter-config-dir"),
+        "JUPYTER_DATA_DIR": str(base / "jupyter-data"),
+        "JUPYTER_RUNTIME_DIR": str(base / "jupyter-runtime"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        # the project's own config file is what enables the server extension
+        "JUPYTER_CONFIG_PATH": str(REPO / "jupyter-config"),
+        "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
+        "NBWORKERS_RUN_ROOT": str(run_root),
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+    })
+    installed = subprocess.run([PY, "-m", "nbworkers.kernelspec", "install", "--prefix", str(prefix)],
+                               capture_output=True, text=True, env=env, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    log = base / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [PY, "-m", "jupyter_server", "--no-browser", "--allow-root", "--ServerApp.port=0",
+             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root_dir}"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root_dir, start_new_session=True,
+        )
+    try:
+        info_file = Path(env["JUPYTER_RUNTIME_DIR"]) / f"jpserver-{proc.pid}.json"
+        assert _wait_until(lambda: info_file.is_file() or proc.poll() is not None, SERVER_START_TIMEOUT), log.read_text()
+        assert proc.poll() is None, log.read_text()
+        port = json.loads(info_file.read_text())["port"]
+        srv = Server(port=port, proc=proc, run_root=run_root, root_dir=root_dir, log=log)
+        assert _wait_until(lambda: srv.request("GET", "/api/status")[0] == 200, SERVER_START_TIMEOUT), log.read_text()
+        yield srv
+    finally:
+        _kill_tree(proc.pid, run_root)
+        proc.wait(timeout=30)
+
+
+class KernelSession:
+    """A kernel started through the server's REST API, cells sent over its websocket."""
+
+    def __init__(self, server: Server, kernel_name: str = "nbworkers"):
+        import websocket
+
+        self.server = server
+        status, data = server.json("POST", "/api/kernels", body=json.dumps({"name": kernel_name}).encode())
+        assert status == 201, data
+        self.id = data["id"]
+        self.ws = websocket.create_connection(
+            f"ws://127.0.0.1:{server.port}/api/kernels/{self.id}/channels",
+            header=[f"Authorization: token {TOKEN}"], timeout=KERNEL_START_TIMEOUT,
+        )
+        self.session = uuid.uuid4().hex
+        out, error = self.run("import os; print(os.getpid())", timeout=KERNEL_START_TIMEOUT)
+        assert not error, error
+        self.pid = int(out.strip())
+
+    def send(self, code: str) -> str:
+        msg_id = uuid.uuid4().hex
+        self.ws.send(json.dumps({
+            "header": {"msg_id": msg_id, "username": "test", "session": self.session, "msg_type": "execute_request",
+                       "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True},
+        }))
+        return msg_id
+
+    def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
+        """(stdout, error) of one cell, once the kernel is idle again."""
+        import websocket
+
+        msg_id = self.send(code)
+        out, error = "", ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                msg = json.loads(self.ws.recv())
+            except websocket.WebSocketTimeoutException:
+                break
+            if msg.get("parent_header", {}).get("msg_id") != msg_id or msg.get("channel") != "iopub":
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out += content["text"]
+            elif kind == "error":
+                error = f"{content['ename']}: {content['evalue']}"
+            elif kind == "status" and content["execution_state"] == "idle":
+                return out, error
+        raise TimeoutError(f"cell did not finish in {timeout} s: {code}")
+
+    def execution_state(self) -> str:
+        status, data = self.server.json("GET", f"/api/kernels/{self.id}")
+        return data.get("execution_state", "") if status == 200 else f"http {status}"
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        except Exception:
+            pass
+        self.server.request("POST", f"/api/kernels/{self.id}/interrupt")
+        self.server.request("DELETE", f"/api/kernels/{self.id}")
+        if psutil.pid_exists(self.pid):
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _state(server: Server, name: str) -> dict:
+    return json.loads((server.run_root / name / "state.json").read_text())
+
+
+def _start_sleeping_cluster(kernel: KernelSession, name: str) -> dict:
+    out, error = kernel.run(f"%%worker -n 2 --name {name}\n{WORKER_CELL}")
+    assert not error, error
+
+    def up():
+        try:
+            state = _state(kernel.server, name)
+        except (OSError, ValueError):
+            return None
+        logs_ok = all("worker up" in (kernel.server.run_root / name / f"worker-{i}.log").read_text() for i in (0, 1))
+        running = [w["status"] for w in state["workers"]] == ["running", "running"] and len(state["worker_pgids"]) == 2
+        return state if (logs_ok and running) else None
+
+    state = _wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
+    assert state, (kernel.server.run_root / name / "worker-0.log").read_text()
+    return state
+
+
+def _pids_of(state: dict) -> list[int]:
+    return list(state["host_pids"]) + [w["pid"] for w in state["workers"] if w.get("pid")]
+
+
+def _none_alive(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+@pytest.fixture(scope="module")
+def busy_cluster(server):
+    """A 2-worker cluster sleeping in its cell, started from a kernel that is itself busy in time.sleep."""
+    kernel = KernelSession(server)
+    try:
+        state = _start_sleeping_cluster(kernel, "sleepy")
+        kernel.send("import time; time.sleep(60)")
+        assert _wait_until(lambda: kernel.execution_state() == "busy", 30), kernel.execution_state()
+        yield kernel, state
+    finally:
+        kernel.close()
+
+
+# --------------------------------------------------------------------------------------------------- reading
+def test_list_shows_the_running_cluster(server, busy_cluster):
+    kernel, _ = busy_cluster
+    status, data = server.json("GET", "/nbworkers/api/clusters")
+    assert status == 200, data
+    assert data["run_root"] == str(server.run_root)
+    [row] = [c for c in data["clusters"] if c["name"] == "sleepy"]
+    assert row["status"] == "running" and row["kernel_alive"] is True
+    assert row["kernel"] == {"id": kernel.id, "pid": kernel.pid}
+    assert row["backend"] == "local" and row["workers"] == 2 and row["restarts"] == 0
+    assert isinstance(row["started"], float) and row["processes_alive"] >= 4  # 2 hosts + 2 workers
+
+
+def test_detail_has_per_worker_status(server, busy_cluster):
+    status, data = server.json("GET", "/nbworkers/api/clusters/sleepy")
+    assert status == 200, data
+    assert data["name"] == "sleepy" and data["status"] == "running"
+    assert [w["index"] for w in data["workers"]] == [0, 1]
+    assert all(w["status"] == "running" and isinstance(w["metrics"], dict) for w in data["workers"])
+    assert "history" not in data["workers"][0]
+
+
+def test_logs_endpoint(server, busy_cluster):
+    status, body, headers = server.request("GET", "/nbworkers/api/clusters/sleepy/logs/1?tail=5")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    assert "worker up" in body.decode()
+    status, body, _ = server.request("GET", "/nbworkers/api/clusters/sleepy/logs/0")
+    assert status == 200 and body.decode().startswith("--- nbworkers: worker 0")
+    status, body, _ = server.request("GET", "/nbworkers/api/clusters/sleepy/logs/0?tail=0")
+    assert status == 200 and body == b""
+
+
+# --------------------------------------------------------------------------------------------------- refusals
+ENDPOINTS = [
+    ("GET", "/nbworkers/api/clusters"),
+    ("GET", "/nbworkers/api/clusters/sleepy"),
+    ("GET", "/nbworkers/api/clusters/sleepy/logs/0"),
+    ("GET", "/nbworkers/api/clusters/sleepy/logs/0?tail=3"),
+    ("DELETE", "/nbworkers/api/clusters/sleepy"),
+    ("GET", "/nbworkers/api/anything/else"),
+]
+
+
+@pytest.mark.parametrize("how", ["no token", "wrong token", "wrong token in query", "cookie only"])
+def test_unauthenticated_requests_are_refused(server, busy_cluster, how):
+    for method, path in ENDPOINTS:
+        if how == "no token":
+            status, body, _ = server.request(method, path, token=None)
+        elif how == "wrong token":
+            status, body, _ = server.request(method, path, token="not-the-token")
+        elif how == "wrong token in query":
+            sep = "&" if "?" in path else "?"
+            status, body, _ = server.request(method, f"{path}{sep}token=not-the-token", token=None)
+        else:
+            status, body, _ = server.request(method, path, token=None, headers={"Cookie": "username-127-0-0-1=x"})
+        assert status in (401, 403), (how, method, path, status, body[:200])
+        assert b"worker up" not in body and b"sleepy" not in body
+    assert not (server.run_root / "sleepy" / "stop-requested").exists()
+    assert _state(server, "sleepy")["status"] == "running"
+
+
+@pytest.fixture
+def outside_run(server, tmp_path):
+    """A run-like directory outside the run root, linked into it: its contents must never be served."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "state.json").write_text(json.dumps({"name": "secret", "status": "running", "workers": [{"index": 0}],
+                                                     "kernel_pid": os.getpid(), "host_pids": [], "worker_pgids": []}))
+    (outside / "worker-0.log").write_text("SECRET-LOG-LINE\n")
+    link = server.run_root / "linked-out"
+    link.symlink_to(outside, target_is_directory=True)
+    (server.run_root / "sleepy" / "escape.log").symlink_to(outside / "worker-0.log")
+    yield outside
+    link.unlink()
+    (server.run_root / "sleepy" / "escape.log").unlink()
+
+
+TRICKS = [
+    "/nbworkers/api/clusters/..",
+    "/nbworkers/api/clusters/%2e%2e",
+    "/nbworkers/api/clusters/%2E%2E/logs/0",
+    "/nbworkers/api/clusters/..%2F..%2Fetc",
+    "/nbworkers/api/clusters/..%2f",
+    "/nbworkers/api/clusters/%2Fetc%2Fpasswd",
+    "/nbworkers/api/clusters/%2Fetc/logs/0",
+    "/nbworkers/api/clusters//etc/passwd",
+    "/nbworkers/api/clusters/../../api/contents",
+    "/nbworkers/api/clusters/.hidden",
+    "/nbworkers/api/clusters/sleepy%2F..%2F..%2Foutside",
+    "/nbworkers/api/clusters/sleepy%00",
+    "/nbworkers/api/clusters/%7E",
+    "/nbworkers/api/clusters/linked-out",
+    "/nbworkers/api/clusters/linked-out/logs/0",
+    "/nbworkers/api/clusters/sleepy/logs/..%2Fworker-0",
+    "/nbworkers/api/clusters/sleepy/logs/..%2F..%2Foutside%2Fworker-0.log",
+    "/nbworkers/api/clusters/sleepy/logs/%2Fetc%2Fpasswd",
+    "/nbworkers/api/clusters/sleepy/logs/escape",
+    "/nbworkers/api/clusters/sleepy/logs/-1",
+    "/nbworkers/api/clusters/sleepy/logs/0x1",
+    "/nbworkers/api/clusters/sleepy/logs/2",
+    "/nbworkers/api/clusters/sleepy/logs/%C2%B2",  # a superscript two: str.isdigit() says yes
+    "/nbworkers/api/clusters/sleepy/logs/0?tail=-5",
+    "/nbworkers/api/clusters/sleepy/logs/0?tail=abc",
+    "/nbworkers/api/clusters/sleepy/logs/0?tail=%C2%B2",
+    "/nbworkers/api/clusters/sleepy/logs/0?tail=1e3",
+]
+
+
+def test_path_tricks_are_refused(server, busy_cluster, outside_run):
+    for path in TRICKS:
+        status, body, _ = server.request("GET", path)
+        assert 400 <= status < 500, (path, status, body[:300])
+        assert b"SECRET" not in body and b"root:" not in body, path
+    for path in ("/nbworkers/api/clusters/%2e%2e", "/nbworkers/api/clusters/linked-out",
+                 "/nbworkers/api/clusters/..%2F..%2Fetc"):
+        status, _, _ = server.request("DELETE", path)
+        assert 400 <= status < 500, (path, status)
+    assert not (outside_run / "stop-requested").exists()
+    status, data = server.json("GET", "/nbworkers/api/clusters")
+    assert status == 200 and "linked-out" not in {c["name"] for c in data["clusters"]}
+    assert not (server.run_root / "sleepy" / "stop-requested").exists()
+
+
+def test_unknown_cluster_is_404(server):
+    status, data = server.json("GET", "/nbworkers/api/clusters/no-such-cluster")
+    assert status == 404 and "no cluster named 'no-such-cluster'" in data["message"]
+
+
+# --------------------------------------------------------------------------------------------------- stopping
+def test_delete_stops_the_cluster_while_its_kernel_is_busy(server, busy_cluster):
+    kernel, state = busy_cluster
+    pids = _pids_of(state)
+    assert not _none_alive(pids)
+    assert kernel.execution_state() == "busy"
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/sleepy")
+    assert status == 200, data
+    assert data["status"] == "stopped", data
+    assert _wait_until(lambda: _none_alive(pids), STOP_TIMEOUT), [p for p in pids if psutil.pid_exists(p)]
+    # the kernel's own supervisor did it (nothing had to be killed from outside), and the kernel is still busy
+    assert data["killed"] == 0 and data["kernel_alive"] is True
+    assert kernel.execution_state() == "busy"
+    assert _state(server, "sleepy")["status"] == "stopped"
+    # again: nothing left to stop, same answer
+    status, again = server.json("DELETE", "/nbworkers/api/clusters/sleepy")
+    assert status == 200 and again["status"] == "stopped"
+
+
+def _stubborn_process() -> subprocess.Popen:
+    """A process in a session of its own that ignores SIGTERM (as TF workers often do)."""
+    proc = subprocess.Popen(
+        [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);"
+                   " time.sleep(600)"],
+        stdout=subprocess.PIPE, start_new_session=True,
+    )
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([PY, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def write_fake_run(run_root: Path, name: str, kernel_pid: int, hosts: list[subprocess.Popen],
+                   workers: list[subprocess.Popen], started: float) -> Path:
+    run_dir = run_root / name
+    run_dir.mkdir()
+    state = {
+        "name": name, "backend": "local", "status": "running", "error": "", "started": started, "ended": None,
+        "wall_time": time.time() - started, "restarts": 0, "restart_causes": [], "generation": 0,
+        "run_dir": str(run_dir), "dropped": {}, "kernel_pid": kernel_pid, "kernel_id": "gone",
+        "workers": [{"index": i, "role": "worker", "role_index": i, "host": "", "pid": w.pid, "status": "running",
+                     "detail": "", "exit_code": None, "metrics": {"loss": 0.5}, "log_tail": []}
+                    for i, w in enumerate(workers)],
+        "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
+    }
+    for i in range(len(workers)):
+        (run_dir / f"worker-{i}.log").write_text(f"line from worker {i}\n")
+    (run_dir / "state.json").write_text(json.dumps(state))
+    return run_dir
+
+
+def test_delete_kills_the_processes_of_a_dead_kernel_directly(server):
+    started = time.time()
+    procs = [_stubborn_process() for _ in range(4)]
+    try:
+        write_fake_run(server.run_root, "orphaned", _dead_pid(), hosts=procs[:2], workers=procs[2:], started=started)
+        status, data = server.json("GET", "/nbworkers/api/clusters/orphaned")
+        assert status == 200 and data["status"] == leftovers.LOST and data["kernel_alive"] is False
+        assert data["processes_alive"] == 4
+        status, data = server.json("DELETE", "/nbworkers/api/clusters/orphaned")
+        assert status == 200, data
+        assert data["status"] == "stopped" and data["killed"] == 4 and data["processes_alive"] == 0
+        for proc in procs:
+            assert proc.wait(timeout=STOP_TIMEOUT) == -signal.SIGKILL  # TERM was ignored, KILL was not
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_a_killed_kernel_is_reported_lost_then_reaped(server):
+    kernel = KernelSession(server)
+    try:
+        state = _start_sleeping_cluster(kernel, "doomed")
+        os.kill(kernel.pid, signal.SIGKILL)
+        assert _wait_until(lambda: not psutil.pid_exists(kernel.pid) or
+                           psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE, STOP_TIMEOUT)
+
+        def row():
+            status, data = server.json("GET", "/nbworkers/api/clusters")
+            return next((c for c in data["clusters"] if c["name"] == "doomed"), None)
+
+        lost = _wait_until(lambda: (r := row()) and r["status"] == leftovers.LOST and r, STOP_TIMEOUT)
+        assert lost and lost["kernel_alive"] is False and lost["recorded_status"] == "running"
+        assert "died" in lost["error"]
+        # the hosts see their kernel's pipe close and stop the workers on their own
+        assert _wait_until(lambda: _none_alive(_pids_of(state)), STOP_TIMEOUT)
+
+        assert "doomed" in [p.name for p in leftovers.find_leftovers(server.run_root)]
+        assert "doomed" in leftovers.reap_leftovers(server.run_root)
+        status, data = server.json("GET", "/nbworkers/api/clusters/doomed")
+        assert status == 200 and data["status"] == "failed" and "its kernel died" in data["error"]
+        assert [w["status"] for w in data["workers"]] == ["failed", "failed"]
+        assert leftovers.find_leftovers(server.run_root) == []
+    finally:
+        kernel.close()

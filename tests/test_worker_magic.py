@@ -1,0 +1,253 @@
+"""%%worker end to end: a real kernel (jupyter_client) launching real worker processes (issue 2)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import psutil
+import pytest
+
+from conftest import processes_of_run_root, wait_until
+
+# The TensorFlow tutorial's Keras code, unchanged, on tf_keras (Keras 2): MWMS syncs the two workers.
+TRAIN_CELL = """%%worker -n 2 --block --name train --env TF_USE_LEGACY_KERAS=1
+import os
+import numpy as np
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
+x = rng.rand(256, 8).astype("float32")
+y = (x.sum(axis=1) > 4).astype("float32")
+with strategy.scope():
+    tf.keras.utils.set_random_seed(1)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+history = model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=2)
+print("LOSS", history.history["loss"])
+print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))
+"""
+
+SLEEP_CELL = """%%worker -n 2 --name {name}
+import time
+print("worker up", flush=True)
+time.sleep(600)
+"""
+
+
+def checksums(log_text: str) -> list[str]:
+    return re.findall(r"CHECKSUM (\S+)", log_text)
+
+
+def test_two_workers_train_in_sync_and_kernel_stays_tensorflow_free(kernel, run_root):
+    result = kernel.run(TRAIN_CELL)
+    assert not result.error, result.error
+    assert kernel.value("nbworkers.get_cluster('train').status") == "finished", result.text
+    logs = [(run_root / "train" / f"worker-{i}.log").read_text() for i in range(2)]
+    sums = [checksums(text) for text in logs]
+    assert all(len(s) == 1 for s in sums), logs
+    assert sums[0] == sums[1], f"workers ended with different weights: {sums}"
+    # each worker trained on its own data, so identical weights prove the gradients were all-reduced
+    tf_config = [re.search(r"TF_CONFIG=(\{.*\})", text).group(1) for text in logs]
+    assert '"index": 0' in tf_config[0] and '"index": 1' in tf_config[1]
+    # the live view ended with a final summary in the same output
+    assert "finished" in result.displays[-1]["text/plain"]
+    shown = kernel.run("%workers logs train -w 1 --tail 5")
+    assert "CHECKSUM" in shown.stdout
+    assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+
+
+def test_cell_returns_at_once_and_workers_wait_sees_the_end(kernel, tmp_path):
+    gate = tmp_path / "gate"
+    cell = f"""%%worker -n 2 --name gated
+import os, time
+while not os.path.exists({str(gate)!r}):
+    time.sleep(0.05)
+print("through the gate")
+"""
+    launched = kernel.run(cell)
+    assert not launched.error, launched.error
+    # the cell came back while the workers are still held at the gate: it did not wait for them
+    assert kernel.value("nbworkers.get_cluster('gated').status") in ("starting", "running")
+    assert kernel.value("nbworkers.get_cluster('gated').done") is False
+    gate.write_text("open")
+    waited = kernel.run("%workers wait gated --timeout 120")
+    assert not waited.error, waited.error
+    assert kernel.value("nbworkers.get_cluster('gated').status") == "finished"
+    assert "through the gate" in kernel.run("%workers logs gated").stdout
+    listing = kernel.run("%workers")
+    assert "gated" in listing.displays[-1]["text/plain"]
+
+
+def test_worker_that_raises_fails_the_cluster_and_stops_the_others(kernel, run_root):
+    cell = """%%worker -n 2 --name crash
+import os, time
+if os.environ["NBWORKERS_WORKER"] == "1":
+    time.sleep(0.5)
+    raise ValueError("bad batch shape from worker one")
+time.sleep(600)  # worker 0 would wait forever in a collective
+"""
+    assert not kernel.run(cell).error
+    assert kernel.run("%workers wait crash --timeout 60").error == ""
+    snap = kernel.value("nbworkers.get_cluster('crash').snapshot()")
+    assert snap["status"] == "failed"
+    assert "worker 1" in snap["error"] and "ValueError: bad batch shape from worker one" in snap["error"]
+    assert snap["workers"][1]["status"] == "failed" and snap["workers"][1]["exit_code"] == 1
+    assert snap["workers"][0]["status"] == "stopped"
+    assert "cell.py" in snap["error"], "the traceback should point into the cell's code"
+    assert not processes_of_run_root(run_root)
+
+
+def test_killing_the_kernel_takes_its_workers_along(kernel, run_root):
+    assert not kernel.run(SLEEP_CELL.format(name="orphans")).error
+    assert wait_until(lambda: len(processes_of_run_root(run_root)) >= 4, 60), "hosts and workers did not start"
+    os.kill(kernel.pid, signal.SIGKILL)
+    time.sleep(5)
+    assert not processes_of_run_root(run_root), "workers outlived a kill -9 of their kernel by 5 s"
+
+
+def test_interrupt_button_does_not_kill_workers(kernel, run_root):
+    assert not kernel.run(SLEEP_CELL.format(name="interrupted")).error
+    assert wait_until(lambda: "worker up" in kernel.run("%workers logs interrupted").stdout, 60)
+    msg_id = kernel.client.execute("import time; time.sleep(30)")
+    time.sleep(1)
+    kernel.manager.interrupt_kernel()
+    reply = kernel.client.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert kernel.value("nbworkers.get_cluster('interrupted').status") == "running"
+    assert len(processes_of_run_root(run_root)) == 4
+    stopped = kernel.run("%workers stop interrupted")
+    assert not stopped.error
+    assert kernel.value("nbworkers.get_cluster('interrupted').status") == "stopped"
+    assert not processes_of_run_root(run_root)
+
+
+def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, run_root):
+    assert not kernel.run(SLEEP_CELL.format(name="forged")).error
+    address = kernel.value("nbworkers.get_cluster('forged')._relay.address")
+    key = kernel.value("nbworkers.get_cluster('forged')._key")
+    from nbworkers.distlib.wire import Sender
+
+    forger = Sender(address, "00" * 32, worker=0)  # the wrong key
+    forger.send("status", state="failed", detail="forged")
+    forger.send("exit", code=3)
+    honest = Sender(address, key, worker=0)
+    honest.send("status", state="no-such-state")  # signed, but not in the schema
+    honest.send("metrics", metrics={"loss": "not a number"})
+    import pickle
+
+    import zmq
+
+    raw = zmq.Context.instance().socket(zmq.PUSH)
+    raw.connect(address)
+    raw.send_multipart([b"<IDS|MSG>", b"", pickle.dumps({"evil": True}), b"{}", b"{}", b"{}"])  # unsigned
+    honest.send("metrics", metrics={"loss": 0.5}, step=1)  # one good message, last
+    assert wait_until(
+        lambda: kernel.value("nbworkers.get_cluster('forged').snapshot()['workers'][0]['metrics']") == {"loss": 0.5}, 20
+    )
+    kernel.run("import time; time.sleep(0.5)")
+    dropped = kernel.value("nbworkers.get_cluster('forged')._drop_counts()")
+    assert dropped["bad_signature"] == 3 and dropped["malformed"] == 2, dropped
+    snap = kernel.value("nbworkers.get_cluster('forged').snapshot()")
+    assert snap["status"] == "running" and snap["workers"][0]["status"] != "failed"
+    for sender in (forger, honest):
+        sender.close(0)
+    raw.close(0)
+    assert not kernel.run("%workers stop forged").error
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("-n 0", "at least 1 worker"),
+        ("-n abc", "invalid int value"),
+        ("--no-such-flag", "unrecognized arguments"),
+        ("--python /no/such/python", "no such executable"),
+        ("--env NOEQUALS", "expected KEY=VALUE"),
+        ("--cwd /no/such/dir", "no such directory"),
+        ("--push undefined_variable", "no variable named undefined_variable"),
+        ("--name ../escape", "use letters, digits"),
+        ("--timeout -1", "positive number"),
+    ],
+)
+def test_bad_flags_give_a_clear_error_and_start_nothing(kernel, run_root, line, expected):
+    result = kernel.run(f"%%worker {line}\nprint('hi')\n")
+    assert result.status == "error" and expected in result.failure, result
+    assert list(run_root.iterdir()) == []
+    assert not processes_of_run_root(run_root)
+
+
+def test_syntax_error_is_shown_once_with_its_line_and_nothing_starts(kernel, run_root):
+    result = kernel.run("%%worker -n 2\nx = 1\nif x ==:\n    pass\n")
+    assert result.status == "error"
+    assert result.failure.count("SyntaxError in the %%worker cell at line 2") == 1, result.failure
+    assert "if x ==:" in result.failure
+    assert list(run_root.iterdir()) == []
+
+
+def test_help_prints_real_usage(kernel):
+    result = kernel.run("%%worker --help\nprint('not run')\n")
+    assert result.status == "ok"
+    shown = result.stdout
+    assert "usage: %%worker" in shown
+    for flag in ("--workers", "--python", "--env", "--cwd", "--gpus-per-worker", "--block", "--timeout", "--push"):
+        assert flag in shown, shown
+    assert "usage: %workers" in kernel.run("%workers --help").stdout
+
+
+def test_push_writefile_modules_and_cwd(kernel):
+    setup = kernel.run(
+        "%%writefile helper_mod.py\nGREETING = 'hello from a module written by %%writefile'\n"
+    )
+    assert not setup.error, setup.error
+    assert not kernel.run("config = {'lr': 0.25, 'layers': [4, 2]}").error
+    cell = """%%worker -n 2 --block --name pushed --push config --env EXTRA=yes
+import os, helper_mod
+print(helper_mod.GREETING, config["lr"], config["layers"], os.environ["EXTRA"], __name__, os.getcwd())
+"""
+    result = kernel.run(cell)
+    assert not result.error, result.error
+    logs = kernel.run("%workers logs pushed").stdout
+    for i in (0, 1):
+        assert f"[{i}] hello from a module written by %%writefile 0.25 [4, 2] yes __main__ {kernel.notebook_dir}" in logs
+
+
+def test_unpicklable_push_is_refused(kernel, run_root):
+    assert not kernel.run("import threading; lock = threading.Lock()").error
+    result = kernel.run("%%worker --push lock\nprint(1)\n")
+    assert "cannot be pickled" in result.failure
+    assert list(run_root.iterdir()) == []
+
+
+def test_port_collision_relaunches_on_fresh_ports(kernel, run_root):
+    """A TensorFlow server that loses the race for its port: the group restarts on fresh ports."""
+    occupy = """
+import socket
+from nbworkers.magics import ports as _ports
+_held = socket.socket(); _held.bind(("0.0.0.0", 0)); _held.listen(1)
+_real_pick = _ports.pick_free_ports
+_calls = []
+def _pick_taken_first(count, bind_host="0.0.0.0"):
+    _calls.append(count)
+    chosen = _real_pick(count, bind_host)
+    if len(_calls) == 1:
+        chosen[1] = _held.getsockname()[1]   # worker 1 gets a port someone else holds
+    return chosen
+_ports.pick_free_ports = _pick_taken_first
+"""
+    assert not kernel.run(occupy).error
+    cell = """%%worker -n 2 --block --name collide --env TF_USE_LEGACY_KERAS=1
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+print("replicas", strategy.num_replicas_in_sync)
+"""
+    result = kernel.run(cell)
+    assert not result.error, result.error
+    snap = kernel.value("nbworkers.get_cluster('collide').snapshot()")
+    assert snap["status"] == "finished", snap["error"]
+    assert snap["restarts"] == 1 and "could not bind its port" in snap["restart_causes"][0]
+    assert "replicas 2" in kernel.run("%workers logs collide -w 1").stdout
+    kernel.run("_ports.pick_free_ports = _real_pick; _held.close()")
