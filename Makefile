@@ -23,13 +23,15 @@ browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 # The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on).
+# nbworkers itself is re-installed every time (cheap): an editable install made while a package folder was
+# incomplete is recorded wrongly by setuptools.
 estimator-env: $(TF215_VENV)/.installed
+	$(TF215_VENV)/bin/python -m pip install -q --no-deps -e .
 
 $(TF215_VENV)/.installed: pyproject.toml
 	test -x $(TF215_VENV)/bin/python || $(PYTHON) -m venv $(TF215_VENV)
 	$(TF215_VENV)/bin/python -m pip install -q --upgrade pip
 	$(TF215_VENV)/bin/python -m pip install -q 'tensorflow-cpu==2.15.*' 'tensorflow-estimator==2.15.*' pyzmq jupyter-client psutil traitlets
-	$(TF215_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
 demo: setup

@@ -30,14 +30,11 @@ def load_pushed(path: str | None) -> dict:
         return pickle.load(file)
 
 
-def run_startup_hook() -> None:
-    try:
-        from nbworkers.distlib import startup
-    except ImportError:
-        return
-    hook = getattr(startup, "before_user_code", None)
-    if hook is not None:
-        hook()
+def run_startup_hook(name: str) -> None:
+    """``startup.before_user_code`` / ``after_user_code``: distlib's import hooks, last metrics, cleanup."""
+    from nbworkers.distlib import startup
+
+    getattr(startup, name)()
 
 
 def print_user_traceback(code_path: str) -> str:
@@ -66,13 +63,13 @@ def main() -> int:
     module = types.ModuleType("__main__")
     module.__file__ = code_path
     module.__builtins__ = builtins
-    module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
     sys.modules["__main__"] = module
 
     exit_code = 0
     detail = ""
     try:
-        run_startup_hook()
+        run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
+        module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
         if sender is not None:
             sender.send("status", state="running")
         exec(compile(source, code_path, "exec"), module.__dict__)
@@ -83,6 +80,10 @@ def main() -> int:
     except BaseException:
         detail = print_user_traceback(code_path)
         exit_code = 1
+    try:
+        run_startup_hook("after_user_code")
+    except Exception:
+        traceback.print_exc()
     sys.stdout.flush()
     sys.stderr.flush()
     if sender is not None:

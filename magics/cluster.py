@@ -27,7 +27,10 @@ from . import ports
 from .backends.host import group_alive
 from .backends.local import LocalBackend, WorkerProcess
 from .environment import worker_env
-from .errors import LaunchError
+from .failures import (
+    GroupStalled, PortCollision, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
+    root_cause, should_restart,
+)
 from .gpus import assign_gpus, visible_gpus
 from .relay import Message, RelayReceiver
 from .settings import WorkerSettings, settings as current_settings
@@ -78,6 +81,12 @@ class Cluster:
         self._final_status = ""
         self._kill_deadline: float | None = None
         self._port_retries_left = self.settings.port_retries
+        self._restarts_left = spec.max_restarts if spec.max_restarts is not None else self.settings.max_restarts
+        self._last_failure: WorkerFailure | None = None
+        self._pending_restart: WorkerFailure | None = None
+        self._restart_due = 0.0
+        self._last_progress = time.monotonic()
+        self._stacks_dumped_at: float | None = None
         self._dirty = True
         self._last_flush = 0.0
         self._last_state_write = 0.0
@@ -213,6 +222,7 @@ class Cluster:
         chosen = ports.pick_free_ports(len(self._tasks))
         configs = tf_configs(self._tasks, self.backend.worker_host, chosen)
         gen = self.state.generation
+        gpu_counts = ",".join("0" if g == "-1" else str(len(g.split(","))) for g in gpu_lists)
         self._procs = []
         for i, (task, config) in enumerate(zip(self._tasks, configs)):
             env = worker_env(
@@ -227,6 +237,7 @@ class Cluster:
                     wire.ENV_CODE: str(self.run_dir / "cell.py"),
                     wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
                     wire.ENV_CWD: self.spec.cwd,
+                    "NBWORKERS_GPU_COUNTS": gpu_counts,
                 },
             )
             path = log_path(self.run_dir, i)
@@ -246,8 +257,12 @@ class Cluster:
                         self._apply(message)
                     self._check_requests()
                     self._check_processes()
-                    finished = all(p.poll() is not None for p in self._procs)
-                if finished:
+                    self._check_progress()
+                    exited = all(p.poll() is not None for p in self._procs)
+                    if exited and self._pending_restart is not None:
+                        self._restart_when_due()
+                        exited = False
+                if exited:
                     break
                 self._periodic()
             self._drain_relay()
@@ -284,14 +299,17 @@ class Cluster:
             return
         worker = self.state.workers[index]
         self._dirty = True
+        if message.kind in ("log", "metrics", "status"):
+            self._last_progress = time.monotonic()
         if message.kind == "log":
             worker.log_tail.feed(content["lines"])
         elif message.kind == "metrics":
             worker.apply_metrics(content)
+            self._note_resume(content)
             if self.state.status == "starting":
                 self.state.status = "running"
         elif message.kind == "status":
-            if worker.exit_code is None:
+            if worker.exit_code is None and self._pending_restart is None:
                 worker.status = content["state"]
                 worker.detail = content.get("detail") or worker.detail
                 if content["state"] in ("running", "waiting") and self.state.status == "starting":
@@ -301,20 +319,48 @@ class Cluster:
             worker.host = content.get("host") or ""
             self._procs[index].worker_pid = content["pid"]
 
+    def _note_resume(self, content: dict[str, Any]) -> None:
+        """The first progress after a restart is the point the run resumed from."""
+        history = self.state.restart_history
+        if history and history[-1].get("resumed_from") is None and history[-1]["generation"] == self.state.generation:
+            history[-1]["resumed_from"] = {"epoch": content.get("epoch"), "step": content.get("step")}
+
     def _check_requests(self) -> None:
         if self._stopping_since is None:
             if self._stop_event.is_set() or (self.run_dir / STOP_REQUEST_FILE).exists():
+                self._pending_restart = None
                 self._begin_stop("stopped by request", final_status="stopped")
             elif self.spec.timeout and time.time() - self.state.started > self.spec.timeout:
-                self._begin_stop(f"timed out after {self.spec.timeout:g} s (--timeout)", final_status="failed")
+                failure = RunTimedOut(f"the run timed out after {self.spec.timeout:g} s (--timeout)")
+                self._fail(failure)
             elif self._restart_event.is_set():
                 self._restart_event.clear()
-                self._relaunch("restart requested")
+                if self._pending_restart is None:
+                    self._schedule_restart(UserRestart("restart requested"), backoff=0.0)
         if self._kill_deadline is not None and time.monotonic() > self._kill_deadline:
             for proc in self._procs:
                 if proc.alive():
                     proc.kill()
             self._kill_deadline = None
+
+    def _check_progress(self) -> None:
+        """The no-progress watchdog: dump every worker's stacks into its log, then restart or fail the group."""
+        stall = self.spec.stall_timeout if self.spec.stall_timeout is not None else self.settings.stall_timeout
+        if not stall or self._stopping_since is not None or self._pending_restart is not None:
+            return
+        if self._stacks_dumped_at is None:
+            if time.monotonic() - self._last_progress < stall:
+                return
+            # The stack dumps themselves are log output: from here on, silence is not measured again.
+            self._stacks_dumped_at = time.monotonic()
+            for proc in self._procs:
+                proc.dump_stacks()
+            return
+        if time.monotonic() - self._stacks_dumped_at >= self.settings.stack_dump_wait:
+            self._stacks_dumped_at = None
+            self._on_failure(GroupStalled(
+                f"no worker reported progress for {stall:g} s (--stall-timeout); their stacks are in their logs"
+            ))
 
     def _begin_stop(self, reason: str, final_status: str) -> None:
         self._stopping_since = time.monotonic()
@@ -324,12 +370,16 @@ class Cluster:
         self._final_status = final_status
         if final_status == "failed" and not self.state.error:
             self.state.error = reason
+        self._stop_group()
+
+    def _stop_group(self) -> None:
         for proc in self._procs:
             proc.request_stop()
         self._kill_deadline = time.monotonic() + self.settings.stop_grace + 2.0
         self._dirty = True
 
     def _check_processes(self) -> None:
+        failures = []
         for proc, worker in zip(self._procs, self.state.workers):
             if worker.exit_code is not None:
                 continue
@@ -338,44 +388,83 @@ class Cluster:
                 continue
             worker.exit_code = code
             self._dirty = True
-            if code == 0:
+            if self._pending_restart is not None:
+                worker.status = "restarting"
+            elif code == 0:
                 worker.status = "finished"
             elif self._stopping_since is not None:
                 worker.status = "stopped" if self._final_status == "stopped" or worker.status != "failed" else "failed"
             else:
                 worker.status = "failed"
-                self._on_worker_failed(proc, worker, code)
+                tail = read_tail(proc.log_path, ERROR_LOG_TAIL_LINES)
+                failures.append(classify_exit(worker.index, code, tail))
+                worker.detail = worker.detail or str(failures[-1])
+        if failures:
+            self._on_failure(root_cause(failures))
 
-    def _on_worker_failed(self, proc: WorkerProcess, worker: WorkerState, code: int) -> None:
-        tail = read_tail(proc.log_path, ERROR_LOG_TAIL_LINES)
-        if ports.port_taken(tail) and self._port_retries_left > 0:
-            self._port_retries_left -= 1
-            self._relaunch(f"worker {worker.index}'s TensorFlow server could not bind its port")
+    def _on_failure(self, failure: WorkerFailure) -> None:
+        """Restart the whole group when the policy allows it, else stop it and show why."""
+        if isinstance(failure, PortCollision):
+            allowed = self._port_retries_left > 0
+            if allowed:
+                self._port_retries_left -= 1
+        else:
+            allowed = should_restart(failure, self._restarts_left, self._last_failure)
+            if allowed:
+                self._restarts_left -= 1
+        self._last_failure = failure
+        if allowed:
+            backoff = 0.0 if isinstance(failure, PortCollision) else self._next_backoff()
+            self._schedule_restart(failure, backoff)
             return
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        self.state.status = "failed"
-        self.state.error = f"worker {worker.index} ({worker.role} {worker.role_index}) {how}.\n{tail}"
-        worker.detail = worker.detail or how
-        self._begin_stop(f"worker {worker.index} {how}", final_status="failed")
+        if failure.retryable and not isinstance(failure, PortCollision) and self._restarts_left <= 0:
+            limit = self.spec.max_restarts if self.spec.max_restarts is not None else self.settings.max_restarts
+            failure = RestartsExhausted(f"{failure} (no restarts left: --max-restarts {limit})", failure.worker,
+                                        failure.log_tail)
+        self._fail(failure)
 
-    def _relaunch(self, cause: str) -> None:
-        """Stop the whole group (never a single worker), then start it again on fresh ports."""
-        for proc in self._procs:
-            proc.request_stop()
-        deadline = time.monotonic() + self.settings.stop_grace + 2.0
-        while any(p.alive() for p in self._procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def _fail(self, failure: WorkerFailure) -> None:
+        self.state.status = "failed"
+        self.state.failure_kind = failure.kind
+        tail = f"\n{failure.log_tail}" if failure.log_tail else ""
+        self.state.error = f"{failure}.{tail}"
+        self._begin_stop(str(failure), final_status="failed")
+
+    def _next_backoff(self) -> float:
+        done = self.state.restarts
+        return min(self.settings.restart_backoff * (2 ** done), self.settings.restart_backoff_max)
+
+    def _schedule_restart(self, cause: WorkerFailure, backoff: float) -> None:
+        """Stop the whole group (never a single worker); it starts again on fresh ports once it is gone."""
+        self._pending_restart = cause
+        self._restart_due = time.monotonic() + backoff
+        self.state.status = "restarting"
+        for worker in self.state.workers:
+            worker.status = "restarting"
+        self._stop_group()
+
+    def _restart_when_due(self) -> None:
+        if time.monotonic() < self._restart_due:
+            return
+        cause = self._pending_restart
+        self._pending_restart = None
         self._kill_all()
         for proc in self._procs:
             proc.close()
         self.state.generation += 1
         self.state.restarts += 1
-        self.state.restart_causes.append(cause)
+        self.state.restart_causes.append(str(cause))
+        self.state.restart_history.append({
+            "generation": self.state.generation, "cause": str(cause), "kind": cause.kind,
+            "worker": cause.worker, "time": time.time(), "resumed_from": None,
+        })
         self.state.status = "starting"
         for worker in self.state.workers:
             worker.status, worker.exit_code, worker.pid, worker.detail = "starting", None, None, ""
             worker.restarts += 1
-            worker.log_tail.feed([f"--- nbworkers: restarting the group: {cause}\n"])
+            worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
+        self._kill_deadline = None
+        self._last_progress = time.monotonic()
         self._launch_group()
         self._dirty = True
 

@@ -96,6 +96,10 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         raise LaunchError(f"--gpus-per-worker {args.gpus_per_worker}: use 0 (CPU only) or more.")
     if args.timeout is not None and args.timeout <= 0:
         raise LaunchError(f"--timeout {args.timeout:g}: give a positive number of seconds.")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise LaunchError(f"--max-restarts {args.max_restarts}: use 0 (never restart) or more.")
+    if args.stall_timeout is not None and args.stall_timeout < 0:
+        raise LaunchError(f"--stall-timeout {args.stall_timeout:g}: use 0 (no watchdog) or a number of seconds.")
     if not cell.strip():
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
@@ -118,4 +122,6 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         block=args.block,
         timeout=args.timeout,
         push=collect_push(args.push, user_ns),
+        max_restarts=args.max_restarts,
+        stall_timeout=args.stall_timeout,
     )

@@ -32,6 +32,10 @@ class WorkerMagics(Magics):
     @argument("--block", action="store_true", help="wait until the run ends (scripts, headless runs)")
     @argument("--timeout", type=float, default=None, metavar="SECONDS",
               help="stop the run and mark it failed after this many seconds")
+    @argument("--max-restarts", type=int, default=None, metavar="K",
+              help="restarts of the whole group after a crash, OOM kill, preemption or stall (default 3)")
+    @argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+              help="no progress for this long: dump stacks, then restart or fail the group (default 1800; 0: off)")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
     @cell_magic

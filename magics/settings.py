@@ -32,6 +32,19 @@ class WorkerSettings(Configurable):
     port_retries = Int(3, help="Relaunches of a group whose TensorFlow server could not bind its port.").tag(
         config=True
     )
+    max_restarts = Int(3, help="Group restarts after retryable failures (crash, OOM, preemption, stall); --max-restarts.").tag(
+        config=True
+    )
+    restart_backoff = Float(1.0, help="Seconds before the first restart; doubles with each further restart.").tag(
+        config=True
+    )
+    restart_backoff_max = Float(30.0, help="The longest wait before a restart, in seconds.").tag(config=True)
+    stall_timeout = Float(1800.0, help="Seconds without any progress (logs, metrics) before the watchdog acts; 0: off.").tag(
+        config=True
+    )
+    stack_dump_wait = Float(3.0, help="Seconds the watchdog gives workers to write their stacks before acting.").tag(
+        config=True
+    )
     log_tail_lines = Int(300, help="Log lines per worker kept in the kernel and shown; the full log is on disk.").tag(
         config=True
     )

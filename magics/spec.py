@@ -18,3 +18,5 @@ class LaunchSpec:
     timeout: float | None = None
     push: dict[str, object] = field(default_factory=dict)
     backend: str = "local"
+    max_restarts: int | None = None  # None: settings().max_restarts
+    stall_timeout: float | None = None  # None: settings().stall_timeout; 0: no watchdog

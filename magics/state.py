@@ -101,6 +101,9 @@ class ClusterState:
     ended: float | None = None
     restarts: int = 0
     restart_causes: list[str] = field(default_factory=list)
+    # one entry per restart: generation, cause, kind, worker, time, resumed_from {epoch, step} (once known)
+    restart_history: list[dict[str, Any]] = field(default_factory=list)
+    failure_kind: str = ""  # the WorkerFailure class behind a failed run (magics/failures.py)
     generation: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     kernel_pid: int | None = None
@@ -124,6 +127,8 @@ class ClusterState:
             "wall_time": self.wall_time(),
             "restarts": self.restarts,
             "restart_causes": list(self.restart_causes),
+            "restart_history": [dict(entry) for entry in self.restart_history],
+            "failure_kind": self.failure_kind,
             "generation": self.generation,
             "run_dir": self.run_dir,
             "dropped": dict(self.dropped),

@@ -73,22 +73,15 @@ def worker_name(worker: dict[str, Any]) -> str:
 
 
 def epoch_text(worker: dict[str, Any]) -> str:
-    """``epoch 2/5`` (1-based for people), ``step 30/100``; empty parts are left out."""
+    """``epoch 2/5 step 30/100``; empty parts are left out. Reports are 1-based, as Keras prints them."""
     parts = []
     epoch, epochs_total = worker.get("epoch"), worker.get("epochs_total")
     if epoch is not None:
-        shown = shown_epoch(epoch, epochs_total)
-        parts.append(f"epoch {shown}/{epochs_total}" if epochs_total else f"epoch {shown}")
+        parts.append(f"epoch {epoch}/{epochs_total}" if epochs_total else f"epoch {epoch}")
     step, steps_total = worker.get("step"), worker.get("steps_total")
     if step is not None:
         parts.append(f"step {step}/{steps_total}" if steps_total else f"step {step}")
     return " ".join(parts)
-
-
-def shown_epoch(epoch: int, epochs_total: int | None) -> int:
-    """Reported epochs are 0-based (Keras' convention); people count from 1."""
-    shown = epoch + 1
-    return min(shown, epochs_total) if epochs_total else shown
 
 
 def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -> list[str]:

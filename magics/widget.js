@@ -11,6 +11,7 @@ const STATUS_LABELS = {
   restarting: "restarting",
 };
 const DONE = new Set(["finished", "failed", "stopped"]);
+const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 const BUTTON_PENDING_MS = 8000;
@@ -81,11 +82,11 @@ function renderCard(w) {
 
   const done = w.status === "finished";
   if (w.epoch !== null && w.epoch !== undefined) {
+    // Reported epochs and steps are 1-based positions, as Keras prints them ("Epoch 2/3").
     const total = w.epochs_total;
-    const shown = total ? Math.min(w.epoch + 1, total) : w.epoch + 1;
     const within = w.steps_total && w.step !== null ? w.step / w.steps_total : 0;
-    const fraction = done ? 1 : total ? (w.epoch + within) / total : 0;
-    card.append(progressRow(total ? `epoch ${shown}/${total}` : `epoch ${shown}`, fraction));
+    const fraction = done ? 1 : total ? (Math.max(w.epoch - 1, 0) + within) / total : 0;
+    card.append(progressRow(total ? `epoch ${w.epoch}/${total}` : `epoch ${w.epoch}`, fraction));
   }
   if (w.step !== null && w.step !== undefined) {
     const fraction = w.steps_total ? w.step / w.steps_total : 0;
@@ -106,15 +107,15 @@ function renderCard(w) {
   foot.push(`restarts ${w.restarts || 0}`);
   if (w.exit_code !== null && w.exit_code !== undefined) foot.push(`exit ${w.exit_code}`);
   card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
-  if (w.detail) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
+  if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
   return card;
 }
 
 // ------------------------------------------------------------------------------------ chart
 
-function niceTicks(lo, hi, count = 5) {
+function niceTicks(lo, hi, count = 5, minStep = 0) {
   if (!(hi > lo)) return [lo];
-  const raw = (hi - lo) / count;
+  const raw = Math.max((hi - lo) / count, minStep);
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 5, 10].map((m) => m * mag).find((v) => v >= raw) || raw;
   const ticks = [];
@@ -125,7 +126,7 @@ function niceTicks(lo, hi, count = 5) {
 function drawChart(svg, legend, series, metric, only, workers) {
   const width = Math.max(240, Math.floor(svg.parentNode.clientWidth || 600));
   const height = 220;
-  const pad = { left: 56, right: 12, top: 10, bottom: 26 };
+  const pad = { left: 56, right: 12, top: 10, bottom: 34 };
   svg.setAttribute("width", width);
   svg.setAttribute("height", height);
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
@@ -168,15 +169,15 @@ function drawChart(svg, legend, series, metric, only, workers) {
     label.textContent = fmtNumber(v);
     axes.append(label);
   }
-  for (const v of niceTicks(x0, x1, 6)) {
+  for (const v of niceTicks(x0, x1, 6, 1)) {
     if (v < x0 || v > x1) continue;
-    const label = s("text", { x: X(v), y: height - 8, "text-anchor": "middle" });
+    const label = s("text", { x: X(v), y: height - pad.bottom + 14, "text-anchor": "middle" });
     label.textContent = fmtNumber(v);
     axes.append(label);
   }
   axes.append(s("line", { x1: pad.left, x2: pad.left, y1: pad.top, y2: height - pad.bottom, class: "nbw-axis" }));
   axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: height - pad.bottom, y2: height - pad.bottom, class: "nbw-axis" }));
-  const xlabel = s("text", { x: pad.left - 6, y: height - 8, "text-anchor": "end", class: "nbw-axis-label" });
+  const xlabel = s("text", { x: width - pad.right, y: height - 3, "text-anchor": "end", class: "nbw-axis-label" });
   xlabel.textContent = "step";
   axes.append(xlabel);
   svg.append(axes);
@@ -253,7 +254,7 @@ function render({ model, el }) {
     meta.textContent = parts.join(" · ");
     const done = DONE.has(c.status);
     stopButton.disabled = done || local.pending === "stop";
-    restartButton.disabled = local.pending === "restart";
+    restartButton.disabled = done || local.pending === "restart"; // a finished cluster's supervisor is gone
     notice.textContent = model.get("notice") || "";
     const causes = c.restart_causes || [];
     const text = [c.error || "", ...(c.status === "restarting" && causes.length ? [`restarting: ${causes[causes.length - 1]}`] : [])]

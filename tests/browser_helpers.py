@@ -148,7 +148,7 @@ class FakeCluster:
             with self._lock:
                 for w in self.state.workers:
                     loss = 2.0 * math.exp(-global_step / (total / 3)) + 0.05 * w.index + 0.02 * math.sin(global_step)
-                    w.apply_metrics({"epoch": epoch, "epochs_total": self.epochs, "step": step + 1,
+                    w.apply_metrics({"epoch": epoch + 1, "epochs_total": self.epochs, "step": step + 1,
                                      "steps_total": self.steps,
                                      "metrics": {"loss": loss, "accuracy": 1 - loss / 2.2}})  # fmt: skip
                     line = f"\repoch {epoch + 1} step {step + 1}/{self.steps} loss={loss:.4f}\n"
@@ -392,6 +392,12 @@ def log_text(page: Any) -> str:
 def screenshot(page: Any, name: str, selector: str = ".nbw") -> Path:
     RESULTS_DIR.mkdir(exist_ok=True)
     path = RESULTS_DIR / name
-    node = page.query_selector(selector)
-    (node or page).screenshot(path=str(path))
+    for attempt in range(3):  # finish() re-renders the output once: the element may be replaced meanwhile
+        try:
+            page.locator(selector).first.screenshot(path=str(path))
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+            page.wait_for_timeout(500)
     return path

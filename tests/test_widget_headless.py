@@ -67,3 +67,41 @@ def test_headless_run_saves_the_final_summary(tmp_path):
     model = states[blocking["data"][WIDGET_MIME]["model_id"]]["state"]
     assert model["cluster"]["status"] == "finished"
     assert model["logs"][0][-1] == "worker 0 finished"
+
+
+REAL_BLOCK = """%%worker -n 2 --block --name headless
+from nbworkers.distlib import report
+for step in range(1, 6):
+    report(step=step, epoch=1, steps_total=5, epochs_total=1, loss=1.0 / step, flush=True)
+print("bye")
+"""
+REAL_LATER = """%%worker -n 2 --name later
+from nbworkers.distlib import report
+report(step=1, epoch=1, steps_total=1, epochs_total=1, loss=0.5, flush=True)
+print("later bye")
+"""
+
+
+def test_headless_worker_magic_saves_the_final_summary(tmp_path, monkeypatch):
+    """The real %%worker: --block in one cell, and `%workers wait` finishing an earlier cell's view."""
+    monkeypatch.setenv("NBWORKERS_RUN_ROOT", str(tmp_path / "runs"))
+    cells = ["%load_ext nbworkers", REAL_BLOCK, REAL_LATER, "%workers wait later --timeout 120"]
+    path = write_notebook(tmp_path / "real.ipynb", cells)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=KERNEL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbformat.write(nb, path)
+    saved = nbformat.read(path, as_version=4)
+
+    block = _widget_output(saved.cells[1])
+    text = block["data"]["text/plain"]
+    assert "nbworkers cluster headless: finished, 2 workers, in" in text
+    assert str(tmp_path / "runs" / "headless") in text and "worker-1.log" in text
+    assert "loss=0.2" in text  # the last metrics
+    assert "nbw-summary" in block["data"]["text/html"]
+    states = saved.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    model = states[block["data"][WIDGET_MIME]["model_id"]]["state"]
+    assert model["cluster"]["status"] == "finished"
+    assert any("bye" in line for line in model["logs"][0])
+
+    later = _widget_output(saved.cells[2])
+    assert "nbworkers cluster later: finished" in later["data"]["text/plain"]

@@ -1,0 +1,111 @@
+"""The group restart policy and the watchdog, with light (TensorFlow-free) workers through a real kernel."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from conftest import processes_of_run_root, wait_until
+
+from nbworkers.magics.failures import (
+    PeerLost, PortCollision, WorkerCrashed, WorkerPreempted, WorkerRaised, classify_exit, root_cause, should_restart,
+)
+
+# Generation 0 waits to be killed; the restarted generation finishes.
+KILLABLE_CELL = """%%worker -n 2 --name {name} {flags}
+import os, time
+print("generation", os.environ["NBWORKERS_GENERATION"], "pid", os.getpid(), flush=True)
+if os.environ["NBWORKERS_GENERATION"] == "0":
+    time.sleep(600)
+print("done", flush=True)
+"""
+
+
+def worker_pid(kernel, name: str, index: int) -> int | None:
+    return kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()['workers'][{index}]['pid']")
+
+
+def test_killed_worker_restarts_the_whole_group(kernel, run_root):
+    assert not kernel.run(KILLABLE_CELL.format(name="phoenix", flags="--max-restarts 2")).error
+    assert wait_until(lambda: worker_pid(kernel, "phoenix", 1) is not None, 60)
+    first_pids = [worker_pid(kernel, "phoenix", i) for i in (0, 1)]
+    os.kill(first_pids[1], signal.SIGKILL)
+    assert not kernel.run("%workers wait phoenix --timeout 120").error
+    snap = kernel.value("nbworkers.get_cluster('phoenix').snapshot()")
+    assert snap["status"] == "finished", snap["error"]
+    assert snap["restarts"] == 1 and snap["generation"] == 1
+    entry = snap["restart_history"][0]
+    assert entry["kind"] == "WorkerCrashed" and entry["worker"] == 1 and "SIGKILL" in entry["cause"]
+    # the whole group was restarted, never a single worker: worker 0 is a new process too
+    assert all(w["pid"] not in first_pids for w in snap["workers"])
+    logs = kernel.run("%workers logs phoenix").stdout
+    assert "[0] generation 1" in logs and "[1] generation 1" in logs
+    assert not processes_of_run_root(run_root)
+
+
+def test_exception_in_user_code_is_not_retried(kernel, run_root):
+    cell = """%%worker -n 2 --name broken --max-restarts 3
+raise RuntimeError("a bug, not bad luck")
+"""
+    assert not kernel.run(cell).error
+    assert not kernel.run("%workers wait broken --timeout 60").error
+    snap = kernel.value("nbworkers.get_cluster('broken').snapshot()")
+    assert snap["status"] == "failed" and snap["restarts"] == 0
+    assert snap["failure_kind"] == "WorkerRaised"
+    assert "RuntimeError: a bug, not bad luck" in snap["error"]
+
+
+def test_restart_limit_turns_a_crash_into_a_failure(kernel, run_root):
+    assert not kernel.run(KILLABLE_CELL.format(name="fragile", flags="--max-restarts 0")).error
+    assert wait_until(lambda: worker_pid(kernel, "fragile", 0) is not None, 60)
+    os.kill(worker_pid(kernel, "fragile", 0), signal.SIGKILL)
+    assert not kernel.run("%workers wait fragile --timeout 60").error
+    snap = kernel.value("nbworkers.get_cluster('fragile').snapshot()")
+    assert snap["status"] == "failed" and snap["restarts"] == 0
+    assert snap["failure_kind"] == "RestartsExhausted" and "--max-restarts 0" in snap["error"]
+    assert not processes_of_run_root(run_root)
+
+
+def test_watchdog_dumps_stacks_of_a_hung_worker_then_fails_the_group(kernel, run_root):
+    cell = """%%worker -n 2 --name hung --stall-timeout 3 --max-restarts 0
+import time
+def wait_for_a_peer_that_never_comes():
+    time.sleep(600)
+print("about to hang", flush=True)
+wait_for_a_peer_that_never_comes()
+"""
+    assert not kernel.run(cell).error
+    assert not kernel.run("%workers wait hung --timeout 90").error
+    snap = kernel.value("nbworkers.get_cluster('hung').snapshot()")
+    assert snap["status"] == "failed", snap
+    assert "no worker reported progress for 3 s" in snap["error"]
+    for i in (0, 1):
+        log = (run_root / "hung" / f"worker-{i}.log").read_text()
+        assert "wait_for_a_peer_that_never_comes" in log and "cell.py" in log, log
+    assert not processes_of_run_root(run_root)
+
+
+def test_restart_button_restarts_the_group(kernel, run_root):
+    assert not kernel.run(KILLABLE_CELL.format(name="again", flags="")).error
+    assert wait_until(lambda: worker_pid(kernel, "again", 1) is not None, 60)
+    assert not kernel.run("nbworkers.get_cluster('again').restart()").error
+    assert not kernel.run("%workers wait again --timeout 120").error
+    snap = kernel.value("nbworkers.get_cluster('again').snapshot()")
+    assert snap["status"] == "finished" and snap["restart_history"][0]["kind"] == "UserRestart"
+
+
+def test_classification_of_exits():
+    assert isinstance(classify_exit(1, -9, ""), WorkerCrashed)
+    assert isinstance(classify_exit(1, 137, ""), WorkerCrashed)
+    assert isinstance(classify_exit(1, -15, ""), WorkerPreempted)
+    assert isinstance(classify_exit(1, 42, ""), WorkerPreempted)
+    assert isinstance(classify_exit(0, 1, "E grpc_server_lib Could not start gRPC server"), PortCollision)
+    assert isinstance(classify_exit(0, 1, "Traceback...\nValueError: shapes differ"), WorkerRaised)
+    peer = classify_exit(0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed")
+    assert isinstance(peer, PeerLost)
+    crash = classify_exit(1, -9, "")
+    assert root_cause([peer, crash]) is crash
+    raised = classify_exit(0, 1, "ValueError: x")
+    assert not should_restart(raised, 3, None)
+    assert should_restart(crash, 1, None) and not should_restart(crash, 0, None)
+    assert not should_restart(classify_exit(1, -9, ""), 3, crash), "the same error twice is permanent"
