@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# editable installs skip data files: put the config that enables the server extension in place ourselves
+	install -D -m 644 jupyter-config/jupyter_server_config.d/nbworkers.json $(VENV)/etc/jupyter/jupyter_server_config.d/nbworkers.json
 	touch $(STAMP)
 
 # Debian's chromium for the browser tests (Playwright must never download a browser here).

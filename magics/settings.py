@@ -52,6 +52,17 @@ class WorkerSettings(Configurable):
         config=True
     )
     state_file_interval = Float(1.0, help="Seconds between writes of a running cluster's state.json.").tag(config=True)
+    spares = Int(-1, help="Warm spare workers (TensorFlow imported) kept after a run for the next one: -1 as many as "
+                 "the last cluster had workers, 0 off, N that many (at most spares_max).").tag(config=True)
+    spares_max = Int(4, help="Most warm spares kept at once (each holds about 0.5 GB).").tag(config=True)
+    spare_idle_timeout = Float(600.0, help="Seconds an unused warm spare is kept before it is stopped.").tag(config=True)
+    spare_memory_mb = Int(600, help="Memory one warm spare is expected to take, in MB.").tag(config=True)
+    spare_min_available_mb = Int(2048, help="Available memory (MB) spares must leave; below it they are dropped.").tag(
+        config=True
+    )
+    spare_check_interval = Float(0.5, help="Seconds between checks of the spare pool (refill, expiry, memory).").tag(
+        config=True
+    )
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
 
     @default("run_root")

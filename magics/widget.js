@@ -15,6 +15,7 @@ const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); 
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 const BUTTON_PENDING_MS = 8000;
+const TRACEBACK_LINES = 20;
 
 function h(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -64,9 +65,21 @@ function badge(status) {
   return h("span", { class: `nbw-badge nbw-status-${status}`, text: STATUS_LABELS[status] || status || "unknown" });
 }
 
+function tracebackTail(lines, limit = TRACEBACK_LINES) {
+  let start = -1;
+  for (let i = lines.length - 1; i >= 0; i--) {
+    if (lines[i].includes("Traceback (most recent call last)")) {
+      start = i;
+      break;
+    }
+  }
+  return (start >= 0 ? lines.slice(start) : lines).slice(-limit);
+}
+
 // ------------------------------------------------------------------------------------ cards
 
 function progressRow(label, fraction) {
+  if (fraction === null) return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }));
   const fill = h("div", { class: "nbw-bar-fill" });
   fill.style.width = `${Math.max(0, Math.min(1, fraction)) * 100}%`;
   return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }), h("div", { class: "nbw-bar" }, fill));
@@ -85,11 +98,11 @@ function renderCard(w) {
     // Reported epochs and steps are 1-based positions, as Keras prints them ("Epoch 2/3").
     const total = w.epochs_total;
     const within = w.steps_total && w.step !== null ? w.step / w.steps_total : 0;
-    const fraction = done ? 1 : total ? (Math.max(w.epoch - 1, 0) + within) / total : 0;
+    const fraction = done ? 1 : total ? (Math.max(w.epoch - 1, 0) + within) / total : null;
     card.append(progressRow(total ? `epoch ${w.epoch}/${total}` : `epoch ${w.epoch}`, fraction));
   }
   if (w.step !== null && w.step !== undefined) {
-    const fraction = w.steps_total ? w.step / w.steps_total : 0;
+    const fraction = w.steps_total ? w.step / w.steps_total : null;
     card.append(progressRow(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`, fraction));
   }
 
@@ -185,7 +198,10 @@ function drawChart(svg, legend, series, metric, only, workers) {
   for (const line of lines) {
     if (!line.pts.length) continue;
     const color = COLORS[line.index % COLORS.length];
-    const d = line.pts.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    // A step going backwards is a restart: start a new segment instead of drawing back across the chart.
+    const d = line.pts
+      .map((p, i) => `${i && p[0] >= line.pts[i - 1][0] ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`)
+      .join("");
     svg.append(s("path", { d, stroke: color, class: "nbw-line", "data-worker": line.index, "data-points": line.pts.length }));
     const [lx, ly] = line.pts[line.pts.length - 1];
     svg.append(s("circle", { cx: X(lx), cy: Y(ly), r: 3, fill: color }));
@@ -256,10 +272,21 @@ function render({ model, el }) {
     stopButton.disabled = done || local.pending === "stop";
     restartButton.disabled = done || local.pending === "restart"; // a finished cluster's supervisor is gone
     notice.textContent = model.get("notice") || "";
+    renderError();
+  }
+
+  function renderError() {
+    const c = cluster();
+    const logs = model.get("logs") || [];
     const causes = c.restart_causes || [];
-    const text = [c.error || "", ...(c.status === "restarting" && causes.length ? [`restarting: ${causes[causes.length - 1]}`] : [])]
-      .filter(Boolean)
-      .join("\n");
+    const parts = [c.error || ""];
+    if (c.status === "restarting" && causes.length) parts.push(`restarting: ${causes[causes.length - 1]}`);
+    (c.workers || []).forEach((w, i) => {
+      if (w.status !== "failed") return;
+      const tail = tracebackTail(logs[i] || []);
+      if (tail.length) parts.push(`--- ${workerName(w)}, last lines of its log:\n${tail.join("\n")}`);
+    });
+    const text = parts.filter(Boolean).join("\n");
     error.textContent = text;
     error.style.display = text ? "" : "none";
   }
@@ -361,6 +388,7 @@ function render({ model, el }) {
   model.on("change:cluster", onCluster);
   model.on("change:series", renderChart);
   model.on("change:logs", renderLogs);
+  model.on("change:logs", renderError);
   model.on("change:notice", renderHeader);
   const ticker = setInterval(() => {
     if (!DONE.has(cluster().status)) renderHeader();
@@ -386,6 +414,7 @@ function render({ model, el }) {
     model.off("change:cluster", onCluster);
     model.off("change:series", renderChart);
     model.off("change:logs", renderLogs);
+    model.off("change:logs", renderError);
     model.off("change:notice", renderHeader);
   };
 }

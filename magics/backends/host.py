@@ -256,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     forwarder = LogForwarder(worker.stdout, log_file, None)
     if not args.spare:
         run.sender, run.log_file = Sender.from_env(), log_file
-        forwarder.attach(log_file, run.sender)
         if run.sender is not None:
             run.sender.send("hello", pid=worker.pid, host=socket.gethostname(), role=args.role, python=args.command[0])
+        forwarder.attach(log_file, run.sender)
     else:
         threading.Thread(target=_announce_ready, args=(ready_fd, worker.pid, run), name="nbworkers-spare-ready",
                          daemon=True).start()

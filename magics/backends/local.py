@@ -3,6 +3,9 @@
 Every host runs in a session of its own (so the notebook's Interrupt button, which signals the kernel's
 process group, never reaches it) and holds a pipe from the kernel on its stdin (so a dead kernel, even one
 killed with ``kill -9``, takes its workers with it).
+
+A worker is started warm when the kernel's spare pool (``spares``) holds a spare with the same interpreter
+and environment: the spare's host and interpreter, TensorFlow already imported, are handed the run.
 """
 
 from __future__ import annotations
@@ -86,6 +89,26 @@ class LocalBackend:
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
+        from .spares import pool
+
+        spares = pool()
+        proc = self._launch_warm(spares, index, python, env, cwd, log_path, grace, role)
+        if proc is None:
+            proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
+        spares.note_launch(self, python, env, cwd, grace, proc)
+        return proc
+
+    def _launch_warm(self, spares, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
+                     grace: float, role: str) -> WorkerProcess | None:
+        while (spare := spares.take(python, env, cwd)) is not None:
+            payload = {"log": str(log_path), "grace": grace, "role": role, "env": env, "cwd": cwd}
+            if spare.assign(payload):
+                return WorkerProcess(index=index, host=spare.host, log_path=log_path, worker_pid=spare.worker_pid)
+            spare.kill()  # died just now: try the next one
+        return None
+
+    def _launch_cold(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
+                     grace: float, role: str) -> WorkerProcess:
         command = [
             sys.executable, "-m", HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role,
             "--", python, "-u", "-m", BOOTSTRAP_MODULE,

@@ -1,0 +1,100 @@
+"""Every tutorial notebook, executed headless top to bottom (nbclient) with mock data, as a reader would run it.
+
+Each notebook runs in a temporary copy of ``tutorials/`` with a real kernel (this venv's ipykernel) whose
+environment has ``NBWORKERS_MOCK_DATA=1`` (the one setting that switches the tutorials to
+``tfds.testing.mock_data``) and ``NBWORKERS_RUN_ROOT`` in a temporary directory. A notebook fails the test on
+any cell error, including its result cell, which asserts that the final loss and accuracy are in range and
+that the workers ended in sync. The test also checks that the final summary of every training run is in
+the saved output of the cell that started it, and that no worker process is left afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from conftest import kill_leftovers, processes_of_run_root, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+TUTORIALS = REPO / "tutorials"
+TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"
+NOTEBOOK_TIMEOUT = 900  # seconds for one notebook on 2 shared cores (they take well under a minute alone)
+CELL_TIMEOUT = 600  # seconds for one cell (a blocking wait for a training run)
+KERNEL_START_TIMEOUT = 120  # seconds for the kernel to start
+LEFTOVER_TIMEOUT = 20  # seconds for worker processes to be gone after the kernel shut down
+SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/summary.py render_summary_html)
+
+NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))
+
+
+def test_tutorials_exist_and_are_stripped():
+    assert len(NOTEBOOKS) >= 6, NOTEBOOKS
+    for name in NOTEBOOKS:
+        notebook = nbformat.read(TUTORIALS / name, as_version=4)
+        nbformat.validate(notebook)
+        assert notebook.nbformat == 4
+        assert notebook.metadata["kernelspec"]["name"] == "python3", name
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{name}: outputs are not stripped"
+
+
+def worker_cells(notebook) -> list:
+    return [c for c in notebook.cells if c.cell_type == "code" and c.source.lstrip().startswith("%%worker")]
+
+
+def html_of(cell) -> str:
+    return "\n".join(str(o.get("data", {}).get("text/html", "")) for o in cell.get("outputs", []))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT + 120)
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
+    workdir = tmp_path / "tutorials"
+    shutil.copytree(TUTORIALS, workdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    env = dict(os.environ)
+    env.update({
+        "NBWORKERS_MOCK_DATA": "1",
+        "NBWORKERS_RUN_ROOT": str(run_root),
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "NBWORKERS_TF215_PYTHON": str(TF215_PYTHON) if TF215_PYTHON.exists() else "",
+    })
+    env.pop("TF_CONFIG", None)
+    notebook = nbformat.read(workdir / name, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT,
+        startup_timeout=KERNEL_START_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    # The kernel is this venv's ipykernel (whatever "python3" kernelspec the machine has elsewhere).
+    client.km = client.create_kernel_manager()
+    client.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    try:
+        client.execute(env=env, cwd=str(workdir))
+    except CellExecutionError as error:
+        nbformat.write(notebook, tmp_path / f"failed-{name}")
+        pytest.fail(f"{name} failed (executed copy: {tmp_path / f'failed-{name}'}):\n{error}")
+    finally:
+        nbformat.write(notebook, tmp_path / f"executed-{name}")
+        assert wait_until(lambda: not processes_of_run_root(run_root), LEFTOVER_TIMEOUT), (
+            f"{name}: worker processes outlived the kernel: {kill_leftovers(run_root)}"
+        )
+    trained = worker_cells(notebook)
+    assert trained, f"{name} has no %%worker cell"
+    for cell in trained:
+        assert SUMMARY_MARKER in html_of(cell), (
+            f"{name}: no final summary in the output of the cell\n{cell.source[:200]}\n"
+            f"outputs: {[o.get('output_type') for o in cell.outputs]}"
+        )

@@ -1,0 +1,87 @@
+"""Small pure pieces: log tails, GPU assignment, names, TF_CONFIG, the relay's checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from nbworkers.distlib import wire
+from nbworkers.magics.gpus import GpuAssignmentError, assign_gpus, visible_gpus
+from nbworkers.magics.logtail import LogTail
+from nbworkers.magics.names import fresh_name, valid_name
+from nbworkers.magics.relay import RelayReceiver
+from nbworkers.magics.tfconfig import plan_tasks, tf_configs
+
+
+def test_log_tail_collapses_progress_bars_and_stays_bounded():
+    tail = LogTail(3)
+    tail.feed(["Epoch 1/2\n", "1/5 [==>...]\r2/5 [====>.]\r", "5/5 [======] - loss 0.3\n", "x\ny\n"])
+    assert tail.lines() == ["5/5 [======] - loss 0.3", "x", "y"]
+    tail.feed(["partial", " line\n"])
+    assert tail.lines()[-1] == "partial line"
+    assert tail.total == 5
+
+
+def test_gpu_assignment_never_shares_a_gpu():
+    assert assign_gpus(2, None, []) == ["-1", "-1"]
+    assert assign_gpus(2, 0, ["0", "1"]) == ["-1", "-1"]
+    assert assign_gpus(2, None, ["0", "1", "2", "3"]) == ["0,1", "2,3"]
+    assert assign_gpus(2, 1, ["4", "5", "6"]) == ["4", "5"]
+    with pytest.raises(GpuAssignmentError, match="needs 4 GPUs"):
+        assign_gpus(2, 2, ["0", "1"])
+    with pytest.raises(GpuAssignmentError, match="--gpus-per-worker 0"):
+        assign_gpus(3, None, ["0", "1"])
+
+
+def test_visible_gpus_from_env_and_a_stand_in_nvidia_smi(tmp_path: Path):
+    """No GPU here: a fake nvidia-smi stands in for the real one."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Fake A100 (UUID: x)'\necho 'GPU 1: Fake A100 (UUID: y)'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    path = {"PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    assert visible_gpus(path) == ["0", "1"]
+    assert visible_gpus({**path, "CUDA_VISIBLE_DEVICES": "3,5"}) == ["3", "5"]
+    assert visible_gpus({**path, "CUDA_VISIBLE_DEVICES": "-1"}) == []
+    # the nbworkers kernel hides GPUs from itself but records the machine's list for its workers
+    assert visible_gpus({**path, "CUDA_VISIBLE_DEVICES": "-1", "NBWORKERS_VISIBLE_GPUS": "all"}) == ["0", "1"]
+    assert visible_gpus({**path, "CUDA_VISIBLE_DEVICES": "-1", "NBWORKERS_VISIBLE_GPUS": "1"}) == ["1"]
+
+
+def test_names_are_fresh_and_safe():
+    taken = {fresh_name(set()) for _ in range(5)}
+    assert fresh_name(taken) not in taken
+    for bad in ("..", "a/b", "../x", "", "a" * 65, "x..y", "/abs"):
+        assert not valid_name(bad), bad
+    assert valid_name("brisk-heron-2")
+
+
+def test_tf_config_per_worker():
+    configs = [json.loads(c) for c in tf_configs(plan_tasks(2), "localhost", [1111, 2222])]
+    assert configs[0] == {"cluster": {"worker": ["localhost:1111", "localhost:2222"]}, "task": {"type": "worker", "index": 0}}
+    assert configs[1]["task"] == {"type": "worker", "index": 1}
+
+
+def test_relay_checks_signature_and_schema():
+    key = wire.new_key()
+    relay = RelayReceiver(key)
+    good = wire.Sender(relay.address, key, worker=1, gen=0)
+    forged = wire.Sender(relay.address, wire.new_key(), worker=1, gen=0)
+    try:
+        good.send("metrics", metrics={"loss": 0.25}, step=3)
+        forged.send("metrics", metrics={"loss": 9.0}, step=3)
+        good.send("log", lines="not a list")
+        received = []
+        for _ in range(40):
+            received += relay.poll(0.05)
+            if relay.drops.total == 2 and received:
+                break
+        assert [(m.kind, m.content["metrics"]) for m in received] == [("metrics", {"loss": 0.25})]
+        assert relay.drops.bad_signature == 1 and relay.drops.malformed == 1
+    finally:
+        good.close(0)
+        forged.close(0)
+        relay.close()
