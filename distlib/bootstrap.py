@@ -97,7 +97,10 @@ def main() -> int:
         module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
         if sender is not None:
             sender.send("status", state="running")
-        exec(compile(source, code_path, "exec"), module.__dict__)
+        from nbworkers.distlib import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
+
+        if not roles.run_role():
+            exec(compile(source, code_path, "exec"), module.__dict__)
     except SystemExit as stop:
         exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from typing import Any, Iterator
 
 from nbworkers.distlib.cluster import TaskInfo, task
@@ -64,11 +65,24 @@ class TrainingCheckpoint:
 
     def steps(self, steps_per_epoch: int) -> Iterator[int]:
         """Step numbers of the current epoch from the saved one. The counter moves before each step runs,
-        so a ``save()`` inside the step records it as done."""
-        while int(self.step_in_epoch.numpy()) < steps_per_epoch:
-            current = int(self.step_in_epoch.numpy())
-            self.step_in_epoch.assign(current + 1)
-            yield current
+        so a ``save()`` inside the step records it as done.
+
+        While it runs, SIGTERM to a worker (preemption) makes every worker ``save()`` after the same step and
+        exit with code 42 (``distlib.preemption``); the restarted run continues after that step. Every
+        worker must go through the same steps (as synchronous training does anyway)."""
+        from nbworkers.distlib import preemption
+
+        with preemption.training(self._save_for_preemption) as guard:
+            while int(self.step_in_epoch.numpy()) < steps_per_epoch:
+                current = int(self.step_in_epoch.numpy())
+                self.step_in_epoch.assign(current + 1)
+                yield current
+                guard.step_done()
+
+    def _save_for_preemption(self) -> None:
+        path = self.save()
+        print(f"nbworkers: preemption checkpoint at epoch {int(self.epoch.numpy())}, step"
+              f" {int(self.step_in_epoch.numpy())}: {path or '(non-chief)'}", file=sys.stderr, flush=True)
 
     def save(self) -> str | None:
         """Save on every worker; only the chief's copy is kept. Returns the chief's checkpoint path."""

@@ -3,6 +3,11 @@
 ``task()`` says which task this process is, how many workers train together and whether it is the chief
 (the ``chief`` task, or index 0 of ``worker`` when there is no ``chief`` job, as in TensorFlow's
 ``multi_worker_util.is_chief``). A malformed ``TF_CONFIG`` raises ``TFConfigError`` naming what is wrong.
+
+Roles: ``chief`` and ``worker`` train; ``ps`` tasks hold variables for ParameterServerStrategy, whose
+coordinator is the chief; the ``evaluator`` (at most one) is outside the training cluster: its task type is
+``evaluator`` and its cluster usually has no ``evaluator`` entry (Estimator's ``train_and_evaluate`` layout;
+an entry with one address is accepted too, as TensorFlow's ``multi_worker_util`` does). It is never the chief.
 """
 
 from __future__ import annotations
@@ -32,6 +37,20 @@ class TaskInfo:
     def in_cluster(self) -> bool:
         """True when TF_CONFIG describes a cluster (so MultiWorkerMirroredStrategy is used)."""
         return bool(self.cluster)
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.type == "evaluator"
+
+    @property
+    def uses_parameter_servers(self) -> bool:
+        """The cluster has ``ps`` tasks: ParameterServerStrategy (or Estimator's parameter-server training)."""
+        return "ps" in self.cluster
+
+    @property
+    def is_coordinator(self) -> bool:
+        """The task that runs the training program under ParameterServerStrategy (the chief)."""
+        return self.uses_parameter_servers and self.type == "chief"
 
     @property
     def worker_id(self) -> int:
@@ -82,10 +101,17 @@ def parse_tf_config(text: str) -> TaskInfo:
             seen[address] = f"{job}[{position}]"
     if len(cluster.get("chief", [])) > 1:
         raise TFConfigError("TF_CONFIG cluster has more than one 'chief'; there can be at most one.")
+    if len(cluster.get("evaluator", [])) > 1:
+        raise TFConfigError("TF_CONFIG cluster has more than one 'evaluator'; there can be at most one.")
     if not any(job in cluster for job in TRAINING_JOBS):
         raise TFConfigError("TF_CONFIG cluster has neither a 'worker' nor a 'chief' job.")
     task_type = task.get("type")
     task_index = task.get("index", 0)
+    if task_type == "evaluator" and task_type not in cluster:  # outside the training cluster, as Estimator expects
+        if task_index not in (0, "0"):
+            raise TFConfigError(f"TF_CONFIG task index {task_index!r} of the evaluator must be 0: there is at most one.")
+        return TaskInfo("evaluator", 0, sum(len(cluster.get(job, [])) for job in TRAINING_JOBS), False,
+                        {k: list(v) for k, v in cluster.items()})
     if task_type not in cluster:
         raise TFConfigError(
             f"TF_CONFIG task type {task_type!r} is not a job of the cluster ({', '.join(sorted(cluster))})."

@@ -52,7 +52,7 @@ def shard_for_worker(dataset, info: TaskInfo | None = None):
     unless every worker uses the same shuffle seed.
     """
     info = info or task()
-    if info.num_workers > 1:
+    if info.num_workers > 1 and info.type in ("chief", "worker"):  # the evaluator reads everything
         dataset = dataset.shard(info.num_workers, info.worker_id)
     return auto_shard(dataset, "off")
 

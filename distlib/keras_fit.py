@@ -13,6 +13,7 @@ collective per step.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from nbworkers.distlib.reporting import ReportCallback, flush_reports
@@ -109,12 +110,18 @@ def fit(
     is added (unless ``report=False`` or one is given) so the notebook sees the metrics.
     ``checkpoint_dir``: save the model and optimizer after every epoch (the chief writes it, see
     ``TrainingCheckpoint``) and, on start, continue after the last saved epoch: a restarted cluster resumes.
+    With it, SIGTERM to a worker (preemption) makes every worker save at the next step and exit with code 42
+    (``distlib.preemption``); the restarted run continues at that step.
     tf_keras / Keras 2 models are handed to their own ``model.fit``, which works under
-    MultiWorkerMirroredStrategy (use its ``BackupAndRestore`` callback for restarts there).
+    MultiWorkerMirroredStrategy; with ``checkpoint_dir`` it gets Keras's own ``BackupAndRestore`` (a backup per
+    epoch, kept after training) and, with ``steps_per_epoch``, the same save on SIGTERM as above.
     """
     if not _is_keras3_model(model):  # tf_keras / Keras 2: its own fit works under the strategy
+        callbacks = _with_reporting(callbacks, report)
+        if checkpoint_dir is not None:
+            callbacks = _with_backup_and_restore(model, callbacks, checkpoint_dir, steps_per_epoch)
         return model.fit(
-            dataset_or_fn, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=_with_reporting(callbacks, report),
+            dataset_or_fn, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
             initial_epoch=initial_epoch, verbose=verbose,
         )
     if steps_per_epoch is None or int(steps_per_epoch) < 1:
@@ -132,12 +139,17 @@ def fit(
         with strategy.scope():
             model._symbolic_build(data_batch=_local_batch_spec(distributed))
     checkpoint = None
+    start_step = 0
     if checkpoint_dir is not None:
         from nbworkers.distlib.checkpoint import TrainingCheckpoint
 
         checkpoint = TrainingCheckpoint(checkpoint_dir, model=model, optimizer=model.optimizer)
-        saved_epoch, _ = checkpoint.restore_or_initialize()  # after the build: restored into existing variables
-        initial_epoch = max(initial_epoch, saved_epoch)
+        saved_epoch, saved_step = checkpoint.restore_or_initialize()  # after the build: into existing variables
+        if saved_step >= steps_per_epoch:  # saved at the end of an epoch (or steps_per_epoch shrank)
+            saved_epoch, saved_step = saved_epoch + 1, 0
+        if saved_epoch >= initial_epoch and (saved_epoch, saved_step) != (0, 0):
+            # a preemption save lands mid-epoch: continue at its step (on fresh data iterators)
+            initial_epoch, start_step = saved_epoch, saved_step
     train_function = _make_train_function(model, strategy)
     callback_list = keras.callbacks.CallbackList(
         _with_reporting(callbacks, report),
@@ -152,27 +164,102 @@ def fit(
     iterator = iter(distributed)
     callback_list.on_train_begin()
     logs: dict[str, Any] = {}
-    for epoch in range(initial_epoch, epochs):
-        model.reset_metrics()
-        callback_list.on_epoch_begin(epoch)
-        for step in range(steps_per_epoch):
-            callback_list.on_train_batch_begin(step)
-            logs = train_function(iterator)
-            callback_list.on_train_batch_end(step, logs)
+    position = [initial_epoch, start_step]  # the next (epoch, step) to run
+
+    def save_position() -> None:  # a preemption save (SIGTERM), at the step every worker agreed on
+        epoch, step = position
+        if step >= steps_per_epoch:
+            epoch, step = epoch + 1, 0
+        checkpoint.epoch.assign(epoch)
+        checkpoint.step_in_epoch.assign(step)
+        path = checkpoint.save()
+        print(f"nbworkers: preemption checkpoint at epoch {epoch + 1}, step {step}: {path or '(non-chief)'}",
+              file=sys.stderr, flush=True)
+
+    with _preemption_guard(checkpoint, save_position) as guard:
+        for epoch in range(initial_epoch, epochs):
+            model.reset_metrics()
+            callback_list.on_epoch_begin(epoch)
+            for step in range(start_step if epoch == initial_epoch else 0, steps_per_epoch):
+                callback_list.on_train_batch_begin(step)
+                logs = train_function(iterator)
+                position[:] = (epoch, step + 1)
+                callback_list.on_train_batch_end(step, logs)
+                guard.step_done()
+                if model.stop_training:
+                    break
+            epoch_logs = {name: float(value) for name, value in logs.items()}
+            if checkpoint is not None:
+                checkpoint.epoch.assign(epoch + 1)  # the next epoch to run
+                checkpoint.step_in_epoch.assign(0)
+                checkpoint.save()
+            callback_list.on_epoch_end(epoch, epoch_logs)
+            logs = epoch_logs
             if model.stop_training:
                 break
-        epoch_logs = {name: float(value) for name, value in logs.items()}
-        if checkpoint is not None:
-            checkpoint.epoch.assign(epoch + 1)  # the next epoch to run
-            checkpoint.step_in_epoch.assign(0)
-            checkpoint.save()
-        callback_list.on_epoch_end(epoch, epoch_logs)
-        logs = epoch_logs
-        if model.stop_training:
-            break
     callback_list.on_train_end(logs)
     flush_reports()
     return model.history
+
+
+def _preemption_guard(checkpoint, save_fn):
+    """Save on SIGTERM (``distlib.preemption``) when there is a checkpoint to save to."""
+    from nbworkers.distlib import preemption
+
+    return preemption.training(save_fn) if checkpoint is not None else preemption._NoTraining()
+
+
+def _with_backup_and_restore(model, callbacks: list, checkpoint_dir: str, steps_per_epoch: int | None) -> list:
+    """Keras 2's ``BackupAndRestore`` for ``checkpoint_dir`` (unless the caller passed one), saving at the end of
+    every epoch, plus a save on SIGTERM at the next step (``distlib.preemption``; Keras 2 turns its own
+    ``save_before_preemption`` on only on Google Cloud)."""
+    import importlib
+
+    keras_module = importlib.import_module(type(model).__module__.split(".")[0])  # tf_keras, or keras 2.x
+    backup_class = keras_module.callbacks.BackupAndRestore
+    if any(isinstance(c, backup_class) for c in callbacks):
+        return callbacks
+    if not steps_per_epoch:  # batch-level resumption needs an integer save_freq
+        return [*callbacks, backup_class(str(checkpoint_dir), save_freq="epoch", delete_checkpoint=False)]
+    # save_freq = steps_per_epoch: a backup at every epoch's last batch, and restores at the saved batch
+    backup = backup_class(str(checkpoint_dir), save_freq=int(steps_per_epoch), delete_checkpoint=False)
+    return [*callbacks, backup, _save_on_sigterm_callback(keras_module, backup)]
+
+
+def _save_on_sigterm_callback(keras_module, backup):
+    from nbworkers.distlib import preemption
+
+    class SaveOnSigterm(keras_module.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._supports_tf_logs = True
+            self._chief_worker_only = False  # every worker takes part in the save
+            self._guard = None
+            self._epoch, self._batch = 0, -1
+
+        def on_train_begin(self, logs=None) -> None:
+            self._guard = preemption.training(self._save)
+            self._guard.__enter__()
+
+        def on_epoch_begin(self, epoch, logs=None) -> None:
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None) -> None:
+            self._batch = batch
+            if self._guard is not None:
+                self._guard.step_done()
+
+        def on_train_end(self, logs=None) -> None:
+            guard, self._guard = self._guard, None
+            if guard is not None:
+                guard.__exit__(None, None, None)
+
+        def _save(self) -> None:  # BackupAndRestore recorded this epoch and batch; restore resumes after them
+            backup._training_state.back_up(epoch=self._epoch, batch=self._batch)
+            print(f"nbworkers: preemption checkpoint at epoch {self._epoch + 1}, step {self._batch + 1}",
+                  file=sys.stderr, flush=True)
+
+    return SaveOnSigterm()
 
 
 def _with_reporting(callbacks: list | None, report: bool) -> list:

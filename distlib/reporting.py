@@ -80,7 +80,10 @@ class Reporter:
 
     def _send(self, fields: dict[str, Any]) -> bool:
         metrics = {}
-        for name, value in fields["metrics"].items():
+        values = fields["metrics"]
+        if hasattr(values, "fetch") and not isinstance(values, dict):  # a RemoteValue (see ReportCallback._report)
+            values = values.fetch()
+        for name, value in values.items():
             number = _to_number(value)
             if number is not None:
                 metrics[str(name)] = number
@@ -157,7 +160,9 @@ class ReportCallback:
 
     def _report(self, step: int | None, epoch: int, logs: dict | None, force: bool) -> None:
         fields = {
-            "metrics": dict(logs or {}),  # logs may name a metric "step" or "epoch": keep them apart
+            # logs may name a metric "step" or "epoch": keep them apart. Under ParameterServerStrategy tf_keras
+            # passes a RemoteValue of the logs: fetched only when a report is sent (throttled).
+            "metrics": logs if hasattr(logs, "fetch") and not isinstance(logs, dict) else dict(logs or {}),
             "step": step,
             "epoch": epoch,
             "steps_total": self.params.get("steps"),

@@ -3,6 +3,8 @@
 With a TF_CONFIG cluster: MultiWorkerMirroredStrategy with collective communication options (NCCL when
 this worker sees GPUs, RING otherwise, or what the caller names). Without TF_CONFIG: a single-process
 MirroredStrategy over the local devices, so the same cell runs outside %%worker for debugging.
+With parameter servers in the cluster (``%%worker --ps N``): ParameterServerStrategy on the chief (the
+coordinator); on the evaluator (outside the training cluster): a local MirroredStrategy.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def strategy(communication: str = "auto"):
     ``TFConfigError``; workers with unequal GPU counts raise ``GpuCountMismatchError`` before training.
     """
     info = task()  # validates TF_CONFIG before TensorFlow sees it
+    if info.uses_parameter_servers or info.is_evaluator:  # ParameterServerStrategy / the evaluator: distlib.roles
+        from nbworkers.distlib.roles import role_strategy
+
+        return role_strategy(info)
     counts = collectives.gpu_counts_from_env()
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)

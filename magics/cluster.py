@@ -36,7 +36,8 @@ from .relay import Message, RelayReceiver
 from .settings import WorkerSettings, settings as current_settings
 from .spec import LaunchSpec
 from .state import ClusterState, WorkerState
-from .tfconfig import plan_tasks, tf_configs
+from . import roles
+from .tfconfig import tf_configs
 
 STOP_REQUEST_FILE = "stop-requested"
 STATE_FILE = "state.json"
@@ -65,7 +66,7 @@ class Cluster:
         self.spec = spec
         self.name = spec.name
         self.settings = config or current_settings()
-        self.backend = backend or LocalBackend()
+        self.backend = backend or backend_for(spec)
         self.run_dir = Path(self.settings.run_root) / self.name
         self._view_factory = view_factory
         self._views: list[Any] = []
@@ -93,7 +94,10 @@ class Cluster:
         self._key = wire.new_key()
         self._relay: RelayReceiver | None = None
         self._thread: threading.Thread | None = None
-        tasks = plan_tasks(spec.workers)
+        # roles (--chief, --evaluator, --ps N): magics/roles.py; unawaited tasks end with the run (_retire_unawaited)
+        tasks = roles.plan(spec.workers, chief=spec.chief, evaluator=spec.evaluator, ps=spec.ps, cell=spec.code)
+        self._retired: set[int] = set()  # unawaited tasks (servers, evaluator) stopped because training ended
+        self._training_ended_at: float | None = None
         self._tasks = tasks
         self.state = ClusterState(
             name=self.name,
@@ -127,8 +131,16 @@ class Cluster:
         self._stop_event.set()
 
     def restart(self) -> None:
-        """Stop the group and start it again on fresh ports. Thread-safe; returns at once."""
-        self._restart_event.set()
+        """Stop the group and start it again on fresh ports (a run that ended runs again). Thread-safe; returns
+        at once."""
+        if not self._done.is_set():
+            self._restart_event.set()
+            return
+        with self._views_lock:
+            views = list(self._views)
+        self.__init__(self.spec, self.settings, self.backend, self._view_factory)  # a fresh run, same cell
+        self._views = views
+        self.start()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends (True) or ``timeout`` seconds pass (False), refreshing the views meanwhile.
@@ -196,7 +208,7 @@ class Cluster:
     # ----------------------------------------------------------------------------------- launch
     def start(self) -> "Cluster":
         self._prepare_run_dir()
-        self._relay = RelayReceiver(self._key)
+        self._relay = RelayReceiver(self._key, *self.backend.relay_hosts())  # ray: every interface
         try:
             self._launch_group()
         except BaseException:
@@ -218,12 +230,14 @@ class Cluster:
                 pickle.dump(self.spec.push, file)
 
     def _launch_group(self) -> None:
-        gpu_lists = assign_gpus(len(self._tasks), self.spec.gpus_per_worker, visible_gpus())
-        chosen = ports.pick_free_ports(len(self._tasks))
-        configs = tf_configs(self._tasks, self.backend.worker_host, chosen)
+        # each worker's TensorFlow address (its machine's, a port free there) and GPUs, chosen by the backend
+        placements = self.backend.plan(self._tasks, self.spec.gpus_per_worker)
+        gpu_lists = [p.gpus for p in placements]
+        configs = tf_configs(self._tasks, [p.host for p in placements], [p.port for p in placements])
         gen = self.state.generation
         gpu_counts = ",".join("0" if g == "-1" else str(len(g.split(","))) for g in gpu_lists)
         self._procs = []
+        self._retired, self._training_ended_at = set(), None
         for i, (task, config) in enumerate(zip(self._tasks, configs)):
             env = worker_env(
                 base=os.environ, extra=self.spec.env, tf_config=config, cuda_visible_devices=gpu_lists[i],
@@ -238,6 +252,7 @@ class Cluster:
                     wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
                     wire.ENV_CWD: self.spec.cwd,
                     "NBWORKERS_GPU_COUNTS": gpu_counts,
+                    **roles.task_env(task),
                 },
             )
             path = log_path(self.run_dir, i)
@@ -259,6 +274,8 @@ class Cluster:
                     self._check_processes()
                     self._check_progress()
                     exited = all(p.poll() is not None for p in self._procs)
+                    if not exited:
+                        self._retire_unawaited()
                     if exited and self._pending_restart is not None:
                         self._restart_when_due()
                         exited = False
@@ -390,7 +407,7 @@ class Cluster:
             self._dirty = True
             if self._pending_restart is not None:
                 worker.status = "restarting"
-            elif code == 0:
+            elif code == 0 or worker.index in self._retired:  # retired: stopped by us once training ended
                 worker.status = "finished"
             elif self._stopping_since is not None:
                 worker.status = "stopped" if self._final_status == "stopped" or worker.status != "failed" else "failed"
@@ -401,6 +418,24 @@ class Cluster:
                 worker.detail = worker.detail or str(failures[-1])
         if failures:
             self._on_failure(root_cause(failures))
+
+    def _retire_unawaited(self) -> None:
+        """Servers (ParameterServerStrategy's workers and ps) never exit, an evaluator may watch for checkpoints
+        forever: once every awaited task exited well, stop them (servers at once, the evaluator after
+        evaluator_grace); the run then ends as finished."""
+        if self._stopping_since is not None or self._pending_restart is not None:
+            return
+        if not all(w.exit_code == 0 for t, w in zip(self._tasks, self.state.workers) if t.awaited):
+            return
+        now = time.monotonic()
+        self._training_ended_at = self._training_ended_at or now
+        grace = roles.evaluator_grace(self.settings)
+        for i in roles.due_for_retirement(self._tasks, now - self._training_ended_at, grace):
+            if i not in self._retired and self._procs[i].poll() is None:
+                self._retired.add(i)
+                self.state.workers[i].detail = roles.retirement_detail(self._tasks[i])
+                self._procs[i].request_stop()
+                self._dirty = True
 
     def _on_failure(self, failure: WorkerFailure) -> None:
         """Restart the whole group when the policy allows it, else stop it and show why."""
@@ -475,7 +510,7 @@ class Cluster:
             return
         if self._stopping_since is not None:
             self.state.status = self._final_status
-        elif all(w.exit_code == 0 for w in self.state.workers):
+        elif all(w.exit_code == 0 or w.index in self._retired for w in self.state.workers):
             self.state.status = "finished"
         else:
             self.state.status = "failed"
@@ -560,6 +595,15 @@ class Cluster:
             os.replace(tmp, self.run_dir / STATE_FILE)
         except OSError:
             pass
+
+
+def backend_for(spec: LaunchSpec) -> Any:
+    """The backend a launch asked for (``--backend``); Ray is imported only when it is used."""
+    if spec.backend == "ray":
+        from .backends.ray_backend import RayBackend
+
+        return RayBackend.from_spec(spec)
+    return LocalBackend()
 
 
 def _kernel_id() -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from .names import fresh_name, valid_name
+from .roles import check_roles
 from .settings import settings
 from .spec import LaunchSpec
 
@@ -90,6 +91,8 @@ def collect_push(names: list[str], user_ns: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[str], running: set[str]) -> LaunchSpec:
+    chief, evaluator, ps = getattr(args, "chief", False), getattr(args, "evaluator", 0), getattr(args, "ps", None)
+    check_roles(args.workers, chief, evaluator, ps, cell)  # roles: --chief, --evaluator, --ps N (magics/roles.py)
     if args.workers < 1:
         raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")
     if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
@@ -103,19 +106,20 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
     if not cell.strip():
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
+    backend = check_backend(args)  # --backend ray: Ray importable, its address answering
     name = args.name or fresh_name(taken)
     if not valid_name(name):
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if name in running:
         raise ClusterNameError(f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
-    if not os.path.isdir(cwd):
+    if not os.path.isdir(cwd) and backend == "local":  # ray: the directory is looked for on each node
         raise LaunchError(f"--cwd {args.cwd}: no such directory.")
     return LaunchSpec(
         code=cell,
         workers=args.workers,
         name=name,
-        python=check_python(args.python),
+        python=check_python(args.python) if backend == "local" else nodes_python(args.python),
         env=parse_env(args.env),
         cwd=cwd,
         gpus_per_worker=args.gpus_per_worker,
@@ -124,4 +128,33 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         push=collect_push(args.push, user_ns),
         max_restarts=args.max_restarts,
         stall_timeout=args.stall_timeout,
+        chief=chief or bool(ps),
+        evaluator=evaluator,
+        ps=ps or 0,
+        backend=backend,
+        address=getattr(args, "address", "") or "",
+        cpus_per_worker=getattr(args, "cpus_per_worker", None),
+        spread=bool(getattr(args, "spread", False)),
     )
+
+
+def check_backend(args: Namespace) -> str:
+    """``--backend`` and its flags; for ray, Ray must import and its address answer (nothing starts otherwise)."""
+    backend = getattr(args, "backend", None) or "local"
+    address, cpus, spread = getattr(args, "address", ""), getattr(args, "cpus_per_worker", None), getattr(args, "spread", False)
+    if backend == "local":
+        used = [flag for flag, value in (("--address", address), ("--cpus-per-worker", cpus), ("--spread", spread)) if value]
+        if used:
+            raise LaunchError(f"{', '.join(used)}: only for the Ray backend. Add --backend ray.")
+        return backend
+    if cpus is not None and cpus <= 0:
+        raise LaunchError(f"--cpus-per-worker {cpus:g}: give a positive number of CPUs, for example 1 or 0.5.")
+    from .backends.ray_backend import check_launch
+
+    check_launch(address)
+    return backend
+
+
+def nodes_python(python: str) -> str:
+    """The workers' interpreter on the Ray nodes: as given (it must exist there), or "" for the node's own."""
+    return os.path.abspath(os.path.expanduser(python)) if python else ""

@@ -36,6 +36,19 @@ class WorkerMagics(Magics):
               help="restarts of the whole group after a crash, OOM kill, preemption or stall (default 3)")
     @argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
               help="no progress for this long: dump stacks, then restart or fail the group (default 1800; 0: off)")
+    @argument("--chief", action="store_true",
+              help="add a 'chief' task that takes the chief's duties (checkpoints, summaries) instead of worker 0")
+    @argument("--evaluator", nargs="?", type=int, const=1, default=0, metavar="1",
+              help="add one 'evaluator' task, outside the training cluster (Estimator's train_and_evaluate)")
+    @argument("--ps", type=int, default=None, metavar="N",
+              help="N parameter servers for ParameterServerStrategy: the cell runs on the chief (the coordinator, "
+                   "implied), the -n workers and the parameter servers run TensorFlow servers it drives")
+    @argument("--backend", choices=("local", "ray"), default="local",
+              help="where the workers run: local processes (default) or a Ray cluster (pip install nbworkers[ray])")
+    @argument("--address", default="", metavar="HOST:PORT",
+              help="ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster started on this machine)")
+    @argument("--cpus-per-worker", type=float, default=None, metavar="C", help="ray: CPUs reserved per worker (default 1)")
+    @argument("--spread", action="store_true", help="ray: at most one worker per node")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
     @cell_magic
@@ -155,6 +168,15 @@ def _usage(magic, prog: str) -> str:
     return "usage: " + text.split("::", 1)[-1].lstrip("\n ") if text.startswith("::") else text
 
 
+def _worker_label(worker: dict, roles: bool) -> str:
+    """The worker's index; with roles (--chief, --ps, --evaluator) also its role: ``0 chief``, ``1 worker0``."""
+    if not roles:
+        return str(worker["index"])
+    role = worker.get("role") or "worker"
+    suffix = "" if role in ("chief", "evaluator") else str(worker.get("role_index", 0))
+    return f"{worker['index']} {role}{suffix}"
+
+
 def _running_names() -> set[str]:
     return {c.name for c in registry.running()}
 
@@ -166,7 +188,8 @@ def _cluster_table() -> tuple[str, str]:
     rows = []
     for cluster in clusters:
         snap = cluster.snapshot()
-        statuses = ", ".join(f"{w['index']}:{w['status']}" for w in snap["workers"])
+        roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
+        statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
         rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"], statuses,
                      str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
     header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")

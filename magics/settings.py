@@ -53,7 +53,8 @@ class WorkerSettings(Configurable):
     )
     state_file_interval = Float(1.0, help="Seconds between writes of a running cluster's state.json.").tag(config=True)
     spares = Int(-1, help="Warm spare workers (TensorFlow imported) kept after a run for the next one: -1 as many as "
-                 "the last cluster had workers, 0 off, N that many (at most spares_max).").tag(config=True)
+                 "the last cluster had workers, 0 off, N that many (at most spares_max). Default: $NBWORKERS_SPARES or -1.").tag(
+                     config=True)
     spares_max = Int(4, help="Most warm spares kept at once (each holds about 0.5 GB).").tag(config=True)
     spare_idle_timeout = Float(600.0, help="Seconds an unused warm spare is kept before it is stopped.").tag(config=True)
     spare_memory_mb = Int(600, help="Memory one warm spare is expected to take, in MB.").tag(config=True)
@@ -64,6 +65,13 @@ class WorkerSettings(Configurable):
         config=True
     )
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
+
+    @default("spares")
+    def _default_spares(self) -> int:
+        try:
+            return int(os.environ.get("NBWORKERS_SPARES", "-1"))
+        except ValueError:
+            return -1
 
     @default("run_root")
     def _default_run_root(self) -> str:

@@ -32,6 +32,7 @@ from .state import DONE_STATES
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 MAX_CHART_POINTS = 300  # per worker; history is bucketed by step so older points stay put
 MAX_LINE_CHARS = 2000  # longer log lines are cut in the widget (the log file keeps them whole)
+MAX_LOG_CHARS = 64_000  # per worker and update: a tail of long lines keeps only its newest ~64 kB
 CARD_FIELDS = (
     "index", "role", "role_index", "host", "pid", "status", "detail", "exit_code", "epoch", "epochs_total",
     "step", "steps_total", "metrics", "steps_per_sec", "restarts", "log_path",
@@ -83,12 +84,22 @@ def cluster_payload(snapshot: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def logs_payload(snapshot: dict[str, Any], max_lines: int, max_chars: int = MAX_LINE_CHARS) -> list[list[str]]:
-    """Each worker's log tail (newest last), bounded in lines and line length."""
+def logs_payload(
+    snapshot: dict[str, Any], max_lines: int, max_chars: int = MAX_LINE_CHARS, max_total: int = MAX_LOG_CHARS
+) -> list[list[str]]:
+    """Each worker's log tail (newest last), bounded in lines, line length and total size."""
     out = []
     for worker in snapshot.get("workers") or []:
         lines = (worker.get("log_tail") or [])[-max_lines:] if max_lines > 0 else []
-        out.append([x if len(x) <= max_chars else x[:max_chars] + " …[cut]" for x in lines])
+        kept: list[str] = []
+        total = 0
+        for line in reversed(lines):
+            line = line if len(line) <= max_chars else line[:max_chars] + " …[cut]"
+            total += len(line) + 1
+            if total > max_total and kept:
+                break
+            kept.append(line)
+        out.append(kept[::-1])
     return out
 
 
@@ -236,9 +247,10 @@ class ClusterWidget(anywidget.AnyWidget):
 class ClusterWidgetView:
     """The widget view of one cluster (see the module docstring for the protocol)."""
 
-    def __init__(self, cluster: ClusterLike, *, max_points: int = MAX_CHART_POINTS, interval: float | None = None):
+    def __init__(self, cluster: ClusterLike, *, max_points: int | None = None, interval: float | None = None):
         self.cluster = cluster
-        self.max_points = max_points
+        # optional settings (WorkerSettings may grow them); the constants are the defaults
+        self.max_points = max_points or getattr(settings(), "widget_chart_points", MAX_CHART_POINTS)
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)
         answer_on_frontend_subshell(self.widget.comm)

@@ -141,3 +141,18 @@ def test_log_flood_keeps_the_page_responsive(lab):
         assert len(text.splitlines()) <= 300
     assert "IOPub message rate exceeded" not in lab.log()
     assert "IOPub data rate exceeded" not in lab.log()
+
+
+def test_failed_run_shows_the_error_and_traceback_tail(lab):
+    write_notebook(lab.root / "fake_fail.ipynb", [SETUP, fake_cell(name="fake-fail", epochs=2, steps=10, step_time=0.05, fail_worker=1)])
+    with chromium_page() as page:
+        open_notebook(page, lab, "fake_fail.ipynb")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'failed'")
+        assert card_statuses(page) == ["stopped", "failed"]
+        error = page.inner_text(".nbw-error")
+        assert "worker 1 exited with code 1" in error and "ValueError: synthetic failure" in error
+        assert "exit 1" in page.inner_text(".nbw-card[data-index='1']")
+        screenshot(page, "widget-fake-failed.png")

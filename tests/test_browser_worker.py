@@ -6,7 +6,7 @@ runs under a temporary run root.
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
 import sys
 import time
@@ -34,6 +34,7 @@ from browser_helpers import (  # noqa: E402
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_MS = 240_000  # a real 2-worker TensorFlow run on 2 shared cores
 STOP_TIMEOUT_MS = 60_000  # Stop -> cards say stopped (stop_grace is 5 s)
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 PROCESS_EXIT_TIMEOUT = 30.0  # s for every worker process to be gone after the cards say stopped
 
 TRAIN_CELL = """%%worker -n 2 --name {name} --env TF_USE_LEGACY_KERAS=1
@@ -134,6 +135,18 @@ def test_training_run_cards_chart_and_log(lab):
         assert "epoch 3/3" in page.inner_text(".nbw-card")
         shot = screenshot(page, "widget-train-finished.png")
         shutil.copyfile(shot, REPO / "docs" / "widget.png")
+        # the notebook saved from the page keeps the final summary beside the widget (GitHub, nbconvert)
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.outputs.toJSON()"
+            ".some(o => String((o.data || {})['text/plain'] || '').includes('finished'))"
+        )
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+        saved = json.loads((lab.root / "train.ipynb").read_text())
+        data = [o["data"] for o in saved["cells"][1]["outputs"] if "data" in o]
+        assert len(data) == 1 and WIDGET_MIME in data[0]
+        plain = "".join(data[0]["text/plain"])
+        assert "nbworkers cluster train: finished, 2 workers, in" in plain and "worker-1.log" in plain
 
 
 def test_stop_button_stops_every_worker(lab):

@@ -109,3 +109,14 @@ def test_classification_of_exits():
     assert not should_restart(raised, 3, None)
     assert should_restart(crash, 1, None) and not should_restart(crash, 0, None)
     assert not should_restart(classify_exit(1, -9, ""), 3, crash), "the same error twice is permanent"
+
+
+def test_restart_after_the_end_runs_the_cell_again(kernel, run_root):
+    cell = """%%worker -n 2 --block --name twice
+print("ran", flush=True)
+"""
+    assert not kernel.run(cell).error
+    assert not kernel.run("nbworkers.get_cluster('twice').restart()").error
+    assert not kernel.run("%workers wait twice --timeout 60").error
+    assert kernel.value("nbworkers.get_cluster('twice').status") == "finished"
+    assert "[1] ran" in kernel.run("%workers logs twice").stdout

@@ -84,7 +84,8 @@ def run_ok(kernel, cell: str) -> None:
 
 @pytest.fixture
 def spare_kernel(kernel, run_root):
-    """The kernel fixture, plus: no spare may outlive it."""
+    """The kernel fixture with spares on (whatever NBWORKERS_SPARES says), plus: no spare may outlive it."""
+    run_ok(kernel, "nbworkers.settings().spares = -1")
     yield kernel
     kernel.shutdown()
     assert wait_until(lambda: not spare_processes(run_root), 15), "spare processes outlived the kernel"
@@ -190,8 +191,31 @@ def test_spares_can_be_turned_off(spare_kernel, run_root):
 
 
 def test_spares_die_with_a_killed_kernel(kernel, run_root):
+    run_ok(kernel, "nbworkers.settings().spares = -1")
     run_ok(kernel, TF_CELL.format(name="before-kill", flags=""))
     wait_for_spares(kernel, 1, ready=False)
     assert spare_processes(run_root)
     os.kill(kernel.pid, signal.SIGKILL)
     assert wait_until(lambda: not spare_processes(run_root), 15), "spares outlived a kill -9 of their kernel"
+
+
+def test_a_restart_after_a_crash_starts_on_spares(spare_kernel, run_root):
+    """A worker killed by a signal: the group restarts, and spares started at the failure run the restart."""
+    cell = """%%worker -n 2 --block --name crashy --max-restarts 1
+import os, signal, time
+import tensorflow as tf
+generation = os.environ["NBWORKERS_GENERATION"]
+if generation == "0" and os.environ["NBWORKERS_WORKER"] == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
+if generation == "0":
+    time.sleep(600)
+print("GENERATION", generation, tf.__version__)
+"""
+    run_ok(spare_kernel, cell)
+    snap = spare_kernel.value("nbworkers.get_cluster('crashy').snapshot()")
+    assert snap["status"] == "finished" and snap["restarts"] == 1, snap["error"]
+    for i in range(2):
+        text = worker_log(run_root, "crashy", i)
+        relaunched = text.rsplit("launch 1,", 1)[-1]
+        assert WARM_LINE in relaunched and "GENERATION 1" in relaunched, text[-2000:]
+        assert WARM_LINE not in text.rsplit("launch 1,", 1)[0]

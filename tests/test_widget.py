@@ -169,6 +169,9 @@ def test_logs_payload_bounds_lines_and_line_length():
     assert len(logs[0]) == 300 and logs[0][-1] == "499"
     snap = {"workers": [{"log_tail": ["x" * 5000]}]}
     assert len(logs_payload(snap, 300, max_chars=100)[0][0]) < 120
+    snap = {"workers": [{"log_tail": [f"{i:04d}" + "z" * 1995 for i in range(300)]}]}
+    kept = logs_payload(snap, 300, max_total=64_000)[0]
+    assert 25 <= len(kept) <= 32 and kept[-1].startswith("0299")
 
 
 # ----------------------------------------------------------------------------------------- throttle

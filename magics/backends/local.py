@@ -23,6 +23,16 @@ HOST_MODULE = "nbworkers.magics.backends.host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a backend put one worker: the address its peers reach its TensorFlow server at (its TF_CONFIG
+    entry, ``host:port``) and the GPUs it sees (its ``CUDA_VISIBLE_DEVICES``; ``-1``: none)."""
+
+    host: str
+    port: int
+    gpus: str
+
+
 @dataclass
 class WorkerProcess:
     """One worker as the kernel sees it: its host process, and the worker's own pid once reported."""
@@ -86,6 +96,18 @@ class WorkerProcess:
 class LocalBackend:
     name = "local"
     worker_host = "localhost"  # the address TF_CONFIG gives every worker
+
+    def relay_hosts(self) -> tuple[str, str | None]:
+        """(bind, advertise) addresses of the kernel's relay: the workers are on this machine."""
+        return "127.0.0.1", None
+
+    def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
+        """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked)."""
+        from ..gpus import assign_gpus, visible_gpus
+        from ..ports import pick_free_ports
+
+        gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
+        return [Placement(self.worker_host, port, gpus) for port, gpus in zip(pick_free_ports(len(tasks)), gpu_lists)]
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:

@@ -18,7 +18,9 @@ Spares never leak into a different run:
   tensorflow/keras/distlib), and never a cell that changes its own environment or calls ``use_tf_keras()``
   (what ``import tensorflow`` sees would then differ from a cold start).
 
-Cost: spares start only when no cluster of this kernel is running (they would slow its training), only while
+Cost: spares start only when no cluster of this kernel is running (they would slow its training) — except
+when a worker of a running group fails: the group is then stopped and perhaps restarted, and spares started
+at once import TensorFlow while the survivors are being stopped, so a restart starts warm —, only while
 ``spare_min_available_mb`` of memory stays available after ``spare_memory_mb`` more, are dropped (oldest first)
 when available memory falls below that, after ``spare_idle_timeout`` seconds unused, when ``spares`` is set
 to 0, and with the kernel: each host holds a pipe from the kernel and stops its worker at end of file, even
@@ -206,9 +208,13 @@ class _Group:
     grace: float
     eligible: bool
     procs: list[Any] = field(default_factory=list)  # WorkerProcess
+    failed_early: bool = False  # a worker failed while the others still ran: spares were started at once
 
     def ended(self) -> bool:
         return all(p.poll() is not None for p in self.procs)
+
+    def has_failed_worker(self) -> bool:
+        return any(p.poll() not in (None, 0) for p in self.procs)
 
 
 class SparePool:
@@ -306,10 +312,16 @@ class SparePool:
             if self._spares and available_mb() < config.spare_min_available_mb:
                 self._drop(min(self._spares, key=lambda s: s.started))
             for group in list(self._groups):
+                latest = self._latest.get(group.owner) == group.generation
                 if group.ended():
                     self._groups.remove(group)
-                    if group.eligible and self._latest.get(group.owner) == group.generation:
+                    if group.eligible and latest and not group.failed_early:
                         self._refill = group
+                elif group.eligible and latest and not group.failed_early and group.has_failed_worker():
+                    # The group is going down (and may be restarted): its surviving workers are stopped within
+                    # the stop grace; spares started now have imported TensorFlow by the relaunch.
+                    group.failed_early = True
+                    self._fill(group)
             if self._refill is not None and not self._groups:
                 group, self._refill = self._refill, None
                 self._fill(group)

@@ -1,0 +1,578 @@
+"""The Ray backend: ``%%worker --backend ray`` runs each worker on whichever Ray node a placement group puts it.
+
+One Ray actor per worker (``ray_node.NbworkersWorkerHost``), all in one placement group (``--spread``:
+STRICT_SPREAD, one worker per node; else PACK). ``plan()`` places the group and asks every actor for its
+node's address, a free port there and the GPUs Ray gave it: that is each worker's ``TF_CONFIG`` entry.
+``launch()`` makes the actor start the usual worker host on its node, so logs, relay messages, exit codes,
+stop, kill and stack dumps behave as with the local backend. The kernel's relay listens on every interface
+and tells the workers the kernel node's address; messages stay signed with the cluster's key.
+
+When the worker's node does not see the kernel's files (no shared file system), the cell and the pushed
+variables are copied to the node, the log is written there and copied back, a chunk every
+``log_mirror_interval`` seconds, into the kernel's run directory (where ``%workers logs`` reads it).
+
+Once a worker group is gone, ``close()`` releases every actor (``ray.kill``) and then the placement group.
+The actors belong to the kernel, the Ray driver: if the kernel dies, even by ``kill -9``, Ray kills them, and
+each host, seeing its stdin close, stops its worker.
+
+Ray is imported only when this backend is used; the kernel stays free of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traitlets import Float, Int, List, Unicode
+from traitlets.config import Configurable
+
+from nbworkers.distlib import wire
+
+from ..errors import LaunchError
+from ..settings import settings as current_settings
+from .local import Placement
+from .ray_node import ACTOR_ENV, NbworkersWorkerHost, log_probe
+
+INSTALL_HINT = 'pip install "nbworkers[ray]"'
+ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors' processes are called on the nodes
+# The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
+# the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
+WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+
+
+class RayBackendError(LaunchError):
+    """The Ray backend cannot start the workers as asked; nothing was left running."""
+
+
+class RaySettings(Configurable):
+    """Tunables of the Ray backend (``c.RaySettings.placement_timeout = 300`` in the IPython config)."""
+
+    connect_timeout = Float(10.0, help="Seconds to wait for the Ray address to answer before giving up.").tag(config=True)
+    placement_timeout = Float(
+        60.0, help="Seconds to wait for Ray to place the worker group (enough free CPUs/GPUs/nodes)."
+    ).tag(config=True)
+    actor_start_timeout = Float(
+        120.0, help="Seconds for the worker host actors to start on their nodes (Ray may start new processes)."
+    ).tag(config=True)
+    call_timeout = Float(30.0, help="Seconds to wait for an answer from a worker host actor.").tag(config=True)
+    log_mirror_interval = Float(
+        0.5, help="Seconds between copies of a node's new log output into the kernel's run directory."
+    ).tag(config=True)
+    log_mirror_chunk = Int(1 << 20, help="Bytes of a node's log copied per request.").tag(config=True)
+    poll_interval = Float(0.05, help="Seconds between checks of a worker's exit with its actor.").tag(config=True)
+    relay_host = Unicode(
+        "", help="Address the workers use to reach the kernel's relay (default: the kernel node's Ray address)."
+    ).tag(config=True)
+    forward_env_prefixes = List(
+        Unicode(), ["TF_", "KERAS_", "NBWORKERS_"],
+        help="Kernel environment variables with these prefixes are also set on the workers (besides --env).",
+    ).tag(config=True)
+
+
+def ray_settings() -> RaySettings:
+    return RaySettings(config=current_settings().config)
+
+
+# ---------------------------------------------------------------------------------------- checks before a launch
+def import_ray():
+    """Ray, or a clear error saying how to get it."""
+    try:
+        import ray
+    except ImportError as error:
+        raise RayBackendError(
+            f"--backend ray needs Ray, which is not installed here ({error}). Install it with `{INSTALL_HINT}`"
+            " (in the kernel's environment and on every Ray node), then restart the kernel."
+        ) from None
+    return ray
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``/``local``/empty."""
+    text = address.strip()
+    if not text or text in ("auto", "local"):
+        return None
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayBackendError(
+            f"--address {address}: expected HOST:PORT of the Ray head node (as `ray start --head` prints it),"
+            " ray://HOST:PORT, or auto."
+        )
+    return host.strip("[]"), int(port)
+
+
+def check_address(address: str, timeout: float | None = None) -> None:
+    """Fail fast, before anything starts, when nothing answers at the Ray address."""
+    where = split_address(address)
+    if where is None:
+        return
+    timeout = ray_settings().connect_timeout if timeout is None else timeout
+    try:
+        with socket.create_connection(where, timeout=timeout):
+            pass
+    except OSError as error:
+        raise RayBackendError(
+            f"--address {address}: nothing answers there ({error}). Is the Ray head node up (`ray status"
+            f" --address {where[0]}:{where[1]}`) and its port open to this machine? Nothing was started."
+        ) from None
+
+
+def check_launch(address: str) -> None:
+    """Everything a ``--backend ray`` launch needs that can be checked before the cluster exists."""
+    import_ray()
+    check_address(address)
+
+
+# ---------------------------------------------------------------------------------------- the kernel's view
+@dataclass
+class RemoteHost:
+    """Stands in for the local host's ``Popen`` in the cluster's state file: the host runs on a Ray node,
+    so there is no local pid for the server extension to signal (``pid`` is None)."""
+
+    node_ip: str
+    node_pid: int
+    pid: None = None
+
+
+@dataclass
+class _Group:
+    """One placement group and its actors: one launch generation of a cluster's workers."""
+
+    placement_group: Any
+    actors: list[Any]
+    where: list[dict[str, Any]]
+    open: set[int] = field(default_factory=set)
+
+
+class RayWorkerProcess:
+    """One worker as the cluster sees it (the interface of ``local.WorkerProcess``), hosted by a Ray actor."""
+
+    def __init__(self, backend: "RayBackend", index: int, actor: Any, log_path: Path, started: dict[str, Any],
+                 where: dict[str, Any]):
+        import ray
+
+        self._ray = ray
+        self._backend = backend
+        self._settings = backend.settings
+        self.index = index
+        self.actor = actor
+        self.log_path = log_path
+        self.node = where
+        self.host = RemoteHost(node_ip=where["ip"], node_pid=started["host_pid"])
+        self.node_log = started["log"]
+        self.remote_worker_pid: int | None = None
+        self._mirrored = started["shared"]  # the node writes the kernel's log file itself: nothing to copy
+        self._offset = started["offset"]
+        self._mirror_ref = None
+        self._last_mirror = 0.0
+        self._wait_ref = actor.wait.remote()
+        self._code: int | None = None
+        self._last_check = 0.0
+        self._sent: list[Any] = []  # fire-and-forget calls, collected so that their errors are not reported
+        self._closed = False
+
+    # The cluster records the pid a worker reports (``hello``) here and hands these to the state file as
+    # process groups to kill from the kernel's machine. A pid on another machine must never be used so.
+    @property
+    def worker_pid(self) -> int | None:
+        return None
+
+    @worker_pid.setter
+    def worker_pid(self, pid: int | None) -> None:
+        self.remote_worker_pid = pid
+
+    def pgids(self) -> list[int]:
+        return []  # nothing of this worker runs in a process group of the kernel's machine
+
+    def poll(self) -> int | None:
+        """The worker's exit code (negative: killed by that signal), or None while it runs."""
+        if self._code is not None:
+            return self._code
+        now = time.monotonic()
+        if now - self._last_check < self._settings.poll_interval:
+            return None
+        self._last_check = now
+        self._mirror_step()
+        ready, _ = self._ray.wait([self._wait_ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            raw = self._ray.get(self._wait_ref, timeout=self._settings.call_timeout)
+            code = -(raw - 128) if raw > 128 else raw
+        except Exception as error:  # the actor died: its node went away, or Ray killed it
+            code = -signal.SIGKILL
+            self._note(f"--- nbworkers: the Ray actor hosting worker {self.index} on {self.node['ip']} died:"
+                       f" {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}\n")
+        self._mirror_rest()
+        self._code = code
+        return code
+
+    def alive(self) -> bool:
+        return self.poll() is None
+
+    def _send(self, method: str, *args: Any) -> None:
+        if self._code is None and not self._closed:
+            self._sent.append(getattr(self.actor, method).remote(*args))
+
+    def request_stop(self) -> None:
+        """Ask the host to stop the worker group (TERM, grace, KILL); returns at once."""
+        self._send("tell", "stop")
+
+    def dump_stacks(self) -> None:
+        self._send("tell", "stacks")
+
+    def kill(self) -> None:
+        """SIGKILL the host's and the worker's process groups on the node; returns at once."""
+        self._send("kill")
+
+    def close(self) -> None:
+        """The group is gone: leave nothing on the node, then release the actor (and, with the last one,
+        the placement group)."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        try:
+            ray.get(self.actor.release.remote(self._backend.grace), timeout=self._backend.grace + self._settings.call_timeout)
+        except Exception:
+            pass  # the actor is gone already: its host saw its stdin close and stopped the worker
+        self._mirror_rest()
+        self._forget_sent()
+        self._backend._release_actor(self)
+
+    def _forget_sent(self) -> None:
+        if not self._sent:
+            return
+        ready, _ = self._ray.wait(self._sent, num_returns=len(self._sent), timeout=0)
+        for ref in ready:
+            try:
+                self._ray.get(ref, timeout=0)
+            except Exception:
+                pass
+        self._sent = []
+
+    # ------------------------------------------------------------------ the node's log, copied back
+    def _note(self, text: str) -> None:
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(text.encode())
+        except OSError:
+            pass
+
+    def _append(self, data: bytes, offset: int) -> None:
+        if data:
+            try:
+                with open(self.log_path, "ab") as log:
+                    log.write(data)
+            except OSError:
+                pass
+        self._offset = offset
+
+    def _mirror_step(self) -> None:
+        if self._mirrored:
+            return
+        if self._mirror_ref is not None:
+            ready, _ = self._ray.wait([self._mirror_ref], timeout=0)
+            if not ready:
+                return
+            ref, self._mirror_ref = self._mirror_ref, None
+            try:
+                self._append(*self._ray.get(ref, timeout=0))
+            except Exception:
+                return
+        now = time.monotonic()
+        if now - self._last_mirror >= self._settings.log_mirror_interval:
+            self._last_mirror = now
+            self._mirror_ref = self.actor.read_log.remote(self._offset, self._settings.log_mirror_chunk)
+
+    def _mirror_rest(self) -> None:
+        """Everything the node's log holds and the kernel's copy does not yet (at the worker's exit)."""
+        if self._mirrored:
+            return
+        ray = self._ray
+        try:
+            if self._mirror_ref is not None:
+                ref, self._mirror_ref = self._mirror_ref, None
+                self._append(*ray.get(ref, timeout=self._settings.call_timeout))
+            while True:
+                data, offset = ray.get(self.actor.read_log.remote(self._offset, self._settings.log_mirror_chunk),
+                                       timeout=self._settings.call_timeout)
+                self._append(data, offset)
+                if not data:
+                    break
+        except Exception:
+            pass
+        self._mirrored = self._closed or self._code is not None
+
+
+class RayBackend:
+    """``%%worker --backend ray``. ``address``: the Ray cluster (HOST:PORT of the head node, ray://HOST:PORT,
+    or auto: ``RAY_ADDRESS``, else the cluster started on this machine)."""
+
+    name = "ray"
+    worker_host = ""  # per worker: see plan()
+
+    def __init__(self, address: str = "", cpus_per_worker: float | None = None, gpus_per_worker: int | None = None,
+                 spread: bool = False, extra_env: dict[str, str] | None = None, cluster_name: str = "",
+                 grace: float | None = None, settings: RaySettings | None = None):
+        self.address = address or os.environ.get("RAY_ADDRESS", "") or "auto"
+        self.cpus_per_worker = 1.0 if cpus_per_worker is None else float(cpus_per_worker)
+        self.gpus_per_worker = gpus_per_worker or 0
+        self.spread = spread
+        self.extra_env = dict(extra_env or {})
+        self.cluster_name = cluster_name
+        self.grace = current_settings().stop_grace if grace is None else grace
+        self.settings = settings or ray_settings()
+        self._group: _Group | None = None
+        self._generation = 0
+        self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
+        if self.cpus_per_worker <= 0:
+            raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "RayBackend":
+        return cls(address=spec.address, cpus_per_worker=spec.cpus_per_worker, gpus_per_worker=spec.gpus_per_worker,
+                   spread=spec.spread, extra_env=spec.env, cluster_name=spec.name)
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self):
+        ray = import_ray()
+        if ray.is_initialized():
+            self._check_same_cluster(ray)
+            return ray
+        check_address(self.address, self.settings.connect_timeout)
+        try:
+            ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
+                     namespace="nbworkers")
+        except Exception as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            hint = ("Start one with `ray start --head`, or pass --address HOST:PORT of its head node."
+                    if self.address == "auto" else "Check the address (`ray status --address ...`).")
+            raise RayBackendError(f"could not connect to the Ray cluster at {self.address}: {first}. {hint}"
+                                  " Nothing was started.") from None
+        return ray
+
+    def _check_same_cluster(self, ray) -> None:
+        wanted = split_address(self.address)
+        if wanted is None or self.address.startswith("ray://"):
+            return
+        try:
+            current = ray.get_runtime_context().gcs_address
+        except Exception:
+            return
+        host, _, port = current.rpartition(":")
+        if int(port) != wanted[1] or not _same_host(host, wanted[0]):
+            raise RayBackendError(
+                f"--address {self.address}: this kernel is already connected to the Ray cluster at {current}"
+                " (one per kernel). Use that address, or restart the kernel to use another cluster."
+            )
+
+    def relay_hosts(self) -> tuple[str, str | None]:
+        """(bind, advertise) for the kernel's relay: every interface, and the address the nodes reach us at."""
+        ray = self._connect()
+        if self.settings.relay_host:
+            return "0.0.0.0", self.settings.relay_host
+        if self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
+            return "0.0.0.0", _route_address(split_address(self.address)[0])
+        return "0.0.0.0", ray.util.get_node_ip_address()
+
+    # ------------------------------------------------------------------ placement
+    def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
+        """Place one actor per task; each worker's TensorFlow address (its node's IP, a port free there) and
+        GPUs (those Ray assigned, or ``-1``)."""
+        ray = self._connect()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self._release_group()
+        gpus = self.gpus_per_worker if gpus_per_worker is None else (gpus_per_worker or 0)
+        bundle = {"CPU": self.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
+        strategy = "STRICT_SPREAD" if self.spread else "PACK"
+        count = len(tasks)
+        group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+        try:
+            ray.get(group.ready(), timeout=self.settings.placement_timeout)
+        except Exception as error:
+            _remove_placement_group(ray, group)
+            raise RayBackendError(self._placement_failure(ray, count, bundle, strategy, error)) from None
+        remote = _actor_class(ray)
+        actors = []
+        try:
+            for i in range(count):
+                actors.append(remote.options(
+                    num_cpus=self.cpus_per_worker, num_gpus=gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=i,
+                        placement_group_capture_child_tasks=False),
+                ).remote())
+            where = ray.get([a.where.remote() for a in actors], timeout=self.settings.actor_start_timeout)
+        except Exception as error:
+            self._group = _Group(group, actors, [])
+            self._release_group()
+            raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
+        self._group = _Group(group, actors, where, open=set(range(count)))
+        self._generation += 1
+        self.placements = where
+        return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
+
+    def _placement_failure(self, ray, count: int, bundle: dict[str, float], strategy: str, error: Exception) -> str:
+        want = " and ".join(f"{v:g} {k}" for k, v in bundle.items())
+        try:
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            total = ray.cluster_resources()
+            free = ray.available_resources()
+            have = (f"the cluster has {len(nodes)} node(s), {free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs"
+                    f" and {free.get('GPU', 0):g} of {total.get('GPU', 0):g} GPUs free")
+        except Exception:
+            have = "the cluster's resources could not be read"
+        spread = " on separate nodes (--spread)" if strategy == "STRICT_SPREAD" else ""
+        return (f"Ray could not place {count} workers with {want} each{spread} within"
+                f" {self.settings.placement_timeout:g} s; {have}. Use fewer workers, lower --cpus-per-worker /"
+                f" --gpus-per-worker{', drop --spread' if spread else ''}, or add nodes. Nothing was started.")
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
+               role: str = "worker") -> RayWorkerProcess:
+        ray = import_ray()
+        group = self._group
+        if group is None or index >= len(group.actors):
+            raise RayBackendError("internal error: launch() before plan() placed the workers")
+        self.grace = grace
+        run_dir = log_path.parent
+        files = {}
+        for name in ("cell.py", "push.pkl"):
+            if (run_dir / name).exists() and (name == "cell.py" or env.get(wire.ENV_PUSH)):
+                files[name] = (run_dir / name).read_bytes()
+        request = {
+            "index": index,
+            "generation": int(env.get(wire.ENV_GENERATION, "0") or 0),
+            "role": role,
+            "grace": grace,
+            "python": "" if not python or python == sys.executable else python,
+            "env": self._worker_variables(env),
+            "cwd": cwd,
+            "run_dir": str(run_dir),
+            "node_dir_name": f"{self.cluster_name or run_dir.name}-{socket.gethostname()}-{os.getpid()}",
+            "log": str(log_path),
+            "probe": log_probe(log_path),
+            "files": files,
+        }
+        actor = group.actors[index]
+        try:
+            started = ray.get(actor.start.remote(request), timeout=self.settings.call_timeout)
+        except Exception as error:
+            self._release_group()
+            raise RayBackendError(
+                f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
+            ) from None
+        with open(log_path, "ab") as log:
+            where = group.where[index]
+            log.write(
+                f"--- nbworkers: on Ray node {where['ip']} ({where['hostname']}, node {where['node_id'][:12]}),"
+                f" host pid {started['host_pid']}, python {started['python'] or where['python']}, log there:"
+                f" {started['log']}{'' if started['shared'] else ' (copied here)'}\n".encode()
+            )
+        return RayWorkerProcess(self, index, actor, log_path, started, group.where[index])
+
+    def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
+        """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the
+        kernel's variables with ``forward_env_prefixes``; the node supplies the rest."""
+        prefixes = tuple(self.settings.forward_env_prefixes)
+        return {
+            k: v for k, v in env.items()
+            if k in WORKER_VARIABLES or k in self.extra_env or k.startswith(prefixes)
+        }
+
+    # ------------------------------------------------------------------ release
+    def _release_actor(self, proc: RayWorkerProcess) -> None:
+        group = self._group
+        if group is None or proc.actor not in group.actors:
+            _kill_actor(proc._ray, proc.actor)
+            return
+        index = group.actors.index(proc.actor)
+        _kill_actor(proc._ray, proc.actor)
+        group.open.discard(index)
+        if not group.open:
+            self._release_group()
+
+    def _release_group(self) -> None:
+        """Kill every actor of the current group (their hosts stop their workers) and remove its placement group."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        import ray
+
+        for actor in group.actors:
+            _kill_actor(ray, actor)
+        _remove_placement_group(ray, group.placement_group)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+_remote_class = None
+
+
+def _actor_class(ray):
+    """The actor class, made once per kernel (threaded: ``wait`` blocks while other calls answer)."""
+    global _remote_class
+    if _remote_class is None:
+        _remote_class = ray.remote(max_concurrency=8, max_restarts=0)(NbworkersWorkerHost)
+    return _remote_class
+
+
+def _kill_actor(ray, actor) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        pass
+
+
+def _remove_placement_group(ray, group) -> None:
+    try:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(group)
+    except Exception:
+        pass
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[-1] if text else ''}"
+
+
+def _actor_failure(error: BaseException, timeout: float) -> str:
+    text = str(error)
+    if "No module named" in text and "nbworkers" in text:
+        return (f"nbworkers is not installed on a Ray node ({_first_line(error)}). Install the same nbworkers"
+                f" (`{INSTALL_HINT}`) in the Python environment Ray runs there. Nothing was started.")
+    if "GetTimeoutError" in type(error).__name__ or "Timed out" in text:
+        return (f"the worker host actors did not start within {timeout:g} s (c.RaySettings.actor_start_timeout)."
+                " Nothing was started.")
+    return f"the worker host actors could not start: {_first_line(error)}. Nothing was started."
+
+
+def _same_host(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return socket.gethostbyname(a) == socket.gethostbyname(b)
+    except OSError:
+        return False
+
+
+def _route_address(host: str) -> str:
+    """This machine's address on the route to ``host`` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((host, 9))
+            return sock.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())

@@ -1,0 +1,363 @@
+"""``%%worker --backend ray`` on a real two-node Ray cluster started on this machine (issue 9).
+
+The cluster: a head node and a second node (two raylets, one CPU each, on this machine's address — Ray
+replaces 127.0.0.1 by it), each ``ray start --block`` in a session of its own so that teardown ends exactly
+what it started. ``--spread`` puts one worker on each node. Skipped when Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("ray", reason='the Ray backend needs Ray: pip install "nbworkers[ray]"')
+
+from conftest import processes_of_run_root, wait_until  # noqa: E402
+
+from nbworkers.magics.backends.ray_backend import ACTOR_PROCESS_TITLE  # noqa: E402
+
+RAY_START_TIMEOUT = 180  # seconds for `ray start` to bring a node up (slow on a loaded 2-core machine)
+RAY_START_ATTEMPTS = 3  # `ray start` tries per node (see RayTestCluster._start_node)
+RAY_NODES_TIMEOUT = 120  # seconds for both nodes to show up in the cluster
+RAY_STOP_GRACE = 20  # seconds `ray start --block` gets to stop its processes after SIGTERM
+ACTORS_GONE_TIMEOUT = 60  # seconds for Ray to end the actors after a stop or the kernel's death
+WORKERS_UP_TIMEOUT = 240  # seconds until both workers run (Ray starts an actor process per worker)
+RUN_TIMEOUT = 600  # seconds for a whole training run with one restart
+RAY_BIN = Path(sys.executable).with_name("ray")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_line(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        found = re.search(pattern, text)
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise RuntimeError(f"`ray start` exited with {proc.returncode}:\n{text[-3000:]}")
+        time.sleep(0.5)
+    raise TimeoutError(f"`ray start` did not print {pattern!r} in {timeout} s:\n{text[-3000:]}")
+
+
+class RayTestCluster:
+    """Two Ray nodes on this machine, started and ended by this test module only."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="nbw-ray-"))  # short: Ray's socket paths must fit 107 bytes
+        self.procs: list[subprocess.Popen] = []
+        self.address = ""
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        env.pop("RAY_ADDRESS", None)
+        self.env = env
+
+    def _start(self, name: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
+        out = self.root / f"{name}.out"
+        proc = subprocess.Popen(
+            [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
+             "--object-store-memory", str(100 * 1024 * 1024), "--block"],
+            stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc, out
+
+    def _start_node(self, name: str, args: list[str], pattern: str) -> re.Match:
+        """`ray start`, tried again when it fails: its raylet must register within a fixed 30 s, which a
+        loaded machine can miss ("The current node timed out during startup")."""
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            proc, out = self._start(f"{name}{attempt}", args)
+            try:
+                return wait_for_line(out, pattern, proc, RAY_START_TIMEOUT)
+            except RuntimeError:
+                if attempt == RAY_START_ATTEMPTS:
+                    raise
+                self._end_session(proc)
+
+    def _end_session(self, proc: subprocess.Popen) -> None:
+        for member in self.session_processes():
+            try:
+                if os.getsid(member.pid) == proc.pid:
+                    member.kill()
+            except (OSError, psutil.Error):
+                pass
+        proc.wait(timeout=10)
+
+    def start(self) -> "RayTestCluster":
+        self.address = self._start_node("head", [
+            "--head", "--node-ip-address", "127.0.0.1", "--port", str(free_port()), "--num-cpus", "1",
+            "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
+        ], r"ray start --address='([^']+)'").group(1)
+        self._start_node("node", ["--address", self.address, "--num-cpus", "1"], r"Ray runtime started")
+        assert wait_until(lambda: self.alive_nodes() == 2, RAY_NODES_TIMEOUT, interval=2), "the second node never joined"
+        return self
+
+    def alive_nodes(self) -> int:
+        code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); " \
+               "print(sum(1 for n in ray.nodes() if n['Alive']))"
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=self.env, timeout=120)
+        return int(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 and result.stdout.strip() else 0
+
+    def session_processes(self) -> list[psutil.Process]:
+        """Every live process in the sessions of the `ray start` commands started here (Ray's own and its
+        workers, the actors included)."""
+        sessions = {p.pid for p in self.procs}
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getsid(proc.pid) in sessions and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        return found
+
+    def actor_processes(self) -> list[psutil.Process]:
+        found = []
+        for proc in self.session_processes():
+            try:
+                if " ".join(proc.cmdline()).startswith(ACTOR_PROCESS_TITLE):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def stop(self) -> None:
+        members = self.session_processes()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=RAY_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in members + self.session_processes():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    cluster = RayTestCluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        assert not cluster.session_processes(), "Ray processes outlived the test cluster"
+
+
+# Two workers, one per node, train a tf_keras model under MWMS on different data. Generation 0 holds after
+# epoch 2 (its checkpoint written by BackupAndRestore) until the test kills worker 1; the restarted group
+# resumes from that checkpoint and runs epochs 3 and 4.
+TRAIN_CELL = """%%worker -n 2 --backend ray --address {address} --spread --name {name} --max-restarts 2 --env TF_USE_LEGACY_KERAS=1
+import os, time
+import numpy as np
+import tensorflow as tf
+from nbworkers import distlib
+
+generation = os.environ["NBWORKERS_GENERATION"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
+x = rng.rand(256, 8).astype("float32")
+y = (x.sum(axis=1) > 4).astype("float32")
+with strategy.scope():
+    tf.keras.utils.set_random_seed(1)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+
+class HoldUntilKilled(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if generation == "0" and epoch == 1:
+            print("HOLDING", flush=True)
+            time.sleep(600)
+
+backup = os.path.join(os.environ["NBWORKERS_RUN_DIR"], "backup")
+history = model.fit(dataset, epochs=4, steps_per_epoch=4, verbose=2, callbacks=[
+    tf.keras.callbacks.BackupAndRestore(backup), distlib.ReportCallback(), HoldUntilKilled()])
+print("EPOCHS_RUN", len(history.history["loss"]), "GENERATION", generation)
+print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))
+"""
+
+SLEEP_CELL = """%%worker -n 2 --backend ray --address {address} --name {name}
+import time
+print("worker up", flush=True)
+time.sleep(600)
+"""
+
+
+def snapshot(kernel, name: str) -> dict:
+    return kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
+
+
+def logs(kernel, name: str) -> str:
+    return kernel.run(f"%workers logs {name}").stdout
+
+
+def test_training_on_two_ray_nodes_survives_a_killed_worker(kernel, run_root, ray_cluster):
+    name = "raytrain"
+    launched = kernel.run(TRAIN_CELL.format(address=ray_cluster.address, name=name))
+    assert not launched.error, launched.text
+    assert wait_until(lambda: logs(kernel, name).count("HOLDING") == 2, WORKERS_UP_TIMEOUT, interval=1), logs(kernel, name)
+    snap = snapshot(kernel, name)
+    assert snap["backend"] == "ray" and snap["status"] == "running", snap
+    # metrics reached the kernel over the relay, from both nodes
+    assert all(w["metrics"].get("loss") is not None for w in snap["workers"]), snap["workers"]
+    nodes = kernel.value(f"[p['node_id'] for p in nbworkers.get_cluster({name!r}).backend.placements]")
+    assert len(set(nodes)) == 2, "--spread should put the two workers on different Ray nodes"
+    victim = snap["workers"][1]["pid"]
+    assert victim and psutil.pid_exists(victim)
+    os.kill(victim, signal.SIGKILL)  # the worker's process on its Ray node
+
+    waited = kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT}", timeout=RUN_TIMEOUT + 30)
+    assert not waited.error, waited.text
+    snap = snapshot(kernel, name)
+    assert snap["status"] == "finished", snap["error"]
+    assert snap["restarts"] == 1 and snap["generation"] == 1
+    entry = snap["restart_history"][0]
+    assert entry["kind"] == "WorkerCrashed" and entry["worker"] == 1, entry
+    assert all(w["pid"] != victim for w in snap["workers"])
+    texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(2)]
+    sums = [re.findall(r"CHECKSUM (\S+)", text) for text in texts]
+    assert all(len(s) == 1 for s in sums), texts
+    assert sums[0] == sums[1], f"workers ended with different weights: {sums}"
+    # the restarted group resumed from the checkpoint of epoch 2: it ran the last two epochs only
+    assert all("EPOCHS_RUN 2 GENERATION 1" in text for text in texts), texts
+    assert all("on Ray node" in text for text in texts)
+    assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
+
+
+def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(kernel, run_root, ray_cluster):
+    """Here the node is made to believe it does not see the kernel's files (as on another machine without a
+    shared file system): the cell is copied to the node, the log written there and copied back."""
+    name = "raystop"
+    node_dirs = Path(tempfile.gettempdir()) / "nbworkers-ray"
+    node_prefix = node_dirs / f"{name}-"
+    forced = kernel.run("import nbworkers.magics.backends.ray_backend as rb; rb.log_probe = lambda path: (-1, b'')")
+    assert not forced.error, forced.error
+    try:
+        assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
+        assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
+        shown = logs(kernel, name)
+        assert shown.count(f"log there: {node_prefix}") == 2 and shown.count("(copied here)") == 2, shown
+        assert len(ray_cluster.actor_processes()) == 2
+        assert len(processes_of_run_root(node_prefix)) >= 4  # hosts and workers run in the node's directory
+        stopped = kernel.run(f"%workers stop {name}")
+        assert not stopped.error, stopped.text
+        assert kernel.value(f"nbworkers.get_cluster({name!r}).status") == "stopped"
+        assert wait_until(lambda: not processes_of_run_root(node_prefix), 30), processes_of_run_root(node_prefix)
+        assert not processes_of_run_root(run_root)
+        assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
+    finally:
+        for path in node_dirs.glob(f"{name}-*"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def test_kernel_death_ends_the_actors_and_their_workers(kernel, run_root, ray_cluster):
+    name = "rayorphans"
+    assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
+    assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
+    assert len(processes_of_run_root(run_root)) >= 4  # two hosts and two workers
+    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
+
+
+def test_an_address_that_does_not_answer_starts_nothing(kernel, run_root):
+    closed = free_port()
+    result = kernel.run(f"%%worker -n 2 --backend ray --address 127.0.0.1:{closed} --name unreachable\nprint('hi')\n")
+    assert f"127.0.0.1:{closed}: nothing answers there" in result.failure, result.text
+    assert "Nothing was started" in result.failure
+    assert not (run_root / "unreachable").exists()
+    assert not processes_of_run_root(run_root)
+
+
+def test_ray_flags_need_the_ray_backend(kernel):
+    result = kernel.run("%%worker -n 2 --spread --address 1.2.3.4:6379\nprint('hi')\n")
+    assert "--address, --spread: only for the Ray backend. Add --backend ray." in result.failure, result.text
+
+
+@pytest.fixture
+def kernel_without_ray(kernel_env, tmp_path):
+    """The kernel's environment with a `ray` package that fails to import, as when Ray is not installed."""
+    fake = tmp_path / "no-ray"
+    (fake / "ray").mkdir(parents=True)
+    (fake / "ray" / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    kernel_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), kernel_env.get("PYTHONPATH", "")]))
+
+
+def test_missing_ray_says_how_to_install_it(kernel_without_ray, kernel, run_root):
+    result = kernel.run("%%worker -n 2 --backend ray --name noray\nprint('hi')\n")
+    assert 'pip install "nbworkers[ray]"' in result.failure, result.text
+    assert not (run_root / "noray").exists()
+
+
+def test_a_group_ray_cannot_place_says_why_and_leaves_nothing(kernel, run_root, ray_cluster):
+    configured = kernel.run("nbworkers.settings().config.RaySettings.placement_timeout = 5")
+    assert not configured.error, configured.error
+    # three workers, one per node, on a two-node cluster
+    result = kernel.run(f"%%worker -n 3 --backend ray --address {ray_cluster.address} --spread --name crowded\n"
+                        "print('hi')\n")
+    assert "Ray could not place 3 workers with 1 CPU each on separate nodes (--spread)" in result.failure, result.text
+    assert "the cluster has 2 node(s)" in result.failure and "Nothing was started" in result.failure
+    assert not processes_of_run_root(run_root)
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT)
+
+
+# Generation 0 waits to be killed; the restarted generation finishes.
+KILLABLE_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --max-restarts 1
+import os, time
+print("generation", os.environ["NBWORKERS_GENERATION"], flush=True)
+if os.environ["NBWORKERS_GENERATION"] == "0":
+    time.sleep(600)
+print("done", flush=True)
+"""
+
+
+def test_a_dead_actor_is_a_crash_and_the_group_restarts(kernel, run_root, ray_cluster):
+    """As when a node goes away: the actor hosting worker 0 dies; its host stops the worker; the group restarts."""
+    name = "rayactor"
+    assert not kernel.run(KILLABLE_CELL.format(address=ray_cluster.address, name=name)).error
+    assert wait_until(lambda: logs(kernel, name).count("generation 0") == 2, WORKERS_UP_TIMEOUT, interval=1)
+    actor_pid = kernel.value(f"nbworkers.get_cluster({name!r}).backend.placements[0]['actor_pid']")
+    assert actor_pid in [p.pid for p in ray_cluster.actor_processes()]
+    os.kill(actor_pid, signal.SIGKILL)
+    waited = kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT}", timeout=RUN_TIMEOUT + 30)
+    assert not waited.error, waited.text
+    snap = snapshot(kernel, name)
+    assert snap["status"] == "finished", snap["error"]
+    assert snap["restarts"] == 1 and snap["restart_history"][0]["worker"] == 0, snap["restart_history"]
+    text = (run_root / name / "worker-0.log").read_text()
+    assert "the Ray actor hosting worker 0" in text and "died" in text, text
+    assert logs(kernel, name).count("done") == 2
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
