@@ -47,7 +47,7 @@ test-fast: setup
 
 lab: setup
 	$(PY) -m nbworkers.kernelspec install --sys-prefix
-	$(VENV)/bin/jupyter lab tutorials/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) tutorials/
 
 bench: setup
 	$(PY) benchmarks/run.py

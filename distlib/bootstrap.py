@@ -133,6 +133,7 @@ def adopt_environment(env: dict[str, str]) -> None:
 def spare_main() -> int:
     """Import ahead, say ready, wait for the run's assignment, then run the cell like a cold worker."""
     faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)  # the watchdog may ask any time
     for name in SPARE_PRELOAD:
         try:
             importlib.import_module(name)

@@ -45,6 +45,18 @@ def check_devices_agree(extended) -> None:
     collectives.check_worker_facts(facts)
 
 
+def restore_default_sigterm() -> None:
+    """TensorFlow (2.21) installs a C-level SIGTERM handler with the strategy that logs "SIGTERM caught" and
+    carries on, so a stop or a preemption would wait out the whole grace period. Give SIGTERM back its default
+    action, unless Python code installed a handler of its own (distlib's preemption handler installs its own
+    later, at the first training step)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def install() -> None:
     """Install the wrapper (idempotent)."""
     global _installed
@@ -66,6 +78,7 @@ def install() -> None:
         if context.context()._context_handle is None:  # it will connect to the other workers now
             send_status("waiting", "setting up MultiWorkerMirroredStrategy")
         original(self, cluster_resolver)
+        restore_default_sigterm()
         if context.executing_eagerly() and getattr(self, "_num_workers", 1) > 1:
             check_devices_agree(self)
         send_status("running")

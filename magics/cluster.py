@@ -27,6 +27,7 @@ from . import ports
 from .backends.host import group_alive
 from .backends.local import LocalBackend, WorkerProcess
 from .environment import worker_env
+from .errors import LaunchError
 from .failures import (
     GroupStalled, PortCollision, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
     root_cause, should_restart,
@@ -211,9 +212,11 @@ class Cluster:
         self._relay = RelayReceiver(self._key, *self.backend.relay_hosts())  # ray: every interface
         try:
             self._launch_group()
-        except BaseException:
+        except BaseException as error:
             self._kill_all()
             self._relay.close()
+            if isinstance(error, LaunchError):  # refused before anything ran: leave no trace
+                shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
         self._write_state(force=True)
         self._thread = threading.Thread(target=self._supervise, name=f"nbworkers-{self.name}", daemon=True)
@@ -341,6 +344,8 @@ class Cluster:
         history = self.state.restart_history
         if history and history[-1].get("resumed_from") is None and history[-1]["generation"] == self.state.generation:
             history[-1]["resumed_from"] = {"epoch": content.get("epoch"), "step": content.get("step")}
+            history[-1]["resumed_at"] = time.time()
+            self._last_failure = None  # progress since: a repeat of the same failure is bad luck again, not a bug
 
     def _check_requests(self) -> None:
         if self._stopping_since is None:
@@ -462,7 +467,7 @@ class Cluster:
         self.state.status = "failed"
         self.state.failure_kind = failure.kind
         tail = f"\n{failure.log_tail}" if failure.log_tail else ""
-        self.state.error = f"{failure}.{tail}"
+        self.state.error = f"{str(failure).rstrip('.')}.{tail}"
         self._begin_stop(str(failure), final_status="failed")
 
     def _next_backoff(self) -> float:

@@ -7,10 +7,12 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
+from .errors import LaunchError
+
 NVIDIA_SMI_TIMEOUT = 10.0  # seconds to wait for `nvidia-smi -L`
 
 
-class GpuAssignmentError(ValueError):
+class GpuAssignmentError(LaunchError):
     pass
 
 

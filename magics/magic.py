@@ -74,8 +74,8 @@ class WorkerMagics(Magics):
         try:
             spec = build_spec(args, cell, self.shell.user_ns, taken=registry.names(), running=_running_names())
             cluster = Cluster(spec)
+            cluster.start()  # raises before anything runs, or leaves nothing behind
             registry.add(cluster)
-            cluster.start()
         except LaunchError as error:
             raise UsageError(str(error)) from None
         if not args.block:

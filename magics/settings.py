@@ -45,6 +45,9 @@ class WorkerSettings(Configurable):
     stack_dump_wait = Float(3.0, help="Seconds the watchdog gives workers to write their stacks before acting.").tag(
         config=True
     )
+    evaluator_grace = Float(60.0, help="Seconds the evaluator may keep running after training ended before it is stopped.").tag(
+        config=True
+    )
     log_tail_lines = Int(300, help="Log lines per worker kept in the kernel and shown; the full log is on disk.").tag(
         config=True
     )

@@ -3,8 +3,8 @@ preempted (SIGTERM) or hung, the group restarted by the supervisor, training res
 
 Worker cells print marker lines the tests read from the per-worker logs:
 ``BATCH <generation> <epoch> <batch>`` once per epoch for the first batch a generation runs (0-based, so the
-resume point is visible), ``SAVED <generation> <epoch> <step>`` for custom-loop saves, ``CHECKSUM <float>``
-of the final weights.
+resume point is visible), ``START <generation> <epoch> <step>`` where a custom loop starts and ``SAVED
+<generation> <epoch> <step>`` for its saves, ``CHECKSUM <float>`` of the final weights.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from conftest import processes_of_run_root, wait_until
 WAIT_TIMEOUT = 240  # seconds for one restarted 2-worker run on 2 shared cores
 POLL_TIMEOUT = 150  # seconds to reach the point where a test kills a worker
 SNAPSHOT = "nbworkers.get_cluster({name!r}).snapshot()"
+TF215_PYTHON = Path(__file__).resolve().parents[1] / ".venv-tf215" / "bin" / "python"  # `make estimator-env`
 
 # Keras 3 through distlib.fit with checkpoint_dir: 4 epochs of 8 steps, ~1.5 s an epoch (a sleeping callback).
 KERAS_CELL = """%%worker -n 2 --name {name} --max-restarts 2 --env NBWORKERS_MOCK_DATA=1 {flags}
@@ -184,7 +185,7 @@ def test_keras_fit_survives_kill_9_of_a_worker_in_epoch_2(kernel, run_root):
     assert entry["resumed_from"]["epoch"] == 2, entry
     for i in (0, 1):
         log = worker_log(run_root, name, i)
-        first = [m for m in markers(log, "BATCH")]
+        first = markers(log, "BATCH")
         gen0 = [(e, b) for g, e, b in first if g == 0]
         gen1 = [(e, b) for g, e, b in first if g == 1]
         assert gen1 and gen1[0] == (1, 0), first  # epoch index 1 (the second), batch 0
@@ -252,10 +253,12 @@ def test_custom_loop_survives_kill_9_and_resumes_at_the_saved_step(kernel, run_r
     assert not processes_of_run_root(run_root)
 
 
-@pytest.mark.parametrize("python", [pytest.param("", id="tf-main"), pytest.param(str(Path(__file__).resolve().parents[1] / ".venv-tf215" / "bin" / "python"), marks=[
-    pytest.mark.estimator,
-    pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / ".venv-tf215").exists(), reason="needs .venv-tf215"),
-], id="tf215")])
+@pytest.mark.parametrize("python", [
+    pytest.param("", id="tf-main"),
+    pytest.param(str(TF215_PYTHON), id="tf215", marks=[  # the TensorFlow 2.15 environment, Keras 2
+        pytest.mark.estimator, pytest.mark.skipif(not TF215_PYTHON.exists(), reason="needs `make estimator-env`"),
+    ]),
+])
 def test_custom_loop_sigterm_saves_at_the_next_step(kernel, run_root, python):
     name = "looppreempt"
     flags = f"--python {python}" if python else ""
@@ -410,7 +413,6 @@ def test_chaos_random_kills_end_finished_or_clearly_failed_and_leave_nothing_beh
 
 
 # ---------------------------------------------------------------------------------------------- Estimator
-TF215_PYTHON = Path(__file__).resolve().parents[1] / ".venv-tf215" / "bin" / "python"
 ESTIMATOR_CELL = """%%worker -n 2 --name {name} --python {python} --max-restarts 2
 import os, time
 import tensorflow as tf

@@ -171,6 +171,8 @@ def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, 
         ("--push undefined_variable", "no variable named undefined_variable"),
         ("--name ../escape", "use letters, digits"),
         ("--timeout -1", "positive number"),
+        ("--gpus-per-worker 64", "needs 128 GPUs"),
+        ("--max-restarts -1", "use 0 (never restart) or more"),
     ],
 )
 def test_bad_flags_give_a_clear_error_and_start_nothing(kernel, run_root, line, expected):
