@@ -1,6 +1,6 @@
 # Cost of reporting: one process trains a small tf_keras model, alternating model.fit calls with and without
 # nbworkers' ReportCallback (same process, same traced train function, so only the callback differs), and
-# prints one JSON line: steps per second of every "on" and "off" fit, measured after a few warm-up steps.
+# prints one JSON line: steps per second of every "on" and "off" fit, measured from train begin to train end.
 # A third mode, "hook", adds an empty per-step callback instead: what any per-step Keras callback costs.
 # The relay (NBWORKERS_RELAY/KEY) points at a receiver the benchmark drains, as a kernel would.
 import json
@@ -15,36 +15,39 @@ from nbworkers.distlib import reporting, wire
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 600
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-WARMUP = 10  # steps not timed at the start of every fit
+WIDTH = int(sys.argv[3]) if len(sys.argv) > 3 else 128  # hidden units per layer
+BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 32
+LAYERS = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
 assert wire.process_sender() is not None, "run with the relay in the environment"
 rng = np.random.RandomState(0)
 x = rng.rand(2048, 28, 28).astype("float32")
 y = rng.randint(0, 10, size=2048).astype("int64")
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().prefetch(4)
-model = tf.keras.Sequential([
-    tf.keras.layers.Flatten(input_shape=(28, 28)),
-    tf.keras.layers.Dense(128, activation="relu"),
-    tf.keras.layers.Dense(10),
-])
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat().prefetch(4)
+model = tf.keras.Sequential(
+    [tf.keras.layers.Flatten(input_shape=(28, 28))]
+    + [tf.keras.layers.Dense(WIDTH, activation="relu") for _ in range(LAYERS)]
+    + [tf.keras.layers.Dense(10)]
+)
 model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               optimizer=tf.keras.optimizers.SGD(0.01), metrics=["accuracy"])
 
 
 class Clock(tf.keras.callbacks.Callback):
-    _supports_tf_logs = True  # never force the logs to numpy: the clock itself must cost nothing
+    """Times a whole fit from its train-begin to its train-end hook; it has no per-step hook of its own, so
+    "off" is a fit without any per-step callback (the train function is traced before the measurements)."""
 
     def __init__(self):
         super().__init__()
         self.start = self.end = 0.0
 
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == WARMUP - 1:
-            self.start = time.perf_counter()
+    def on_train_begin(self, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_end(self, logs=None):
         self.end = time.perf_counter()
 
 
-model.fit(dataset, epochs=1, steps_per_epoch=50, verbose=0)  # trace once, outside the measurements
 class Hook(tf.keras.callbacks.Callback):
     _supports_tf_logs = True
 
@@ -60,6 +63,6 @@ for round_ in range(ROUNDS):
         extra = {"on": [reporting.ReportCallback()], "hook": [Hook()], "off": []}[mode]
         callbacks = [clock] + extra
         model.fit(dataset, epochs=1, steps_per_epoch=STEPS, verbose=0, callbacks=callbacks)
-        results[mode].append((STEPS - WARMUP) / (clock.end - clock.start))
+        results[mode].append(STEPS / (clock.end - clock.start))
 results["reports_sent"] = reporting.reporter().sent
 print("RESULT " + json.dumps(results), flush=True)

@@ -231,7 +231,7 @@ class PreemptionSaver:
         if self._wakeup_r is None:
             return
         signal.set_wakeup_fd(-1)
-        read_fd, self._wakeup_r = self._wakeup_r, None
+        self._wakeup_r = None
         os.close(self._wakeup_w)  # the watcher thread sees end of file and closes read_fd
 
     def _watch_wakeup(self, read_fd: int) -> None:

@@ -23,16 +23,14 @@ from typing import Any, Callable
 
 from nbworkers.distlib import wire
 
-from . import ports
 from .backends.host import group_alive
 from .backends.local import LocalBackend, WorkerProcess
 from .environment import worker_env
 from .errors import LaunchError
 from .failures import (
-    GroupStalled, PortCollision, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
+    GroupStalled, PortCollision, RelaunchFailed, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
     root_cause, should_restart,
 )
-from .gpus import assign_gpus, visible_gpus
 from .relay import Message, RelayReceiver
 from .settings import WorkerSettings, settings as current_settings
 from .spec import LaunchSpec
@@ -505,7 +503,11 @@ class Cluster:
             worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
         self._kill_deadline = None
         self._last_progress = time.monotonic()
-        self._launch_group()
+        try:
+            self._launch_group()
+        except LaunchError as error:  # e.g. a lost node leaves too few for the group
+            self._kill_all()
+            self._fail(RelaunchFailed(f"the group could not be started again: {error}"))
         self._dirty = True
 
     def _conclude(self) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass
 
 from .ports import port_taken
 
@@ -85,6 +84,10 @@ class UserRestart(WorkerFailure):
     """Not a failure: the user asked for a restart (the widget's Restart button, ``cluster.restart()``)."""
 
     retryable = True
+
+
+class RelaunchFailed(WorkerFailure):
+    """A restart was due, but the group could not be started again (for example, too few nodes are left)."""
 
 
 class RestartsExhausted(WorkerFailure):

@@ -38,6 +38,9 @@ ACTORS_GONE_TIMEOUT = 60  # seconds for Ray to end the actors after a stop or th
 WORKERS_UP_TIMEOUT = 240  # seconds until both workers run (Ray starts an actor process per worker)
 RUN_TIMEOUT = 600  # seconds for a whole training run with one restart
 RAY_BIN = Path(sys.executable).with_name("ray")
+# Hermetic: a token in ~/.ray/auth_token (Ray writes one when ray.init() starts a local cluster) would
+# otherwise switch `ray start` to token authentication.
+RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
@@ -70,7 +73,7 @@ class RayTestCluster:
         self.root = Path(tempfile.mkdtemp(prefix="nbw-ray-"))  # short: Ray's socket paths must fit 107 bytes
         self.procs: list[subprocess.Popen] = []
         self.address = ""
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV)
         env.pop("RAY_ADDRESS", None)
         self.env = env
 
@@ -165,6 +168,12 @@ class RayTestCluster:
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def ray_test_environment(kernel_env):
+    """The test kernel (the Ray driver) sees the same Ray settings as the test cluster."""
+    kernel_env.update(RAY_TEST_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -270,12 +279,15 @@ def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(ker
     node_prefix = node_dirs / f"{name}-"
     forced = kernel.run("import nbworkers.magics.backends.ray_backend as rb; rb.log_probe = lambda path: (-1, b'')")
     assert not forced.error, forced.error
+    sigterm = "repr(__import__('signal').getsignal(__import__('signal').SIGTERM))"
+    kernel_sigterm = kernel.value(sigterm)
     try:
         assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
         assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
         shown = logs(kernel, name)
         assert shown.count(f"log there: {node_prefix}") == 2 and shown.count("(copied here)") == 2, shown
         assert len(ray_cluster.actor_processes()) == 2
+        assert kernel.value(sigterm) == kernel_sigterm, "connecting to Ray changed the kernel's SIGTERM handling"
         assert len(processes_of_run_root(node_prefix)) >= 4  # hosts and workers run in the node's directory
         stopped = kernel.run(f"%workers stop {name}")
         assert not stopped.error, stopped.text
@@ -286,6 +298,10 @@ def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(ker
     finally:
         for path in node_dirs.glob(f"{name}-*"):
             shutil.rmtree(path, ignore_errors=True)
+        try:
+            node_dirs.rmdir()  # only when empty: another run may use it
+        except OSError:
+            pass
 
 
 def test_kernel_death_ends_the_actors_and_their_workers(kernel, run_root, ray_cluster):

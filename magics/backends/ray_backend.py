@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,6 +350,7 @@ class RayBackend:
             self._check_same_cluster(ray)
             return ray
         check_address(self.address, self.settings.connect_timeout)
+        kernel_sigterm = _sigterm_handler()
         try:
             ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
                      namespace="nbworkers")
@@ -358,6 +360,8 @@ class RayBackend:
                     if self.address == "auto" else "Check the address (`ray status --address ...`).")
             raise RayBackendError(f"could not connect to the Ray cluster at {self.address}: {first}. {hint}"
                                   " Nothing was started.") from None
+        finally:
+            _restore_sigterm(kernel_sigterm)  # ray.init turns SIGTERM into SystemExit in the main thread
         return ray
 
     def _check_same_cluster(self, ray) -> None:
@@ -525,6 +529,15 @@ def _actor_class(ray):
     if _remote_class is None:
         _remote_class = ray.remote(max_concurrency=8, max_restarts=0)(NbworkersWorkerHost)
     return _remote_class
+
+
+def _sigterm_handler():
+    return signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+
+
+def _restore_sigterm(handler) -> None:
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _kill_actor(ray, actor) -> None:
