@@ -160,6 +160,14 @@ def _names_run_dir(proc: psutil.Process, run_dir: Path) -> bool:
         return False
 
 
+def _is_spare(proc: psutil.Process) -> bool:
+    """A warm spare (pre-started before the run it was handed; see backends/spares.py)."""
+    try:
+        return bool(proc.environ().get("NBWORKERS_SPARE"))
+    except (psutil.Error, OSError):
+        return False
+
+
 def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> list[psutil.Process]:
     """Live processes of the run, created while it lived: the members of its host and worker process groups,
     and any process whose environment names its run directory (a worker whose group id was never reported,
@@ -186,8 +194,8 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
         if not member and (own_dir is None or not _names_run_dir(proc, own_dir)):
             continue
         created = proc.info.get("create_time") or 0.0
-        if started is not None and created < started - CREATE_TIME_SLACK:
-            continue
+        if started is not None and created < started - CREATE_TIME_SLACK and not (member and _is_spare(proc)):
+            continue  # older than the run: another process that reuses the id (a warm spare is older, and ours)
         if last_seen is not None and created > last_seen + CREATE_TIME_SLACK:
             continue
         if _alive(proc):

@@ -110,7 +110,10 @@ def processes_of_run_root(run_root: Path) -> list[psutil.Process]:
             continue
         try:
             env = proc.environ()
-            if env.get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)) and proc.status() != psutil.STATUS_ZOMBIE:
+            ours = env.get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)) or env.get("NBWORKERS_SPARE", "").startswith(
+                str(run_root)
+            )  # a warm spare's /proc environment keeps its pool's mark, not the run it was handed
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except (psutil.Error, OSError):
             continue
@@ -149,6 +152,7 @@ def kernel_env(run_root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["NBWORKERS_RUN_ROOT"] = str(run_root)
     env["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    env["NBWORKERS_SPARES"] = "0"  # no warm spares unless a test asks (tests/test_spares.py): they cost CPU
     env.pop("TF_CONFIG", None)
     return env
 

@@ -7,7 +7,6 @@ import `nbworkers.distlib` from our folder and leave `import distlib` to the oth
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 from pathlib import Path
 

@@ -7,7 +7,6 @@ import re
 import signal
 import time
 
-import psutil
 import pytest
 
 from conftest import processes_of_run_root, wait_until
@@ -116,6 +115,7 @@ def test_interrupt_button_does_not_kill_workers(kernel, run_root):
     time.sleep(1)
     kernel.manager.interrupt_kernel()
     reply = kernel.client.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     assert kernel.value("nbworkers.get_cluster('interrupted').status") == "running"
     assert len(processes_of_run_root(run_root)) == 4
