@@ -108,6 +108,21 @@ def headline(snapshot: dict[str, Any]) -> str:
     return text
 
 
+def restart_lines(snapshot: dict[str, Any]) -> list[str]:
+    """One line per restart: its kind, its cause and where the run resumed (once known)."""
+    history = snapshot.get("restart_history") or []
+    if not history:
+        return list(snapshot.get("restart_causes") or [])
+    lines = []
+    for entry in history:
+        line = f"{entry.get('kind') or 'restart'}: {entry.get('cause') or ''}"
+        resumed = entry.get("resumed_from")
+        if resumed:
+            line += f"; resumed at epoch {resumed.get('epoch')}, step {resumed.get('step')}"
+        lines.append(line)
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------- text
 
 
@@ -133,6 +148,7 @@ def render_text(snapshot: dict[str, Any]) -> str:
         lines.append(line)
         if done and worker.get("log_path"):
             lines.append(f"      log: {worker['log_path']}")
+    lines.extend(f"  restart {i}: {line}" for i, line in enumerate(restart_lines(snapshot), 1))
     if snapshot.get("error"):
         lines.append(f"Error: {snapshot['error']}")
     if done:
@@ -229,10 +245,10 @@ def render_html(snapshot: dict[str, Any]) -> str:
 
 def render_summary_html(snapshot: dict[str, Any]) -> str:
     """The final summary: status, epochs, last metrics, wall time, log paths, the error when it failed."""
-    causes = snapshot.get("restart_causes") or []
     restarts = ""
-    if causes:
-        items = "".join(f"<li>{_esc(c)}</li>" for c in causes)
+    history = restart_lines(snapshot)
+    if history:
+        items = "".join(f"<li>{_esc(line)}</li>" for line in history)
         restarts = f"<p>Restarts:</p><ul>{items}</ul>"
     return (
         f'<div class="nbw-summary"><p>{_badge(snapshot.get("status"))} <b>{_esc(headline(snapshot))}</b></p>'

@@ -267,12 +267,20 @@ function render({ model, el }) {
     const parts = [`${workers.length} worker${workers.length === 1 ? "" : "s"}`, fmtDuration(wall)];
     if (c.backend && c.backend !== "local") parts.push(c.backend);
     if (c.restarts) parts.push(`${c.restarts} restart${c.restarts === 1 ? "" : "s"}`);
+    const history = c.restart_history || [];
+    if (history.length) parts.push(`last restart: ${describeRestart(history[history.length - 1])}`);
     meta.textContent = parts.join(" · ");
     const done = DONE.has(c.status);
     stopButton.disabled = done || local.pending === "stop";
-    restartButton.disabled = done || local.pending === "restart"; // a finished cluster's supervisor is gone
+    restartButton.disabled = local.pending === "restart"; // on a run that ended, Restart runs the cell again
     notice.textContent = model.get("notice") || "";
     renderError();
+  }
+
+  function describeRestart(r) {
+    const from = r.resumed_from;
+    const where = from ? `, resumed at epoch ${from.epoch ?? "?"} step ${from.step ?? "?"}` : "";
+    return `${r.kind || "restart"} (${r.cause || ""})${where}`;
   }
 
   function renderError() {

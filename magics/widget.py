@@ -39,7 +39,7 @@ CARD_FIELDS = (
 )  # fmt: skip
 CLUSTER_FIELDS = (
     "name", "backend", "status", "error", "started", "ended", "wall_time", "restarts", "restart_causes",
-    "generation", "run_dir",
+    "restart_history", "generation", "run_dir",
 )  # fmt: skip
 ACTIONS = ("stop", "restart")
 STATE_TRAITS = ("cluster", "logs", "series", "notice", "updates")

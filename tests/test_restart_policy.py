@@ -120,3 +120,15 @@ print("ran", flush=True)
     assert not kernel.run("%workers wait twice --timeout 60").error
     assert kernel.value("nbworkers.get_cluster('twice').status") == "finished"
     assert "[1] ran" in kernel.run("%workers logs twice").stdout
+
+
+def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():
+    from nbworkers.magics.summary import render_summary_html, render_text
+
+    snapshot = {
+        "name": "x", "status": "finished", "workers": [], "restarts": 1, "wall_time": 3.0,
+        "restart_history": [{"generation": 1, "kind": "WorkerCrashed", "cause": "worker 1 was killed by SIGKILL",
+                             "worker": 1, "resumed_from": {"epoch": 2, "step": 0}}],
+    }
+    for shown in (render_text(snapshot), render_summary_html(snapshot)):
+        assert "WorkerCrashed: worker 1 was killed by SIGKILL; resumed at epoch 2, step 0" in shown
