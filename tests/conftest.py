@@ -139,6 +139,25 @@ def kill_leftovers(run_root: Path) -> list[int]:
     return [p.pid for p in leftovers]
 
 
+@pytest.fixture(autouse=True)
+def environment_is_left_as_found():
+    """Fail a test that leaves os.environ changed: kernels started by later tests inherit it.
+
+    (A leaked TF_USE_LEGACY_KERAS=1 once made every later Keras 3 and TF 2.15 Estimator run use tf_keras.)
+    """
+    before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    yield
+    after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    if after != before:
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        for key in changed:
+            if key in before:
+                os.environ[key] = before[key]
+            else:
+                os.environ.pop(key, None)
+        pytest.fail(f"the test left os.environ changed: {changed}")
+
+
 @pytest.fixture
 def run_root(tmp_path: Path) -> Path:
     root = tmp_path / "runs"

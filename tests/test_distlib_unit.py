@@ -253,7 +253,10 @@ def test_when_imported_runs_after_the_module_and_at_once_if_loaded(tmp_path, mon
 
 
 def test_use_tf_keras_sets_the_env_or_says_it_is_too_late(monkeypatch):
-    monkeypatch.delenv(keras_compat.ENV_LEGACY_KERAS, raising=False)
+    # setenv first so monkeypatch records the original (absent) value and use_tf_keras's write is undone:
+    # delenv of an absent variable records nothing, and the "1" would leak into every later test's kernel.
+    monkeypatch.setenv(keras_compat.ENV_LEGACY_KERAS, "")
+    monkeypatch.delenv(keras_compat.ENV_LEGACY_KERAS)
     monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
     with pytest.raises(keras_compat.TfKerasTooLateError, match="TF_USE_LEGACY_KERAS=1"):
         keras_compat.use_tf_keras()
