@@ -328,8 +328,7 @@ class Cluster:
                 self.state.status = "running"
         elif message.kind == "status":
             if worker.exit_code is None and self._pending_restart is None:
-                worker.status = content["state"]
-                worker.detail = content.get("detail") or worker.detail
+                worker.apply_status(content["state"], content.get("detail") or "")
                 if content["state"] in ("running", "waiting") and self.state.status == "starting":
                     self.state.status = "running"
         elif message.kind == "hello":

@@ -60,11 +60,23 @@ class WorkerState:
             self.status = "running"
 
     def global_step(self) -> int:
-        """A monotone x for charts: steps across epochs when the step restarts every epoch."""
+        """A monotone x for charts: steps across epochs when the step restarts every epoch.
+
+        ``epoch`` and ``step`` are 1-based (distlib/reporting.py), so step s of epoch e is
+        ``(e - 1) * steps_total + s``; reports that name only the epoch are placed at the epoch number.
+        """
         step = self.step or 0
         if self.epoch is not None and self.steps_total:
-            return self.epoch * self.steps_total + step
+            return max(self.epoch - 1, 0) * self.steps_total + step
+        if self.epoch is not None and self.step is None:
+            return self.epoch
         return step
+
+    def apply_status(self, state: str, detail: str = "") -> None:
+        """A worker's own status message; a new state without a detail clears the old state's detail."""
+        if detail or state != self.status:
+            self.detail = detail or ""
+        self.status = state
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -300,7 +300,6 @@ def chromium_page(viewport: tuple[int, int] = (1280, 1000)) -> Iterator[Any]:
         import pytest
 
         pytest.skip(f"{CHROMIUM} missing: apt-get install -y chromium (or make browser-deps)")
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -14,6 +14,7 @@ from nbworkers.magics.gpus import GpuAssignmentError, assign_gpus, visible_gpus
 from nbworkers.magics.logtail import LogTail
 from nbworkers.magics.names import fresh_name, valid_name
 from nbworkers.magics.relay import RelayReceiver
+from nbworkers.magics.state import WorkerState
 from nbworkers.magics.tfconfig import plan_tasks, tf_configs
 
 
@@ -85,3 +86,28 @@ def test_relay_checks_signature_and_schema():
         good.close(0)
         forged.close(0)
         relay.close()
+
+
+def test_chart_x_counts_steps_across_one_based_epochs():
+    worker = WorkerState(index=0)
+    xs = []
+    for epoch in (1, 2):
+        for step in (1, 2, 3):
+            worker.apply_metrics({"epoch": epoch, "step": step, "steps_total": 3, "metrics": {"loss": 1.0}})
+            xs.append(worker.history[-1][0])
+    assert xs == [1, 2, 3, 4, 5, 6]
+    only_epochs = WorkerState(index=1)
+    for epoch in (1, 2, 3):
+        only_epochs.apply_metrics({"epoch": epoch, "metrics": {"loss": 1.0}})
+    assert [x for x, _ in only_epochs.history] == [1, 2, 3]
+
+
+def test_a_new_status_without_detail_clears_the_old_detail():
+    worker = WorkerState(index=0)
+    worker.apply_status("waiting", "waiting for 1 peer")
+    assert (worker.status, worker.detail) == ("waiting", "waiting for 1 peer")
+    worker.apply_status("running")
+    assert (worker.status, worker.detail) == ("running", "")
+    worker.apply_status("running", "evaluated the checkpoint of step 20")
+    worker.apply_status("running")
+    assert worker.detail == "evaluated the checkpoint of step 20"
