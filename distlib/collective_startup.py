@@ -28,6 +28,7 @@ import os
 import sys
 import types
 
+from nbworkers.distlib import leader_wait
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
 from nbworkers.distlib.status import send_status
 
@@ -160,6 +161,7 @@ def arm(tensorflow_module: object = None) -> bool:
                     ctx.enable_collective_ops(server_def)  # stored; applied by the start below
                     _enabled_for = info
         send_status("waiting", f"connecting to the {info.num_workers} workers")
+        leader_wait.wait_for_leader(info)
         original(ctx)
         ctx.__dict__.pop("ensure_initialized", None)
         send_status("running")

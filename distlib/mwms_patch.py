@@ -14,20 +14,27 @@ from __future__ import annotations
 import hashlib
 import json
 
-from nbworkers.distlib import collective_startup, collectives, worker_facts
-from nbworkers.distlib.cluster import TaskInfo
+from nbworkers.distlib import collective_startup, collectives, leader_wait, worker_facts
+from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 from nbworkers.distlib.status import send_status
 
 _installed = False
 
 
-def _same_cluster(resolver, info: TaskInfo) -> bool:
+def _task_of(resolver) -> TaskInfo | None:
+    """This task as the strategy's cluster resolver sees it (a strategy may be given a resolver of its own)."""
     try:
         spec = resolver.cluster_spec().as_dict()
-        normalized = {job: list(v) if isinstance(v, (list, tuple)) else [v[k] for k in sorted(v)] for job, v in spec.items()}
-        return normalized == info.cluster and resolver.task_type == info.type and resolver.task_id == info.index
+        cluster = {job: list(v) if isinstance(v, (list, tuple)) else [v[k] for k in sorted(v)] for job, v in spec.items()}
+        num_workers = sum(len(cluster.get(job, [])) for job in TRAINING_JOBS)
+        return TaskInfo(resolver.task_type or "worker", int(resolver.task_id or 0), num_workers, False, cluster)
     except Exception:
-        return False
+        return None
+
+
+def _same_cluster(resolver, info: TaskInfo) -> bool:
+    seen = _task_of(resolver)
+    return seen is not None and (seen.cluster, seen.type, seen.index) == (info.cluster, info.type, info.index)
 
 
 def check_devices_agree(extended) -> None:
@@ -77,6 +84,9 @@ def install() -> None:
             collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
         if context.context()._context_handle is None:  # it will connect to the other workers now
             send_status("waiting", "setting up MultiWorkerMirroredStrategy")
+            seen = _task_of(cluster_resolver)
+            if seen is not None:
+                leader_wait.wait_for_leader(seen)
         original(self, cluster_resolver)
         restore_default_sigterm()
         if context.executing_eagerly() and getattr(self, "_num_workers", 1) > 1:

@@ -1,7 +1,13 @@
 """The relay's wire format: signed JSON messages from workers to the kernel.
 
-Both ends use jupyter_client's ``Session`` (HMAC-SHA256 over the JSON frames, JSON packer only: no pickle
-is ever read). Every cluster has its own key, handed to its workers in their environment.
+Messages are in the Jupyter wire format: ``[<IDS|MSG>, HMAC-SHA256 hex, header, parent, metadata, content]``,
+JSON only (no pickle is ever read). The kernel checks them with jupyter_client's ``Session``
+(``make_session``: signature, replayed signatures, framing). The senders in the workers and hosts sign with
+``Signer``, a few lines of ``hmac`` + ``json`` producing exactly what ``Session.serialize`` would: importing
+jupyter_client costs ~0.1 s of CPU per process (it loads its whole client and manager stack), which was
+two-thirds of a worker's start-up before the cell's first line, paid by every worker and host of every run
+(benchmarks/results.md). ``tests/test_units.py`` checks the two agree. Every cluster has its own key, handed
+to its workers in their environment.
 
 A message is ``(kind, content)``. Every content carries ``worker`` (index), ``gen`` (the group's launch
 generation, bumped on every restart so stale messages are ignored) and ``t`` (sender's wall time).
@@ -10,7 +16,9 @@ Kinds and their extra fields:
 - ``hello``   pid (worker process id), host, role, python
 - ``status``  state (one of ``WORKER_STATES``), detail (optional text)
 - ``log``     lines (list of str; a partial line ending in ``\\r`` is a progress bar redraw)
-- ``metrics`` metrics (dict name -> number), step, epoch, steps_total, epochs_total (each optional int)
+- ``metrics`` metrics (dict name -> number), step, epoch, steps_total, epochs_total (each optional int);
+  JSON has no NaN or infinity, so a diverged ``loss=nan`` travels as the string ``"nan"`` (``"inf"``,
+  ``"-inf"``) and the kernel turns it back into a float (``encode_metrics`` / ``decode_metrics``)
 - ``exit``    code (int; negative: killed by that signal)
 
 This module imports neither TensorFlow nor IPython: the kernel, the host process and the workers share it.
@@ -18,9 +26,13 @@ This module imports neither TensorFlow nor IPython: the kernel, the host process
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 import time
+import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 ENV_RELAY = "NBWORKERS_RELAY"  # tcp://host:port the workers connect to
@@ -47,6 +59,25 @@ KINDS = ("hello", "status", "log", "metrics", "exit")
 
 _OPTIONAL_INT = (int, type(None))
 _NUMBER = (int, float)
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def encode_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metric values as JSON can carry them: non-finite floats as ``"nan"``, ``"inf"``, ``"-inf"``."""
+    return {
+        name: (value if not isinstance(value, float) or math.isfinite(value)
+               else "nan" if math.isnan(value) else "inf" if value > 0 else "-inf")
+        for name, value in metrics.items()
+    }
+
+
+def decode_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of ``encode_metrics`` (for a validated message)."""
+    return {name: NON_FINITE[value] if isinstance(value, str) else value for name, value in metrics.items()}
+
+
+def _is_metric_value(value: Any) -> bool:
+    return (isinstance(value, _NUMBER) and not isinstance(value, bool)) or (isinstance(value, str) and value in NON_FINITE)
 
 
 def make_session(key: bytes | str):
@@ -56,6 +87,41 @@ def make_session(key: bytes | str):
     if isinstance(key, str):
         key = key.encode("ascii")
     return Session(key=key, signature_scheme="hmac-sha256", packer="json", unpacker="json", username="nbworkers")
+
+
+class Signer:
+    """Signs ``(kind, content)`` into the frames jupyter_client's ``Session.serialize`` would send (JSON packer,
+    HMAC-SHA256), without importing jupyter_client. Raises ValueError for content JSON cannot hold (NaN)."""
+
+    DELIM = b"<IDS|MSG>"
+    PROTOCOL_VERSION = "5.3"
+
+    def __init__(self, key: bytes | str, username: str = "nbworkers"):
+        import hashlib
+        import hmac
+
+        self._hmac = hmac.new(key.encode("ascii") if isinstance(key, str) else key, digestmod=hashlib.sha256)
+        self._session = uuid.uuid4().hex
+        self._username = username
+
+    @staticmethod
+    def _pack(obj: Any) -> bytes:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf8", errors="surrogateescape")
+
+    def frames(self, kind: str, content: dict[str, Any]) -> list[bytes]:
+        header = {
+            "msg_id": uuid.uuid4().hex,  # unique, so the receiver's replay check never rejects a real message
+            "msg_type": kind,
+            "username": self._username,
+            "session": self._session,
+            "date": datetime.now(timezone.utc).isoformat(),
+            "version": self.PROTOCOL_VERSION,
+        }
+        parts = [self._pack(header), self._pack({}), self._pack({}), self._pack(content)]
+        digest = self._hmac.copy()
+        for part in parts:
+            digest.update(part)
+        return [self.DELIM, digest.hexdigest().encode("ascii"), *parts]
 
 
 def new_key() -> str:
@@ -81,9 +147,7 @@ def validate(kind: str, content: Any) -> str | None:
             return "lines is not a list of str"
     elif kind == "metrics":
         metrics = content.get("metrics")
-        if not isinstance(metrics, dict) or not all(
-            isinstance(k, str) and isinstance(v, _NUMBER) and not isinstance(v, bool) for k, v in metrics.items()
-        ):
+        if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_metric_value(v) for k, v in metrics.items()):
             return "metrics is not a dict of numbers"
         for field in ("step", "epoch", "steps_total", "epochs_total"):
             if not isinstance(content.get(field), _OPTIONAL_INT) or isinstance(content.get(field), bool):
@@ -109,7 +173,7 @@ class Sender:
 
         self.worker = worker
         self.gen = gen
-        self._session = make_session(key)
+        self._signer = Signer(key)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUSH)
         self._socket.setsockopt(zmq.SNDHWM, 10_000)
@@ -127,8 +191,13 @@ class Sender:
         return cls(env[ENV_RELAY], env[ENV_KEY], int(env.get(ENV_WORKER, "0")), int(env.get(ENV_GENERATION, "0")))
 
     def send(self, kind: str, **fields: Any) -> bool:
+        if isinstance(fields.get("metrics"), dict):
+            fields["metrics"] = encode_metrics(fields["metrics"])
         content = {"worker": self.worker, "gen": self.gen, "t": time.time(), **fields}
-        frames = self._session.serialize(self._session.msg(kind, content))
+        try:
+            frames = self._signer.frames(kind, content)
+        except (TypeError, ValueError):  # not JSON (a stray NaN or object): the kernel could not read it anyway
+            return False
         with self._lock:  # ZMQ sockets are not thread-safe; report() may come from any thread
             try:
                 self._socket.send_multipart(frames, flags=self._zmq.NOBLOCK)

@@ -595,6 +595,7 @@ class Cluster:
             data["worker_pgids"] = [p.worker_pid for p in self._procs if p.worker_pid]
         for worker in data["workers"]:
             worker.pop("history", None)
+            worker["metrics"] = wire.encode_metrics(worker.get("metrics") or {})  # strict JSON for the REST API
         tmp = self.run_dir / (STATE_FILE + ".tmp")
         try:
             tmp.write_text(json.dumps(data), encoding="utf-8")

@@ -86,6 +86,8 @@ class RelayReceiver:
         if problem is not None:
             self.drops.note("malformed", problem)
             return None
+        if kind == "metrics":
+            content["metrics"] = wire.decode_metrics(content["metrics"])
         self.received += 1
         return Message(kind, content)
 

@@ -17,7 +17,7 @@ import types
 
 import pytest
 
-from nbworkers.distlib import cluster, collectives, dirs, import_hooks, keras_compat, reporting, wire
+from nbworkers.distlib import cluster, collectives, dirs, import_hooks, keras_compat, leader_wait, reporting, wire
 from nbworkers.magics.relay import RelayReceiver
 
 SUBPROCESS_TIMEOUT_S = 60
@@ -291,3 +291,51 @@ def test_early_collectives_only_for_cells_that_use_a_multi_worker_strategy(tmp_p
     assert not collective_startup.wanted(cluster.task({}), env)  # no cluster
     ps_cluster = cluster.task(tf_config({"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]}, "worker", 0))
     assert not collective_startup.wanted(ps_cluster, env)  # parameter-server clusters are left alone
+
+
+# ---- waiting for the coordination leader -----------------------------------------------------------------
+
+
+def _info(task_type: str, index: int, jobs: dict) -> cluster.TaskInfo:
+    return cluster.parse_tf_config(json.dumps({"cluster": jobs, "task": {"type": task_type, "index": index}}))
+
+
+def test_only_non_leader_training_tasks_wait_for_the_leader():
+    workers = {"worker": ["a:1", "b:2", "c:3"]}
+    assert leader_wait.leader_address(_info("worker", 0, workers)) is None  # the leader itself
+    assert leader_wait.leader_address(_info("worker", 2, workers)) == "a:1"
+    with_chief = {"chief": ["c:9"], "worker": ["a:1"], "evaluator": ["e:5"]}
+    assert leader_wait.leader_address(_info("worker", 0, with_chief)) == "c:9"
+    assert leader_wait.leader_address(_info("chief", 0, with_chief)) is None
+    assert leader_wait.leader_address(_info("evaluator", 0, with_chief)) is None
+    assert leader_wait.leader_address(_info("worker", 1, {"chief": ["c:9"], "worker": ["a:1", "b:2"], "ps": ["p:3"]})) is None
+    assert leader_wait.leader_address(cluster.task({})) is None
+
+
+def test_waiting_for_the_leader_returns_when_it_listens_and_gives_up_after_the_wait(monkeypatch):
+    import socket
+    import threading
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nobody listens on the port now
+    info = _info("worker", 1, {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]})
+
+    monkeypatch.setattr(leader_wait, "_waited", False)
+    started = time.monotonic()
+    assert leader_wait.wait_for_leader(info, timeout_s=0.3) is False  # TensorFlow's own connect takes over
+    assert 0.3 <= time.monotonic() - started < 5
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening = threading.Timer(0.3, lambda: (server.bind(("127.0.0.1", port)), server.listen()))
+    listening.start()
+    try:
+        started = time.monotonic()
+        assert leader_wait.wait_for_leader(info, timeout_s=30) is True
+        assert time.monotonic() - started < 10
+        assert leader_wait.wait_for_leader(info, timeout_s=0) is True  # once per process
+    finally:
+        listening.join()
+        server.close()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +89,52 @@ def test_relay_checks_signature_and_schema():
         good.close(0)
         forged.close(0)
         relay.close()
+
+
+def test_the_workers_signer_makes_what_jupyter_client_checks_and_never_imports_it():
+    key = wire.new_key()
+    session = wire.make_session(key)
+
+    def check(frames):  # what the kernel's relay does with what arrives
+        _, frames = session.feed_identities(frames)
+        return session.deserialize(frames, content=True)
+
+    content = {"worker": 1, "gen": 0, "t": 1.5, "lines": ["é ✓\n"]}
+    message = check(wire.Signer(key).frames("log", content))
+    assert (message["msg_type"], message["content"]) == ("log", content)
+    assert check(wire.Signer(key).frames("log", content))["content"] == content  # no replay clash
+    tampered = wire.Signer(key).frames("log", content)
+    tampered[-1] = tampered[-1].replace("é".encode(), b"e")
+    with pytest.raises(ValueError, match="Signature"):
+        check(tampered)
+    with pytest.raises(ValueError, match="Signature"):
+        check(wire.Signer(wire.new_key()).frames("log", content))
+    code = ("import sys\nfrom nbworkers.distlib import wire\n"
+            "wire.Sender('tcp://127.0.0.1:9', 'aa', 0).send('log', lines=['x'])\n"
+            "print('jupyter_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_diverged_loss_reaches_the_kernel_as_nan():
+    key = wire.new_key()
+    relay = RelayReceiver(key)
+    sender = wire.Sender(relay.address, key, worker=0, gen=0)
+    try:
+        sender.send("metrics", metrics={"loss": float("nan"), "grad": float("inf"), "low": float("-inf"), "acc": 0.5}, step=7)
+        received = []
+        for _ in range(40):
+            received += relay.poll(0.05)
+            if received:
+                break
+        assert relay.drops.total == 0, relay.drops.reasons
+        metrics = received[0].content["metrics"]
+        assert math.isnan(metrics["loss"]) and metrics["grad"] == math.inf and metrics["low"] == -math.inf
+        assert metrics["acc"] == 0.5
+    finally:
+        sender.close(0)
+        relay.close()
+    assert wire.validate("metrics", {"worker": 0, "gen": 0, "metrics": {"loss": "oops"}}) is not None
 
 
 def test_chart_x_counts_steps_across_one_based_epochs():

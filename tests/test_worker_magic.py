@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -79,6 +80,19 @@ print("through the gate")
     assert "through the gate" in kernel.run("%workers logs gated").stdout
     listing = kernel.run("%workers")
     assert "gated" in listing.displays[-1]["text/plain"]
+
+
+def test_a_nan_loss_is_shown_not_dropped(kernel, run_root):
+    cell = """%%worker -n 2 --block --name diverged
+from nbworkers import distlib
+distlib.report(loss=float("nan"), accuracy=0.5, step=1, flush=True)
+"""
+    ran = kernel.run(cell)
+    assert not ran.error, ran.error
+    metrics = kernel.value("{k: str(v) for k, v in nbworkers.get_cluster('diverged').snapshot()['workers'][0]['metrics'].items()}")
+    assert metrics == {"loss": "nan", "accuracy": "0.5"}
+    state = json.loads((run_root / "diverged" / "state.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in state.json"))
+    assert state["workers"][0]["metrics"]["loss"] == "nan"  # strict JSON for the REST API
 
 
 def test_worker_that_raises_fails_the_cluster_and_stops_the_others(kernel, run_root):
