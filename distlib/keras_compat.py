@@ -4,7 +4,9 @@ Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy upstream with ``
 convert a value (PerReplica...)`` (keras-team/keras#20585). ``install_fit_guard()`` wraps Keras 3's
 ``fit`` so that this failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two ways
 that work: ``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running
-the tutorial's code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``.
+the tutorial's code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``. The same guard turns
+Keras 3's ``fit`` under ParameterServerStrategy (which never hands the dataset to the ClusterCoordinator)
+into ``KerasFitUnderParameterServerError``, naming tf_keras or a coordinator loop.
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ _installed = False
 
 class KerasFitUnderMultiWorkerError(RuntimeError):
     """Keras 3 ``model.fit`` was called under MultiWorkerMirroredStrategy (see FIT_UNDER_MWMS_MESSAGE)."""
+
+
+KERAS3_FIT_UNDER_PSS_MESSAGE = """\
+Keras 3's model.fit does not support ParameterServerStrategy (it never hands the dataset to the
+ClusterCoordinator). Two ways that work with nbworkers --ps:
+  1. Run TensorFlow's parameter-server tutorial unchanged on tf_keras (Keras 2), whose model.fit drives the
+     workers: start the cell with  %%worker --ps N --env TF_USE_LEGACY_KERAS=1  and build the model with tf.keras.
+  2. Keep Keras 3 and train with a custom loop: tf.distribute.coordinator.ClusterCoordinator(strategy),
+     coordinator.create_per_worker_dataset(dataset_fn), coordinator.schedule(train_step, ...), coordinator.join()."""
+
+
+class KerasFitUnderParameterServerError(RuntimeError):
+    """Keras 3 ``model.fit`` was called under ParameterServerStrategy (see KERAS3_FIT_UNDER_PSS_MESSAGE)."""
 
 
 class TfKerasTooLateError(RuntimeError):
@@ -69,6 +84,12 @@ def _is_multi_worker(strategy) -> bool:
     return isinstance(strategy, CollectiveAllReduceStrategy)
 
 
+def _is_parameter_server(strategy) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
 def _looks_like_the_upstream_failure(error: BaseException) -> bool:
     text = str(error)
     return "PerReplica" in text or "Invalid reduction dimension" in text
@@ -91,6 +112,8 @@ def _guard_trainer_module(module) -> None:
                 strategy = tf.distribute.get_strategy()
             if _looks_like_the_upstream_failure(error) and _is_multi_worker(strategy):
                 raise KerasFitUnderMultiWorkerError(FIT_UNDER_MWMS_MESSAGE) from None
+            if "create_per_worker_dataset" in str(error) and _is_parameter_server(strategy):
+                raise KerasFitUnderParameterServerError(KERAS3_FIT_UNDER_PSS_MESSAGE) from None
             raise
 
     fit._nbworkers_guard = True

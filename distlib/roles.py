@@ -12,7 +12,8 @@
   outside the training cluster (upstream it fails with ``KeyError: 'evaluator'``); and every Estimator
   ``evaluate()`` result (``train_and_evaluate``'s evaluations of each new checkpoint) is reported to the
   notebook as the evaluator's metrics, at the checkpoint's global step;
-- every other task returns at once: the cell runs as usual.
+- every other task returns at once: the cell runs as usual (Keras 3's ``fit`` under ParameterServerStrategy,
+  on the coordinator, fails with a message naming what works: ``keras_compat``).
 
 Nothing here imports TensorFlow before the task needs it.
 """
@@ -31,7 +32,6 @@ from nbworkers.distlib.import_hooks import when_imported
 
 ENV_SERVE = "NBWORKERS_SERVE"  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
 ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
-KERAS3_TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 SERVER_IDLE_SLEEP_S = 3600.0  # the main thread's sleep between wake-ups while the server thread serves
 
 
@@ -51,8 +51,6 @@ def run_role() -> bool:
         return False  # a broken TF_CONFIG: strategy() / task() in the cell say what is wrong
     if info.is_evaluator:
         prepare_evaluator(info)
-    elif info.is_coordinator:
-        when_imported(KERAS3_TRAINER_MODULE, guard_keras3_fit)
     return False
 
 
@@ -81,48 +79,6 @@ def serve(info: TaskInfo | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while True:
         time.sleep(SERVER_IDLE_SLEEP_S)
-
-
-# ------------------------------------------------------------------------------------------------ coordinator
-KERAS3_FIT_UNDER_PSS_MESSAGE = """\
-Keras 3's model.fit does not support ParameterServerStrategy (it never hands the dataset to the
-ClusterCoordinator). Two ways that work with nbworkers --ps:
-  1. Run TensorFlow's parameter-server tutorial unchanged on tf_keras (Keras 2), whose model.fit drives the
-     workers: start the cell with  %%worker --ps N --env TF_USE_LEGACY_KERAS=1  and build the model with tf.keras.
-  2. Keep Keras 3 and train with a custom loop: tf.distribute.coordinator.ClusterCoordinator(strategy),
-     coordinator.create_per_worker_dataset(dataset_fn), coordinator.schedule(train_step, ...), coordinator.join()."""
-
-
-class KerasFitUnderParameterServerError(RuntimeError):
-    """Keras 3 ``model.fit`` was called under ParameterServerStrategy (see KERAS3_FIT_UNDER_PSS_MESSAGE)."""
-
-
-def guard_keras3_fit(module: ModuleType) -> None:
-    """On the coordinator: turn Keras 3's failing ``fit`` under ParameterServerStrategy into a clear error."""
-    trainer = getattr(module, "TensorFlowTrainer", None)
-    if trainer is None or getattr(trainer.fit, "_nbworkers_pss_guard", False):
-        return
-    original_fit = trainer.fit
-
-    def fit(self, *args: Any, **kwargs: Any):
-        try:
-            return original_fit(self, *args, **kwargs)
-        except ValueError as error:
-            if "create_per_worker_dataset" in str(error) and _under_parameter_servers(self):
-                raise KerasFitUnderParameterServerError(KERAS3_FIT_UNDER_PSS_MESSAGE) from None
-            raise
-
-    fit._nbworkers_pss_guard = True
-    fit.__doc__ = original_fit.__doc__
-    fit.__wrapped__ = original_fit
-    trainer.fit = fit
-
-
-def _under_parameter_servers(model: Any) -> bool:
-    import tensorflow as tf
-
-    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
 # ------------------------------------------------------------------------------------------------ evaluator

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -170,36 +169,16 @@ def _progress_line(snap: dict) -> str:
     return f"{snap['wall_time']:6.1f} s  {snap['status']}{restarts} | " + " | ".join(parts)
 
 
-def _processes_of(run_root: Path) -> list:
-    """Live processes started for clusters under ``run_root``, warm spares included (found by their environment)."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            env = proc.environ()
-            ours = any(env.get(name, "").startswith(str(run_root)) for name in ("NBWORKERS_RUN_DIR", "NBWORKERS_SPARE"))
-            if ours and proc.pid != os.getpid() and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def _wait_for_no_processes(run_root: Path) -> list[int]:
     """Wait for the run's processes to go; kill the process groups of any that stay. Returns their pids."""
+    from nbworkers.magics.leftovers import kill_process_groups, processes_under
+
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while time.monotonic() < deadline:
-        if not _processes_of(run_root):
+        if not processes_under(run_root):
             return []
         time.sleep(0.2)
-    left = _processes_of(run_root)
-    for proc in left:
-        try:
-            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return [p.pid for p in left]
+    return kill_process_groups(processes_under(run_root))
 
 
 def run_demo(real_data: bool) -> int:

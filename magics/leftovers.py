@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -297,6 +298,35 @@ def read_log(run_dir: Path, worker: str | int, tail: int | None = None, max_byte
     if tail is not None:
         lines = lines[-tail:] if tail > 0 else []
     return "\n".join(lines)
+
+
+def processes_under(root: str | os.PathLike) -> list[psutil.Process]:
+    """Every live process started for a cluster under the run root ``root``, found by its environment: hosts and
+    workers (their run directory) and warm spares (the run root of the kernel whose pool started them). What a
+    test, the demo or a benchmark checks is gone when it ends; this process itself is never included."""
+    prefix = str(root)
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            env = proc.environ()
+            marks = (env.get(wire.ENV_RUN_DIR, ""), env.get("NBWORKERS_SPARE", ""))
+            if any(mark.startswith(prefix) for mark in marks) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def kill_process_groups(procs: list[psutil.Process]) -> list[int]:
+    """SIGKILL the whole process group of each, now (no grace: for clean-up after a check). Returns their pids."""
+    for proc in procs:
+        try:
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return [proc.pid for proc in procs]
 
 
 # ------------------------------------------------------------------------------------------- stopping

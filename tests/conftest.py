@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
 from jupyter_client import KernelManager
+
+from nbworkers.magics.leftovers import kill_process_groups
+from nbworkers.magics.leftovers import processes_under as processes_of_run_root  # noqa: F401 (tests import it from here)
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
@@ -102,24 +103,6 @@ class Kernel:
             pass
 
 
-def processes_of_run_root(run_root: Path) -> list[psutil.Process]:
-    """Every live process started for a cluster under ``run_root`` (found by its environment)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == os.getpid():
-            continue
-        try:
-            env = proc.environ()
-            ours = env.get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)) or env.get("NBWORKERS_SPARE", "").startswith(
-                str(run_root)
-            )  # a warm spare's /proc environment keeps its pool's mark, not the run it was handed
-            if ours and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -130,13 +113,7 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
 
 
 def kill_leftovers(run_root: Path) -> list[int]:
-    leftovers = processes_of_run_root(run_root)
-    for proc in leftovers:
-        try:
-            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return [p.pid for p in leftovers]
+    return kill_process_groups(processes_of_run_root(run_root))
 
 
 @pytest.fixture(autouse=True)

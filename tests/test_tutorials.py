@@ -11,19 +11,17 @@ the saved output of the cell that started it, and that no worker process is left
 from __future__ import annotations
 
 import os
-import signal
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from conftest import processes_of_run_root, wait_until
+from conftest import kill_leftovers, processes_of_run_root, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 TUTORIALS = REPO / "tutorials"
@@ -34,7 +32,6 @@ KERNEL_START_TIMEOUT = 120  # seconds for the kernel to start
 LEFTOVER_TIMEOUT = 20  # seconds for worker processes to be gone after the kernel shut down
 SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/summary.py render_summary_html)
 DEMO_TIMEOUT = 900  # seconds for `python -m nbworkers.demo`
-SPARE_ENV = "NBWORKERS_SPARE"  # a warm spare's environment names the run root of the kernel that made it
 
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))
 
@@ -49,28 +46,6 @@ def test_tutorials_exist_and_are_stripped():
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 assert not cell.outputs and cell.execution_count is None, f"{name}: outputs are not stripped"
-
-
-def leftovers(run_root: Path) -> list[psutil.Process]:
-    """Workers, hosts and warm spares started for ``run_root`` that are still alive."""
-    found = processes_of_run_root(run_root)
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get(SPARE_ENV, "").startswith(str(run_root)) and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def kill_leftovers(run_root: Path) -> list[int]:
-    left = leftovers(run_root)
-    for proc in left:
-        try:
-            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return [p.pid for p in left]
 
 
 def worker_cells(notebook) -> list:
@@ -115,7 +90,7 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
         pytest.fail(f"{name} failed (executed copy: {tmp_path / f'failed-{name}'}):\n{error}")
     finally:
         nbformat.write(notebook, tmp_path / f"executed-{name}")
-        assert wait_until(lambda: not leftovers(run_root), LEFTOVER_TIMEOUT), (
+        assert wait_until(lambda: not processes_of_run_root(run_root), LEFTOVER_TIMEOUT), (
             f"{name}: worker processes outlived the kernel: {kill_leftovers(run_root)}"
         )
     trained = worker_cells(notebook)
