@@ -21,3 +21,18 @@ class ClusterNameError(LaunchError):
 
 class PushError(LaunchError):
     pass
+
+
+class RunFailed(RuntimeError):
+    """A run the user waited for (``--block``, ``%workers wait``, ``Cluster.wait(raise_on_failure=True)``)
+    ended failed or timed out: raised in the kernel so the cell fails and headless runs exit non-zero.
+
+    Stopped by the user is not a failure and never raises this. ``name`` is the run (or session), ``workers``
+    the indices of the workers that failed, ``status`` the run's final status.
+    """
+
+    def __init__(self, message: str, name: str = "", workers: tuple[int, ...] = (), status: str = "failed"):
+        super().__init__(message)
+        self.name = name
+        self.workers = tuple(workers)
+        self.status = status
