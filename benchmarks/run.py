@@ -631,6 +631,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
                          f"<= cold + {TARGET_RECOVERY_SLACK:g} s: " + verdict(None if limit is None else recovery["recovery"] <= limit)))
         else:
             rows.append(("recovery: kill -9 of a worker -> first resumed step", "not available yet", "", recovery["why"]))
+    if results.get("keras_fit"):
+        import keras_fit
+
+        rows += keras_fit.rows(results["keras_fit"])
     rss = results.get("rss")
     if rss:
         rows.append(("kernel resident memory: idle with nbworkers / first cluster running / most seen",
@@ -697,13 +701,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one run each, smaller loads (about 2 minutes)")
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
-    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery")
+    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery,keras_fit")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
-    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery"}
+    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -734,6 +738,10 @@ def main() -> int:
                 # ~3 s fits: shorter ones swing by more than the 2 % being measured here (benchmarks/notes.md)
                 results["reporting_large"] = bench_reporting_cost(env, steps=100 if args.quick else 500,
                                                                   rounds=3 if args.quick else 7, model=(512, 128, 2))
+            if "keras_fit" in only:  # Keras 3 model.fit vs distlib.fit vs tf_keras fit (benchmarks/keras_fit.py)
+                import keras_fit
+
+                results["keras_fit"] = keras_fit.bench(rounds=1 if args.quick else 3, steps=60 if args.quick else 150)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

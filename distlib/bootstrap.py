@@ -99,7 +99,11 @@ def main() -> int:
             sender.send("status", state="running")
         from nbworkers.distlib import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
 
-        if not roles.run_role():
+        if os.environ.get("NBWORKERS_SESSION"):  # %%worker --session: serve cells (distlib/session_worker.py)
+            from nbworkers.distlib import session_worker
+
+            exit_code = session_worker.main(module)
+        elif not roles.run_role():
             exec(compile(source, code_path, "exec"), module.__dict__)
     except SystemExit as stop:
         exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)

@@ -137,6 +137,10 @@ def arm(tensorflow_module: object = None) -> bool:
         return False  # strategy() / task() will say what is wrong when the cell asks for them
     if not wanted(info):
         return False
+    from nbworkers.distlib import internals
+
+    if not internals.available("collective_startup", "create the strategy before any TensorFlow op"):
+        return False
     from tensorflow.python.eager import context
 
     ctx = context.context()

@@ -1,12 +1,14 @@
 """Keras 3 vs tf_keras under MultiWorkerMirroredStrategy.
 
 Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy upstream with ``ValueError: Attempt to
-convert a value (PerReplica...)`` (keras-team/keras#20585). ``install_fit_guard()`` wraps Keras 3's
-``fit`` so that this failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two ways
-that work: ``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running
-the tutorial's code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``. The same guard turns
-Keras 3's ``fit`` under ParameterServerStrategy (which never hands the dataset to the ClusterCoordinator)
-into ``KerasFitUnderParameterServerError``, naming tf_keras or a coordinator loop.
+convert a value (PerReplica...)`` (keras-team/keras#20585). ``install_fit_guard()`` installs the fix
+(``keras3_mwms``: Keras 3's own ``fit``/``evaluate``/``predict`` then work) and wraps Keras 3's ``fit`` so
+that, where the fix could not apply (a Keras whose internals moved, ``NBWORKERS_KERAS3_FIX=0``), the upstream
+failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two ways that work:
+``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running the tutorial's
+code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``. The same guard turns Keras 3's ``fit``
+under ParameterServerStrategy (which never hands the dataset to the ClusterCoordinator) into
+``KerasFitUnderParameterServerError``, naming tf_keras or a coordinator loop.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ KERAS3_TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 UPSTREAM_ISSUE = "https://github.com/keras-team/keras/issues/20585"
 
 FIT_UNDER_MWMS_MESSAGE = f"""\
-Keras 3's model.fit does not work under MultiWorkerMirroredStrategy (upstream bug: {UPSTREAM_ISSUE}).
-Two ways that work with nbworkers:
+Keras 3's model.fit does not work under MultiWorkerMirroredStrategy (upstream bug: {UPSTREAM_ISSUE}), and
+nbworkers' fix for it could not apply here (NBWORKERS_KERAS3_FIX=0, or this Keras moved the internals the fix
+needs: see the warning above). Two ways that work with nbworkers:
   1. Keep Keras 3 and train with the distributed fit from nbworkers (same compiled model, loss, optimizer,
      metrics and callbacks):
          from nbworkers import distlib
@@ -96,6 +99,10 @@ def _looks_like_the_upstream_failure(error: BaseException) -> bool:
 
 
 def _guard_trainer_module(module) -> None:
+    from nbworkers.distlib import internals
+
+    if not internals.available("keras_compat", "Keras 3's fit failures under the strategies keep upstream's message"):
+        return
     trainer = getattr(module, "TensorFlowTrainer", None)
     if trainer is None or getattr(trainer.fit, "_nbworkers_guard", False):
         return
@@ -123,11 +130,13 @@ def _guard_trainer_module(module) -> None:
 
 
 def install_fit_guard() -> None:
-    """Wrap Keras 3's fit now if Keras 3 is loaded, else as soon as it is (idempotent)."""
+    """Fix and guard Keras 3's fit now if Keras 3 is loaded, else as soon as it is (idempotent)."""
     global _installed
     if _installed:
         return
     _installed = True
+    from nbworkers.distlib import keras3_mwms
     from nbworkers.distlib.import_hooks import when_imported
 
+    keras3_mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
     when_imported(KERAS3_TRAINER_MODULE, _guard_trainer_module)

@@ -7,8 +7,14 @@ through ``strategy.run`` inside a ``tf.function``, and drives Keras callbacks it
 the compiled loss to the global batch (it multiplies by 1/replicas) and its optimizer sums the gradients
 across replicas, so the update equals one step on the global batch.
 
-Metrics in the logs are this worker's own running values (as tf_keras's fit shows them); no extra
-collective per step.
+Metrics are global: each step's loss and metrics are averaged over every replica of every worker inside
+the step function (one small all-reduce of the scalars, batched with the step), so the logs, the History,
+the widget and the summary show the values over the global batch, the same on every worker, as tf_keras's
+and (with ``keras3_mwms``) Keras 3's own ``model.fit`` do.
+
+Since Keras 3's own ``model.fit`` works under the strategy (``keras3_mwms``), this loop earns its place as the
+faster path (no per-step ``Optional``/``while_loop`` machinery; ``benchmarks/keras_fit.py``) and as the one
+that saves mid-epoch on SIGTERM with ``checkpoint_dir=`` (``distlib.preemption``).
 """
 
 from __future__ import annotations
@@ -68,12 +74,20 @@ def _local_batch_spec(distributed_dataset):
 def _make_train_function(model, strategy) -> Callable:
     import tensorflow as tf
 
-    def local_values(outputs):
-        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+    from nbworkers.distlib.keras3_mwms import global_means
+
+    def first_local(value):
+        return strategy.experimental_local_results(value)[0]
+
+    def global_values(outputs):
+        """Rank-0 outputs (loss, metrics): MEAN over every replica of every worker; others: this worker's first."""
+        if strategy.num_replicas_in_sync == 1:
+            return tf.nest.map_structure(first_local, outputs)
+        return global_means(strategy, outputs, first_local)
 
     def train_function(iterator):
         data = next(iterator)
-        return local_values(strategy.run(model.train_step, args=(data,)))
+        return global_values(strategy.run(model.train_step, args=(data,)))
 
     return tf.function(train_function, autograph=False, reduce_retracing=True)
 
@@ -135,6 +149,9 @@ def fit(
     strategy = _model_strategy(model)
     _check_model(model, strategy)
     distributed = distribute(strategy, dataset_or_fn)
+    from nbworkers.distlib import internals
+
+    internals.available("keras_fit", "distlib.fit may fail to build the model or to recognise the dataset")
     if hasattr(model, "_symbolic_build"):  # create optimizer/metric variables before tracing (as Keras does)
         with strategy.scope():
             model._symbolic_build(data_batch=_local_batch_spec(distributed))
@@ -227,7 +244,9 @@ def _with_backup_and_restore(model, callbacks: list, checkpoint_dir: str, steps_
 
 
 def _save_on_sigterm_callback(keras_module, backup):
-    from nbworkers.distlib import preemption
+    from nbworkers.distlib import internals, preemption
+
+    internals.available("keras_fit.tf_keras", "saving on SIGTERM may fail for tf_keras's BackupAndRestore")
 
     class SaveOnSigterm(keras_module.callbacks.Callback):
         def __init__(self) -> None:

@@ -69,6 +69,11 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    from nbworkers.distlib import internals
+
+    if not internals.available("mwms_patch", "no 'waiting' status, leader wait or GPU-count check for the strategy"):
+        _installed = True
+        return
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
     from tensorflow.python.eager import context
 

@@ -158,6 +158,12 @@ class PreemptionSaver:
         if self._handler is not None:
             return
         import tensorflow as tf
+
+        from nbworkers.distlib import internals
+
+        gone = internals.missing("preemption")
+        if gone:  # the caller turns this into "saving on SIGTERM is off: ..."
+            raise RuntimeError("TensorFlow's PreemptionCheckpointHandler moved:\n" + internals.describe(gone))
         from tensorflow.python.distribute.failure_handling import failure_handling
 
         from nbworkers.distlib.cluster import task

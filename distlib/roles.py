@@ -89,6 +89,10 @@ def prepare_evaluator(info: TaskInfo) -> None:
 
 def local_strategy_on_evaluator() -> None:
     """MultiWorkerMirroredStrategy on the evaluator (outside the training cluster): one local worker."""
+    from nbworkers.distlib import internals
+
+    if not internals.available("roles", "MultiWorkerMirroredStrategy on the evaluator stays upstream's"):
+        return
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 
     extended = cars.CollectiveAllReduceExtended

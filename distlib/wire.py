@@ -44,6 +44,10 @@ ENV_RUN_DIR = "NBWORKERS_RUN_DIR"  # the cluster's run directory (logs, cell cod
 ENV_CODE = "NBWORKERS_CODE"  # path of the cell's code file
 ENV_PUSH = "NBWORKERS_PUSH"  # path of the pickled pushed variables (kernel -> worker only)
 ENV_CWD = "NBWORKERS_CWD"  # directory the cell runs in (put first on sys.path)
+# CurveZMQ (--backend ray, magics/relay_curve.py): the relay's public key; this node's client keypair (made here)
+ENV_RELAY_SERVERKEY = "NBWORKERS_RELAY_SERVERKEY"
+ENV_RELAY_CLIENTKEY = "NBWORKERS_RELAY_CLIENTKEY"
+ENV_RELAY_CLIENTSECRET = "NBWORKERS_RELAY_CLIENTSECRET"
 
 WORKER_STATES = (
     "starting",  # process launched, importing
@@ -55,8 +59,10 @@ WORKER_STATES = (
     "restarting",
 )
 
-KINDS = ("hello", "status", "log", "metrics", "exit")
+KINDS = ("hello", "status", "log", "metrics", "exit", "cell", "pull")  # cell, pull: sessions (session_wire.py)
 
+MAX_METRICS = 256  # metric names in one message (the kernel keeps a history of them per worker)
+MAX_NAME_CHARS = 200  # characters of one metric name
 _OPTIONAL_INT = (int, type(None))
 _NUMBER = (int, float)
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -147,6 +153,8 @@ def validate(kind: str, content: Any) -> str | None:
             return "lines is not a list of str"
     elif kind == "metrics":
         metrics = content.get("metrics")
+        if isinstance(metrics, dict) and (len(metrics) > MAX_METRICS or any(len(str(k)) > MAX_NAME_CHARS for k in metrics)):
+            return f"more than {MAX_METRICS} metrics, or a name over {MAX_NAME_CHARS} characters"
         if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_metric_value(v) for k, v in metrics.items()):
             return "metrics is not a dict of numbers"
         for field in ("step", "epoch", "steps_total", "epochs_total"):
@@ -156,8 +164,12 @@ def validate(kind: str, content: Any) -> str | None:
         if not isinstance(content.get("code"), int):
             return "code is not an int"
     elif kind == "hello":
-        if not isinstance(content.get("pid"), int):
-            return "pid is not an int"
+        if not isinstance(content.get("pid"), int) or isinstance(content.get("pid"), bool) or content["pid"] <= 1:
+            return "pid is not a process id (an int > 1)"  # a pid the kernel may later signal: never 0, 1 or -1
+    elif kind in ("cell", "pull"):  # interactive sessions: their fields are checked in session_wire
+        from nbworkers.distlib import session_wire
+
+        return session_wire.validate(kind, content)
     return None
 
 
@@ -168,7 +180,8 @@ class Sender:
     are dropped (the log file on disk keeps everything).
     """
 
-    def __init__(self, address: str, key: bytes | str, worker: int, gen: int = 0):
+    def __init__(self, address: str, key: bytes | str, worker: int, gen: int = 0,
+                 curve: tuple[str, str, str] | None = None):
         import zmq
 
         self.worker = worker
@@ -176,6 +189,10 @@ class Sender:
         self._signer = Signer(key)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUSH)
+        if curve is not None:  # (server public, client public, client secret): an encrypted, authorised connection
+            self._socket.curve_serverkey = curve[0].encode("ascii")
+            self._socket.curve_publickey = curve[1].encode("ascii")
+            self._socket.curve_secretkey = curve[2].encode("ascii")
         self._socket.setsockopt(zmq.SNDHWM, 10_000)
         self._socket.setsockopt(zmq.LINGER, 2000)
         self._socket.connect(address)
@@ -188,7 +205,11 @@ class Sender:
         env = os.environ if environ is None else environ
         if not env.get(ENV_RELAY) or not env.get(ENV_KEY):
             return None
-        return cls(env[ENV_RELAY], env[ENV_KEY], int(env.get(ENV_WORKER, "0")), int(env.get(ENV_GENERATION, "0")))
+        curve = None
+        if env.get(ENV_RELAY_SERVERKEY):
+            curve = (env[ENV_RELAY_SERVERKEY], env.get(ENV_RELAY_CLIENTKEY, ""), env.get(ENV_RELAY_CLIENTSECRET, ""))
+        return cls(env[ENV_RELAY], env[ENV_KEY], int(env.get(ENV_WORKER, "0")), int(env.get(ENV_GENERATION, "0")),
+                   curve=curve)
 
     def send(self, kind: str, **fields: Any) -> bool:
         if isinstance(fields.get("metrics"), dict):

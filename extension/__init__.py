@@ -6,6 +6,8 @@
 
 __version__ = "0.1.0"
 
+from nbworkers.magics.errors import RunFailed  # noqa: E402  (what a waited-for failed run raises; no heavy imports)
+
 
 def load_ipython_extension(ipython) -> None:
     from nbworkers.magics import load_ipython_extension as load
@@ -18,6 +20,18 @@ def get_cluster(name: str):
     from nbworkers.magics import registry
 
     return registry.get(name)
+
+
+def session(name: str):
+    """The interactive session of that name (``%%worker -n 2 --session NAME``): ``.pull(expression, worker=0)``,
+    ``.stop()``, ``.interrupt()``, ``.logs()``, ``.wait()``, ``.cells``."""
+    from nbworkers.magics import registry
+    from nbworkers.magics.session import Session
+
+    cluster = registry.get(name)
+    if not isinstance(cluster, Session):
+        raise KeyError(f"{name!r} is a plain %%worker run, not a session: start one with %%worker -n 2 --session NAME")
+    return cluster
 
 
 def clusters() -> list:

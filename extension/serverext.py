@@ -10,7 +10,10 @@
 
 It reads what the clusters write (``<run_root>/<name>/state.json``), so it never needs a kernel to be idle;
 stopping writes the ``stop-requested`` file the cluster's supervisor thread obeys, then kills what is left
-directly when the kernel is gone. Blocking work runs in a thread pool, never on the server's event loop.
+directly when the kernel is gone. Blocking work runs in thread pools, never on the server's event loop: reads
+(GET) and stops (DELETE, which may wait the stop grace) in separate pools, so slow stops never stall reads.
+A DELETE only ever signals processes that are the run's own (same user, started after the run, carrying its
+NBWORKERS_RUN_ID: ``magics/ownership.py``), whatever pids its state file lists.
 Every endpoint needs an authenticated, authorized user; names and worker ids cannot leave the run root.
 
 Configure with ``c.NbworkersAPI.<setting>`` in ``jupyter_server_config.py``.
@@ -47,7 +50,9 @@ class NbworkersAPI(Configurable):
         config=True)
     log_max_bytes = Int(8 * 1024 * 1024, help="Most bytes of a log returned by one request (its end).").tag(
         config=True)
-    stop_threads = Int(4, help="Threads that run stops and directory scans off the event loop.").tag(config=True)
+    stop_threads = Int(4, help="Threads that run stops (DELETE) off the event loop.").tag(config=True)
+    read_threads = Int(4, help="Threads that run reads (GET: directory scans, state and log files) off the event "
+                              "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(config=True)
 
     @default("run_root")
     def _default_run_root(self) -> str:
@@ -66,12 +71,14 @@ class NbworkersAPI(Configurable):
 class ClusterAPIHandler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
-    def initialize(self, api: NbworkersAPI, executor: ThreadPoolExecutor) -> None:
+    def initialize(self, api: NbworkersAPI, executor: ThreadPoolExecutor,
+                   stop_executor: ThreadPoolExecutor | None = None) -> None:
         self.api = api
         self.executor = executor
+        self.stop_executor = stop_executor or executor
 
-    async def run_blocking(self, func, *args) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, func, *args)
+    async def run_blocking(self, func, *args, pool: ThreadPoolExecutor | None = None) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
 
     def run_dir(self, name: str):
         from nbworkers.magics import leftovers
@@ -85,7 +92,9 @@ class ClusterAPIHandler(APIHandler):
             raise web.HTTPError(404, str(error)) from None
 
     def write_json(self, data: Any) -> None:
-        self.finish(json.dumps(data, default=str))
+        from nbworkers.magics.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
+
+        self.finish(json.dumps(shape(data), default=str))
 
 
 class ClustersHandler(ClusterAPIHandler):
@@ -107,7 +116,8 @@ class ClusterHandler(ClusterAPIHandler):
         run_dir = self.run_dir(name)
         data = await self.run_blocking(lambda: leftovers.describe(run_dir, full=True))
         if data is None:
-            raise web.HTTPError(404, f"cluster {name!r} has no readable state")
+            raise web.HTTPError(404, f"cluster {name!r} has no readable state; `%workers` in its notebook lists the "
+                                     "kernel's clusters, GET /nbworkers/api/clusters every run")
         self.write_json(data)
 
     @web.authenticated
@@ -117,7 +127,8 @@ class ClusterHandler(ClusterAPIHandler):
 
         run_dir = self.run_dir(name)
         result = await self.run_blocking(
-            lambda: leftovers.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace)
+            lambda: leftovers.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
+            pool=self.stop_executor,
         )
         self.write_json(result)
 
@@ -152,14 +163,16 @@ class NotFoundHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     def get(self, *args) -> None:
-        raise web.HTTPError(404, "no such nbworkers endpoint: see GET /nbworkers/api/clusters")
+        raise web.HTTPError(404, "no such nbworkers endpoint: see GET /nbworkers/api/clusters (or `%workers` in a "
+                                 "notebook)")
 
     delete = post = put = patch = get
 
 
-def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor) -> list[tuple]:
+def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor,
+             stop_executor: ThreadPoolExecutor | None = None) -> list[tuple]:
     prefix = url_path_join(base_url, API_PREFIX)
-    kwargs = {"api": api, "executor": executor}
+    kwargs = {"api": api, "executor": executor, "stop_executor": stop_executor or executor}
     name = r"(?P<name>[^/]+)"
     return [
         (prefix + r"/clusters/?", ClustersHandler, kwargs),
@@ -172,8 +185,14 @@ def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor) -> 
 def load(serverapp) -> None:
     """Called by jupyter_server (through ``nbworkers._load_jupyter_server_extension``)."""
     api = NbworkersAPI(parent=serverapp)
-    executor = ThreadPoolExecutor(max_workers=max(1, api.stop_threads), thread_name_prefix="nbworkers-api")
+    executor = ThreadPoolExecutor(max_workers=max(1, api.read_threads), thread_name_prefix="nbworkers-api")
+    stop_executor = ThreadPoolExecutor(max_workers=max(1, api.stop_threads), thread_name_prefix="nbworkers-api-stop")
     web_app = serverapp.web_app
-    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor))
+    register = getattr(serverapp.contents_manager, "register_pre_save_hook", None)
+    if register is not None:  # finished runs' outputs saved as their summary, not a dead widget: saved_notebook.py
+        from nbworkers.saved_notebook import pre_save_hook
+
+        register(pre_save_hook)
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor, stop_executor))
     serverapp.log.info("nbworkers: REST API at %s over %s",
                        url_path_join(web_app.settings["base_url"], API_PREFIX, "clusters"), api.run_root)

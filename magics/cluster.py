@@ -25,13 +25,16 @@ from nbworkers.distlib import wire
 
 from .backends.host import group_alive
 from .backends.local import LocalBackend, WorkerProcess
-from .environment import worker_env
+from .environment import cpp_log_level, worker_env
+from .noise import NoiseFilter, noise_level
 from .errors import LaunchError
 from .failures import (
     GroupStalled, PortCollision, RelaunchFailed, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
     root_cause, should_restart,
 )
+from .ownership import RUN_ID_ENV, new_run_id
 from .relay import Message, RelayReceiver
+from .rundirs import prepare_run_dir, write_private
 from .settings import WorkerSettings, settings as current_settings
 from .spec import LaunchSpec
 from .state import ClusterState, WorkerState
@@ -91,6 +94,7 @@ class Cluster:
         self._last_flush = 0.0
         self._last_state_write = 0.0
         self._key = wire.new_key()
+        self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
         self._relay: RelayReceiver | None = None
         self._thread: threading.Thread | None = None
         # roles (--chief, --evaluator, --ps N): magics/roles.py; unawaited tasks end with the run (_retire_unawaited)
@@ -110,7 +114,9 @@ class Cluster:
             kernel_id=_kernel_id(),
         )
         for worker in self.state.workers:
-            worker.log_tail = type(worker.log_tail)(self.settings.log_tail_lines)
+            worker.log_tail = type(worker.log_tail)(self.settings.log_tail_lines, self.settings.max_line_chars)
+        level = noise_level(cpp_log_level(os.environ, spec.env))  # TensorFlow's C++ chatter: magics/noise.py
+        self._noise = [NoiseFilter(level) for _ in self.state.workers]
 
     # ----------------------------------------------------------------------------------- user-facing API
     @property
@@ -141,11 +147,14 @@ class Cluster:
         self._views = views
         self.start()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
         """Block until the run ends (True) or ``timeout`` seconds pass (False), refreshing the views meanwhile.
 
         Called from the kernel's main thread, the refreshes and the final summary go out tied to the
-        executing cell, so headless runs (nbclient, papermill) keep them.
+        executing cell, so headless runs (nbclient, papermill) keep them. ``raise_on_failure``: a run that
+        ended failed (or a wait that timed out) raises ``RunFailed`` after the final summary, which then leaves
+        the worker's traceback to the exception (magics/run_errors.py). ``echo``: a ``magics.echo.WorkerEcho``
+        writing the workers' output into the cell as it comes.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -156,15 +165,27 @@ class Cluster:
                 if deadline is not None:
                     left = min(left, deadline - time.monotonic())
                     if left <= 0:
-                        return False
+                        break
                 self._done.wait(left)
                 if self._dirty:
                     self._refresh_views()
-            self._finish_views()
-            return True
+                if echo is not None:
+                    echo.tick(self.snapshot())
+            ended = self._done.is_set()
+            if echo is not None:
+                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+            if ended:
+                self._finish_views(error_below=raise_on_failure)
         finally:
             with self._lock:
                 self._waiters -= 1
+        if raise_on_failure:
+            from .run_errors import run_failure
+
+            failure = run_failure(self.snapshot(), ended=ended, waited=timeout)
+            if failure is not None:
+                raise failure
+        return ended
 
     def logs(self, worker: int | None = None, tail: int | None = None) -> str:
         """A worker's full log from disk (or every worker's, prefixed by index); ``tail`` keeps the last lines."""
@@ -207,7 +228,10 @@ class Cluster:
     # ----------------------------------------------------------------------------------- launch
     def start(self) -> "Cluster":
         self._prepare_run_dir()
-        self._relay = RelayReceiver(self._key, *self.backend.relay_hosts())  # ray: every interface
+        self._relay = RelayReceiver(self._key, *self.backend.relay_hosts(),  # ray: every interface, CurveZMQ
+                                    curve=getattr(self.backend, "encrypt_relay", False))
+        if hasattr(self.backend, "attach_relay"):
+            self.backend.attach_relay(self._relay)
         try:
             self._launch_group()
         except BaseException as error:
@@ -222,13 +246,10 @@ class Cluster:
         return self
 
     def _prepare_run_dir(self) -> None:
-        if self.run_dir.exists():
-            shutil.rmtree(self.run_dir)
-        self.run_dir.mkdir(parents=True)
-        (self.run_dir / "cell.py").write_text(self.spec.code, encoding="utf-8")
-        if self.spec.push:
-            with open(self.run_dir / "push.pkl", "wb") as file:
-                pickle.dump(self.spec.push, file)
+        # never another kernel's live run; a 0700 directory, 0600 files (rundirs.py)
+        code = "\n" + self.spec.code  # line 1: the %%worker line
+        prepare_run_dir(self.run_dir, code, pickle.dumps(self.spec.push) if self.spec.push else None,
+                        [log_path(self.run_dir, i) for i in range(len(self._tasks))])
 
     def _launch_group(self) -> None:
         # each worker's TensorFlow address (its machine's, a port free there) and GPUs, chosen by the backend
@@ -252,8 +273,11 @@ class Cluster:
                     wire.ENV_CODE: str(self.run_dir / "cell.py"),
                     wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
                     wire.ENV_CWD: self.spec.cwd,
+                    RUN_ID_ENV: self.run_id,
+                    wire.ENV_RELAY_SERVERKEY: self._relay.server_public_key,  # "" (left out) unless encrypted
                     "NBWORKERS_GPU_COUNTS": gpu_counts,
                     **roles.task_env(task),
+                    **self._extra_env(),  # hook: a session's command socket (magics/session.py)
                 },
             )
             path = log_path(self.run_dir, i)
@@ -262,6 +286,10 @@ class Cluster:
             self._procs.append(
                 self.backend.launch(i, self.spec.python, env, self.spec.cwd, path, self.settings.stop_grace, task.role)
             )
+
+    def _extra_env(self) -> dict[str, str]:
+        """More environment for every worker of this run (subclasses: sessions)."""
+        return {}
 
     # ----------------------------------------------------------------------------------- supervisor
     def _supervise(self) -> None:
@@ -320,7 +348,8 @@ class Cluster:
         if message.kind in ("log", "metrics", "status"):
             self._last_progress = time.monotonic()
         if message.kind == "log":
-            worker.log_tail.feed(content["lines"])
+            worker.log_tail.feed(self._noise[index].filter(content["lines"]))
+            worker.log_hidden = self._noise[index].dropped
         elif message.kind == "metrics":
             worker.apply_metrics(content)
             self._note_resume(content)
@@ -463,8 +492,8 @@ class Cluster:
     def _fail(self, failure: WorkerFailure) -> None:
         self.state.status = "failed"
         self.state.failure_kind = failure.kind
-        tail = f"\n{failure.log_tail}" if failure.log_tail else ""
-        self.state.error = f"{str(failure).rstrip('.')}.{tail}"
+        # a short message: the worker's traceback is shown from its log tail, once (views, RunFailed)
+        self.state.error = f"{str(failure).rstrip('.')}."
         self._begin_stop(str(failure), final_status="failed")
 
     def _next_backoff(self) -> float:
@@ -534,21 +563,16 @@ class Cluster:
                 break
 
     def _kill_all(self) -> None:
-        for proc in self._procs:
-            if proc.alive():
+        for proc in self._procs:  # SIGKILL what is left; only processes that are ours (ownership.py)
+            if proc.alive() or proc.pgids():
                 proc.kill()
-            for pgid in proc.pgids():
-                if group_alive(pgid):
-                    try:
-                        os.killpg(pgid, 9)
-                    except (ProcessLookupError, PermissionError):
-                        pass
 
     def _drop_counts(self) -> dict[str, int]:
         drops = self._relay.drops if self._relay else None
         if drops is None:
             return {}
-        return {"bad_signature": drops.bad_signature, "malformed": drops.malformed, "stale": drops.stale}
+        return {"bad_signature": drops.bad_signature, "malformed": drops.malformed, "stale": drops.stale,
+                "oversized": drops.oversized}
 
     # ----------------------------------------------------------------------------------- outputs
     def _periodic(self) -> None:
@@ -576,9 +600,13 @@ class Cluster:
                 except Exception:  # a broken view must not take the run down
                     traceback.print_exc(file=sys.__stderr__)
 
-    def _finish_views(self) -> None:
+    def _finish_views(self, error_below: bool = False) -> None:
+        from .run_errors import mark_error_below
+
         with self._views_lock:
             snapshot = self.snapshot()
+            if error_below:  # RunFailed is raised below the summary with the traceback: not shown twice
+                snapshot = mark_error_below(snapshot)
             for view in self._views:
                 try:
                     view.finish(snapshot)
@@ -593,12 +621,13 @@ class Cluster:
             data["hostname"] = socket.gethostname()
             data["host_pids"] = [p.host.pid for p in self._procs]
             data["worker_pgids"] = [p.worker_pid for p in self._procs if p.worker_pid]
+            data["run_id"] = self.run_id
         for worker in data["workers"]:
             worker.pop("history", None)
             worker["metrics"] = wire.encode_metrics(worker.get("metrics") or {})  # strict JSON for the REST API
         tmp = self.run_dir / (STATE_FILE + ".tmp")
         try:
-            tmp.write_text(json.dumps(data), encoding="utf-8")
+            write_private(tmp, json.dumps(data).encode("utf-8"))  # 0600 (rundirs.py)
             os.replace(tmp, self.run_dir / STATE_FILE)
         except OSError:
             pass

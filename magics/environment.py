@@ -7,6 +7,9 @@ from collections.abc import Mapping
 # Set by the kernel for itself; wrong or harmful in a plain worker interpreter.
 KERNEL_ONLY_PREFIXES = ("JPY_", "PYDEVD_", "IPY_")
 KERNEL_ONLY_NAMES = ("TF_CONFIG", "CLICOLOR_FORCE", "FORCE_COLOR")
+# TensorFlow's C++ start-up chatter (oneDNN, cuda/cuDNN factory registration, absl, gRPC server lines) hidden
+# unless the user asked for it: "2" keeps C++ errors. The kernel's own setting or --env wins.
+DEFAULT_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str], tf_config: str, cuda_visible_devices: str,
@@ -18,8 +21,15 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str], tf_config: str
     if env.get("MPLBACKEND", "").startswith("module://"):  # the kernel's inline backend does not exist there
         del env["MPLBACKEND"]
     env["PYTHONUNBUFFERED"] = "1"
+    for name, value in DEFAULT_ENV.items():
+        env.setdefault(name, value)
     env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     env.update(extra)  # the user's --env wins over inherited values ...
     env["TF_CONFIG"] = tf_config  # ... but not over what makes the cluster work
     env.update({k: v for k, v in wire_env.items() if v})
     return env
+
+
+def cpp_log_level(base: Mapping[str, str], extra: Mapping[str, str]) -> str:
+    """The TF_CPP_MIN_LOG_LEVEL the workers get: --env, else the kernel's, else the default."""
+    return extra.get("TF_CPP_MIN_LOG_LEVEL") or base.get("TF_CPP_MIN_LOG_LEVEL") or DEFAULT_ENV["TF_CPP_MIN_LOG_LEVEL"]

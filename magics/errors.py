@@ -36,3 +36,9 @@ class RunFailed(RuntimeError):
         self.name = name
         self.workers = tuple(workers)
         self.status = status
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it: the message alone (the workers' own frames are in it), not nbworkers'
+        kernel-side frames (IPython honours this hook, as for ipyparallel's remote errors)."""
+        lines = str(self).splitlines() or [""]
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {lines[0]}", *lines[1:]]

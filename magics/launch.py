@@ -11,6 +11,7 @@ from argparse import Namespace
 from typing import Any
 
 from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
+from .bounds import check_bounds, existing_run_names
 from .names import fresh_name, valid_name
 from .roles import check_roles
 from .settings import settings
@@ -21,7 +22,7 @@ _checked_pythons: dict[tuple[str, float], None] = {}
 
 def check_syntax(cell: str) -> None:
     try:
-        compile(cell, "<%%worker cell>", "exec")
+        compile("\n" + cell, "<%%worker cell>", "exec")  # line 1 is the %%worker line, as in the notebook
     except SyntaxError as error:
         where = f"line {error.lineno}" if error.lineno else "the cell"
         shown = (error.text or "").rstrip("\n")
@@ -95,6 +96,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
     check_roles(args.workers, chief, evaluator, ps, cell)  # roles: --chief, --evaluator, --ps N (magics/roles.py)
     if args.workers < 1:
         raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")
+    check_bounds(args)  # -n upper bound, finite --timeout/--stall-timeout (magics/bounds.py)
     if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
         raise LaunchError(f"--gpus-per-worker {args.gpus_per_worker}: use 0 (CPU only) or more.")
     if args.timeout is not None and args.timeout <= 0:
@@ -107,7 +109,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
     backend = check_backend(args)  # --backend ray: Ray importable, its address answering
-    name = args.name or fresh_name(taken)
+    name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory
     if not valid_name(name):
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if name in running:

@@ -34,6 +34,8 @@ from nbworkers.distlib import wire
 
 from .cluster import STATE_FILE, STOP_REQUEST_FILE, log_path
 from .names import valid_name
+from .ownership import RunMarker, is_ours
+from .private_dirs import write_private
 from .settings import settings as current_settings
 from .state import DONE_STATES
 
@@ -172,7 +174,9 @@ def _is_spare(proc: psutil.Process) -> bool:
 def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> list[psutil.Process]:
     """Live processes of the run, created while it lived: the members of its host and worker process groups,
     and any process whose environment names its run directory (a worker whose group id was never reported,
-    a child a worker started in a group of its own)."""
+    a child a worker started in a group of its own). Only processes that are the run's own (``ownership``:
+    same user, started after the run, carrying its NBWORKERS_RUN_ID) — whatever pids a stale or forged
+    state file lists, nothing else is ever returned (and so never signalled)."""
     if is_foreign(state):
         return []
     groups = set(_int_list(state.get("host_pids"))) | set(_int_list(state.get("worker_pgids")))
@@ -184,6 +188,7 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
     if kernel_alive(state):
         last_seen = None  # the kernel may have started processes since its last write
     me = os.getpid()
+    marker = RunMarker.from_state(state, run_dir)
     found = []
     for proc in psutil.process_iter(["pid", "create_time"]):
         if proc.pid == me:
@@ -198,6 +203,8 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
         if started is not None and created < started - CREATE_TIME_SLACK and not (member and _is_spare(proc)):
             continue  # older than the run: another process that reuses the id (a warm spare is older, and ours)
         if last_seen is not None and created > last_seen + CREATE_TIME_SLACK:
+            continue
+        if not is_ours(proc, marker):
             continue
         if _alive(proc):
             found.append(proc)
@@ -354,12 +361,12 @@ def kill_processes(procs: list[psutil.Process], grace: float = KILL_GRACE) -> in
 
 def request_stop(run_dir: Path) -> None:
     """Ask the run's supervisor thread to stop it (it checks this file even while the kernel is busy)."""
-    (run_dir / STOP_REQUEST_FILE).write_text(f"{time.time()}\n", encoding="utf-8")
+    write_private(run_dir / STOP_REQUEST_FILE, f"{time.time()}\n".encode())
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> None:
     tmp = run_dir / f"{STATE_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(state), encoding="utf-8")
+    write_private(tmp, json.dumps(state).encode("utf-8"))
     os.replace(tmp, run_dir / STATE_FILE)
 
 
@@ -533,7 +540,9 @@ class AttachedCluster:
     def restart(self) -> None:
         raise RuntimeError(f"cluster {self.name!r} is attached read-only: re-run its %%worker cell to start it again.")
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
+        """Block until the run is over (True) or ``timeout`` passes (False). ``raise_on_failure`` and ``echo``
+        are accepted for ``Cluster.wait``'s callers and not used: an attached run is only watched."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.done:
             if deadline is not None and time.monotonic() >= deadline:

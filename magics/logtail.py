@@ -1,15 +1,28 @@
-"""A bounded tail of a worker's log, with ``\\r`` progress-bar redraws collapsed to their last state."""
+"""A bounded tail of a worker's log, with ``\\r`` progress-bar redraws collapsed to their last state.
+
+Bounded both ways: at most ``maxlen`` lines, each at most ``max_line_chars`` characters (a line without a newline
+would otherwise grow without limit: in the kernel, the widget and state.json); a cut line keeps its head and
+ends with ``CUT_NOTE``. The log file on disk keeps everything."""
 
 from __future__ import annotations
 
 from collections import deque
 
 DEFAULT_TAIL_LINES = 300
+DEFAULT_MAX_LINE_CHARS = 64 * 1024
+CUT_NOTE = " [… line cut by nbworkers at {limit} characters; the log file has all of it]"
+
+
+def cap_line(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (plus the note saying so) when longer."""
+    return text if len(text) <= limit else text[:limit] + CUT_NOTE.format(limit=limit)
 
 
 class LogTail:
-    def __init__(self, maxlen: int = DEFAULT_TAIL_LINES):
+    def __init__(self, maxlen: int = DEFAULT_TAIL_LINES, max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
         self._lines: deque[str] = deque(maxlen=maxlen)
+        self.max_line_chars = max_line_chars
+        self._cut = False  # the open line was cut: the rest of it is dropped until its newline
         self._open = False  # the last line has no newline yet (a progress bar being redrawn)
         self._rewind = False  # a carriage return came: the next text overwrites the open line
         self.total = 0  # complete lines seen
@@ -25,16 +38,25 @@ class LogTail:
                     if not segment:
                         continue
                     if self._open and self._lines:
-                        self._lines[-1] = segment if self._rewind else self._lines[-1] + segment
+                        if self._rewind:
+                            self._lines[-1], self._cut = self._capped(segment)
+                        elif not self._cut:
+                            self._lines[-1], self._cut = self._capped(self._lines[-1] + segment)
                     else:
-                        self._lines.append(segment)
+                        line, self._cut = self._capped(segment)
+                        self._lines.append(line)
                         self._open = True
                     self._rewind = False
                 if ended:
                     if not self._open:
                         self._lines.append("")
-                    self._open = self._rewind = False
+                    self._open = self._rewind = self._cut = False
                     self.total += 1
+
+    def _capped(self, text: str) -> tuple[str, bool]:
+        if len(text) <= self.max_line_chars:
+            return text, False
+        return cap_line(text, self.max_line_chars), True
 
     def lines(self) -> list[str]:
         return list(self._lines)

@@ -11,14 +11,22 @@ from IPython.display import display
 
 from . import registry
 from .cluster import Cluster
-from .errors import LaunchError
+from .errors import LaunchError, RunFailed
 from .launch import build_spec
+from .run_errors import mark_error_below, run_failure
 from .summary import render_summary_html, render_text
 from .view import HtmlBundle
 
 
 @magics_class
 class WorkerMagics(Magics):
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell, **kwargs)
+        if shell is not None:
+            from .help_cell import install
+
+            install(shell)  # `%%worker --help` alone in a cell
+
     @magic_arguments()
     @argument("-n", "--workers", type=int, default=2, help="number of worker processes (default 2)")
     @argument("--name", default="", help="the cluster's name (default: a fresh readable name)")
@@ -29,7 +37,9 @@ class WorkerMagics(Magics):
     @argument("--cwd", default="", metavar="DIR", help="directory the cell runs in (default: the notebook's)")
     @argument("--gpus-per-worker", type=int, default=None, metavar="G",
               help="GPUs per worker; 0 hides GPUs (CUDA_VISIBLE_DEVICES=-1); default: an equal share")
-    @argument("--block", action="store_true", help="wait until the run ends (scripts, headless runs)")
+    @argument("--block", action="store_true", help="wait until the run ends (scripts, headless runs); a failed "
+              "run then fails the cell (RunFailed) and the workers' output is written into the cell")
+    @argument("--no-raise", action="store_true", help="--block: a failed run does not fail the cell")
     @argument("--timeout", type=float, default=None, metavar="SECONDS",
               help="stop the run and mark it failed after this many seconds")
     @argument("--max-restarts", type=int, default=None, metavar="K",
@@ -51,6 +61,9 @@ class WorkerMagics(Magics):
     @argument("--spread", action="store_true", help="ray: at most one worker per node")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
+    @argument("--session", default=None, metavar="NAME",
+              help="run the cell in the live session NAME (its workers and variables stay between cells); "
+                   "start it (with -n and the other flags) when there is none")
     @cell_magic
     def worker(self, line: str, cell: str):
         """Run this cell on N background worker processes, each with its own TF_CONFIG.
@@ -71,6 +84,10 @@ class WorkerMagics(Magics):
             args = parse_argstring(self.worker, line)
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%%worker --help`.") from None
+        if args.session is not None:  # interactive sessions: magics/session_magic.py
+            from .session_magic import run_session_cell
+
+            return run_session_cell(self, args, cell)
         try:
             spec = build_spec(args, cell, self.shell.user_ns, taken=registry.names(), running=_running_names())
             cluster = Cluster(spec)
@@ -82,10 +99,12 @@ class WorkerMagics(Magics):
             return cluster
         cluster.show()
         try:
-            cluster.wait()
+            cluster.wait(raise_on_failure=not args.no_raise, echo=_echo())
         except KeyboardInterrupt:
             print(f"Stopped waiting; cluster {cluster.name!r} is still running. "
                   f"`%workers stop {cluster.name}` stops it.", file=sys.stderr)
+        except RunFailed as error:
+            raise error from None  # shown as its message alone (RunFailed._render_traceback_)
         return None
 
     @magic_arguments()
@@ -94,7 +113,10 @@ class WorkerMagics(Magics):
     @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
     @argument("--tail", type=int, default=None, help="logs: only the last N lines")
     @argument("--all", action="store_true", help="stop: every running cluster")
+    @argument("--cell", action="store_true", help="stop NAME --cell: interrupt the session's running cell only")
     @argument("--timeout", type=float, default=None, help="wait: give up after this many seconds")
+    @argument("--no-raise", action="store_true",
+              help="wait: a failed run (or a wait that timed out) does not fail the cell")
     @line_magic
     def workers(self, line: str):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
@@ -114,10 +136,12 @@ class WorkerMagics(Magics):
         if action not in ("logs", "stop", "wait", "attach"):
             raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait or attach. See `%workers --help`.")
         if action == "stop" and args.all:
-            for cluster in registry.running():
+            stopping = registry.running()
+            for cluster in stopping:
                 cluster.stop()
-            for cluster in registry.all_clusters():
+            for cluster in stopping:
                 cluster.wait(timeout=cluster.settings.stop_grace + 5)
+            print(_stopped_text(stopping))
             return None
         if not args.name:
             raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
@@ -139,21 +163,48 @@ class WorkerMagics(Magics):
             except ValueError as error:
                 raise UsageError(str(error)) from None
             return None
+        if action == "stop" and args.cell:  # a session's running cell (magics/session_magic.py)
+            from .session_magic import stop_cell
+
+            print(stop_cell(args.name))
+            return None
         if action == "stop":
             cluster.stop()
             cluster.wait(timeout=cluster.settings.stop_grace + 5)
             display(HtmlBundle(render_text(cluster.snapshot()), render_summary_html(cluster.snapshot())))
             return None
         try:
-            ended = cluster.wait(timeout=args.timeout)
+            ended = cluster.wait(timeout=args.timeout, echo=_echo())
         except KeyboardInterrupt:
             print(f"Stopped waiting; cluster {cluster.name!r} is still {cluster.status}.", file=sys.stderr)
             return None
         snapshot = cluster.snapshot()
-        display(HtmlBundle(render_text(snapshot), render_summary_html(snapshot)))
+        failure = None if args.no_raise else run_failure(snapshot, ended=ended, waited=args.timeout)
+        shown = mark_error_below(snapshot) if failure is not None else snapshot
+        display(HtmlBundle(render_text(shown), render_summary_html(shown)))
+        if failure is not None:
+            raise failure from None  # shown as its message alone (RunFailed._render_traceback_)
         if not ended:
             print(f"cluster {cluster.name!r} is still {cluster.status} after {args.timeout:g} s", file=sys.stderr)
         return None
+
+
+def _echo():
+    """What a blocking wait writes of the workers' output into the cell (magics/echo.py); None when off."""
+    from .echo import WorkerEcho
+    from .settings import settings
+
+    config = settings()
+    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+
+
+def _stopped_text(stopped: list) -> str:
+    """What `%workers stop --all` did, one line per cluster."""
+    if not stopped:
+        return "No running clusters to stop."
+    lines = [f"Stopped {len(stopped)} cluster{'s' if len(stopped) != 1 else ''}:"]
+    lines += [f"  {c.name}: {len(c.snapshot()['workers'])} workers, now {c.status}" for c in stopped]
+    return "\n".join(lines)
 
 
 def _wants_help(line: str) -> bool:
@@ -182,15 +233,19 @@ def _running_names() -> set[str]:
 
 
 def _cluster_table() -> tuple[str, str]:
+    from .spares_listing import spare_rows, spares_text_html
+
+    spares_text, spares_html = spares_text_html(spare_rows())
     clusters = registry.all_clusters()
     if not clusters:
-        return "no clusters yet: run a cell with %%worker", "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
+        text, page = "no clusters yet: run a cell with %%worker", "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
+        return (text + "\n" + spares_text if spares_text else text), page + spares_html
     rows = []
     for cluster in clusters:
         snap = cluster.snapshot()
         roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
         statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
-        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"], statuses,
+        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"] + _session_column(snap), statuses,
                      str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
     header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
@@ -199,4 +254,10 @@ def _cluster_table() -> tuple[str, str]:
 
     cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
     table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
-    return text, table
+    return (text + "\n" + spares_text if spares_text else text), table + spares_html
+
+
+def _session_column(snapshot: dict) -> str:
+    from .session_magic import session_column
+
+    return session_column(snapshot)

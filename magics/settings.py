@@ -68,6 +68,38 @@ class WorkerSettings(Configurable):
         config=True
     )
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
+    # sessions (issue 16, magics/session.py): %%worker --session NAME
+    session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
+                               "cell raised, before their collectives are aborted.").tag(config=True)
+    session_abort_grace = Float(5.0, help="Seconds workers get to end a cell after an abort (or a Stop) before the "
+                                "session restarts its processes (their state is lost).").tag(config=True)
+    session_interrupt_grace = Float(10.0, help="Seconds a Stop (KeyboardInterrupt) gets to end a session cell on "
+                                    "every worker before the session restarts its processes.").tag(config=True)
+    session_pause_wait = Float(1.0, help="Seconds a Stop waits for every worker of a session cell to pause at a "
+                               "training step (then all stop at the same step; none paused: KeyboardInterrupt).").tag(
+                                   config=True)
+    pull_timeout = Float(120.0, help="Seconds Session.pull waits for a worker's reply.").tag(config=True)
+    pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
+    pull_chunk_bytes = Int(2**20, help="Raw bytes per pull reply message (sent base64 in JSON).").tag(config=True)
+    # trust (issue 19): what a blocking wait leaves in the cell, and how the widget notices a dead kernel
+    echo_lines = Int(200, help="Lines per worker a blocking wait (--block, %workers wait) writes into the cell as "
+                     "they come, prefixed [i]; then only a count, and the last echo_tail_lines at the end. 0: none.").tag(
+                         config=True)
+    echo_tail_lines = Int(40, help="Last lines per worker shown when a blocking wait ends, if its output was cut.").tag(
+        config=True)
+    heartbeat_interval = Float(5.0, help="Seconds between the live widget's heartbeats while its kernel lives; the "
+                               "page calls the view detached after heartbeat_missed of them are missing.").tag(config=True)
+    heartbeat_missed = Int(3, help="Heartbeats the widget may miss before it shows its run as detached.").tag(config=True)
+    # hardening (issue 15): every limit on what workers (or anyone who reaches the relay) can make the kernel hold
+    relay_max_message_bytes = Int(8 * 2**20, help="Largest relay message (bytes) the kernel accepts; a bigger frame "
+                                  "closes the sender's connection. Room for `pull` chunks (1 MiB base64 in JSON).").tag(
+                                      config=True)
+    relay_receive_hwm = Int(100, help="Relay messages queued per sender in the kernel before senders wait.").tag(config=True)
+    relay_replay_history = Int(65536, help="Signatures the relay remembers to refuse replayed messages.").tag(config=True)
+    max_line_chars = Int(64 * 1024, help="Longest output line kept in the kernel, the widget and state.json; the "
+                         "rest is cut (noted); the log file on disk keeps it all.").tag(config=True)
+    max_workers = Int(64, help="Largest -n (plus --ps/--chief/--evaluator tasks) a %%worker run may ask for.").tag(
+        config=True)
 
     @default("spares")
     def _default_spares(self) -> int:

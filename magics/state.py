@@ -36,6 +36,7 @@ class WorkerState:
     restarts: int = 0
     log_path: str = ""
     log_tail: LogTail = field(default_factory=LogTail)
+    log_hidden: int = 0  # TensorFlow C++ start-up lines kept out of the tail (magics/noise.py); the file has them
     history: deque = field(default_factory=lambda: deque(maxlen=2000))  # (global_step, {metric: value})
     last_progress: float = field(default_factory=time.time)
     _rate_anchor: tuple[float, int] | None = None
@@ -46,7 +47,9 @@ class WorkerState:
             if content.get(name) is not None:
                 setattr(self, name, content[name])
         self.metrics.update(content.get("metrics") or {})
-        step = content.get("step")
+        # the rate is taken over the global step (epochs x steps_total + step): the per-epoch step restarts
+        # every epoch, which would make a rate across an epoch's end wrong or never measured
+        step = self.global_step() if content.get("step") is not None else None
         if step is not None:
             if self._rate_anchor is None or step < self._rate_anchor[1]:
                 self._rate_anchor = (now, step)
@@ -97,6 +100,9 @@ class WorkerState:
             "restarts": self.restarts,
             "log_path": self.log_path,
             "log_tail": self.log_tail.lines(),
+            "log_total": self.log_tail.total,  # complete lines seen so far (the tail's last one may be open)
+            "log_open": bool(getattr(self.log_tail, "_open", False)),
+            "log_hidden": self.log_hidden,
             "history": [[x, m] for x, m in self.history],
         }
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import html
 import math
+import signal
 from typing import Any
 
+from .run_errors import ERROR_BELOW_KEY
 from .state import DONE_STATES
 
 STATUS_LABELS = {
@@ -96,10 +98,25 @@ def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -
     return tail[-limit:]
 
 
+def exit_text(worker: dict[str, Any]) -> str:
+    """How a worker's process ended, in words: ``exit code 1``, ``killed by SIGKILL``; nothing for a clean exit
+    or for a worker nbworkers stopped (its SIGTERM/SIGKILL is not news: the status says "stopped")."""
+    code = worker.get("exit_code")
+    if code in (None, 0) or worker.get("status") in ("stopped", "finished", "restarting"):
+        return ""
+    if isinstance(code, int) and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def headline(snapshot: dict[str, Any]) -> str:
     status = snapshot.get("status") or "unknown"
     workers = snapshot.get("workers") or []
-    text = f"nbworkers cluster {snapshot.get('name', '?')}: {status_label(status)}"
+    label = "stopped by you" if status == "stopped" else status_label(status)
+    text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
     text += f", {len(workers)} worker{'s' if len(workers) != 1 else ''}"
     verb = "in" if status in DONE_STATES else "for"
     text += f", {verb} {format_duration(snapshot.get('wall_time'))}"
@@ -108,17 +125,30 @@ def headline(snapshot: dict[str, Any]) -> str:
     return text
 
 
+def resume_text(resumed: dict[str, Any] | None) -> str:
+    """Where a restarted group went on: from a checkpoint (which epoch and step) or from scratch.
+
+    ``resumed`` is the first progress after the restart (``restart_history[i]["resumed_from"]``); a group
+    that reports epoch 1 (or none) at its first step found no checkpoint."""
+    if not resumed:
+        return "not resumed yet: its first step will tell whether it resumes from a checkpoint"
+    epoch, step = resumed.get("epoch"), resumed.get("step")
+    if (epoch is None or epoch <= 1) and (step is None or step <= 1):
+        return "started from scratch (no checkpoint to resume from)"
+    where = ", ".join(p for p in (f"epoch {epoch}" if epoch is not None else "",
+                                  f"step {step}" if step is not None else "") if p)
+    return f"resumed from a checkpoint at {where}"
+
+
 def restart_lines(snapshot: dict[str, Any]) -> list[str]:
-    """One line per restart: its kind, its cause and where the run resumed (once known)."""
+    """One line per restart: its kind, its cause and whether it resumed from a checkpoint (once known)."""
     history = snapshot.get("restart_history") or []
     if not history:
         return list(snapshot.get("restart_causes") or [])
     lines = []
     for entry in history:
         line = f"{entry.get('kind') or 'restart'}: {entry.get('cause') or ''}"
-        resumed = entry.get("resumed_from")
-        if resumed:
-            line += f"; resumed at epoch {resumed.get('epoch')}, step {resumed.get('step')}"
+        line += f"; {resume_text(entry.get('resumed_from'))}"
         lines.append(line)
     return lines
 
@@ -143,15 +173,17 @@ def render_text(snapshot: dict[str, Any]) -> str:
             line += f"  {worker['steps_per_sec']:.1f} steps/s"
         if worker.get("restarts"):
             line += f"  restarts={worker['restarts']}"
-        if worker.get("exit_code") not in (None, 0):
-            line += f"  exit code {worker['exit_code']}"
+        if exit_text(worker):
+            line += f"  {exit_text(worker)}"
         lines.append(line)
         if done and worker.get("log_path"):
             lines.append(f"      log: {worker['log_path']}")
     lines.extend(f"  restart {i}: {line}" for i, line in enumerate(restart_lines(snapshot), 1))
     if snapshot.get("error"):
         lines.append(f"Error: {snapshot['error']}")
-    if done:
+    if snapshot.get(ERROR_BELOW_KEY):
+        lines.append("  (the workers' traceback is in the error below)")
+    elif done:
         for worker in _failed(snapshot):
             tail = traceback_tail(worker.get("log_tail"))
             if tail:
@@ -191,8 +223,8 @@ def _worker_rows(snapshot: dict[str, Any], with_logs: bool) -> str:
     rows = [_row([_esc(h) for h in header], "th")]
     for worker in snapshot.get("workers") or []:
         status = _badge(worker.get("status"))
-        if worker.get("exit_code") not in (None, 0):
-            status += f" exit {_esc(worker['exit_code'])}"
+        if exit_text(worker):
+            status += f" {_esc(exit_text(worker))}"
         rate = worker.get("steps_per_sec")
         cells = [
             _esc(worker_name(worker)),
@@ -213,6 +245,9 @@ def _error_html(snapshot: dict[str, Any]) -> str:
     parts = []
     if snapshot.get("error"):
         parts.append(f'<p style="color:#b91c1c"><b>Error:</b> {_esc(snapshot["error"])}</p>')
+    if snapshot.get(ERROR_BELOW_KEY):
+        parts.append("<p>The workers' traceback is in the error below.</p>")
+        return "".join(parts)
     for worker in _failed(snapshot):
         tail = traceback_tail(worker.get("log_tail"))
         if tail:

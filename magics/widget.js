@@ -16,6 +16,10 @@ const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"
 const SVG_NS = "http://www.w3.org/2000/svg";
 const BUTTON_PENDING_MS = 8000;
 const TRACEBACK_LINES = 20;
+const DEAD_KERNEL_STATES = new Set(["restarting", "autorestarting", "dead"]);
+const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
+const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
+const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM" };
 
 function h(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -61,8 +65,40 @@ function chiefIndex(workers) {
   return chief ? chief.index : workers.length ? workers[0].index : 0;
 }
 
-function badge(status) {
-  return h("span", { class: `nbw-badge nbw-status-${status}`, text: STATUS_LABELS[status] || status || "unknown" });
+function badge(status, label) {
+  return h("span", { class: `nbw-badge nbw-status-${status}`, text: label || STATUS_LABELS[status] || status || "unknown" });
+}
+
+// How a worker's process ended, in words (as magics/summary.py exit_text): nothing for a clean exit or for a
+// worker nbworkers stopped; "killed by SIGKILL" for a signal; "exit code 1" otherwise.
+function exitText(w) {
+  const code = w.exit_code;
+  if (code === null || code === undefined || code === 0) return "";
+  if (["stopped", "finished", "restarting"].includes(w.status)) return "";
+  if (code < 0) return `killed by ${SIGNALS[-code] || "signal " + -code}`;
+  return `exit code ${code}`;
+}
+
+// Where a restarted group went on (as magics/summary.py resume_text).
+function resumeText(from) {
+  if (!from) return "not resumed yet: its first step tells whether it resumes from a checkpoint";
+  const { epoch, step } = from;
+  if ((epoch === null || epoch === undefined || epoch <= 1) && (step === null || step === undefined || step <= 1)) {
+    return "started from scratch (no checkpoint to resume from)";
+  }
+  const where = [epoch !== null && epoch !== undefined ? `epoch ${epoch}` : "", step !== null && step !== undefined ? `step ${step}` : ""];
+  return `resumed from a checkpoint at ${where.filter(Boolean).join(", ")}`;
+}
+
+// The Jupyter server's base URL (JupyterLab and Notebook 7 put it in the page's config data).
+function baseUrl() {
+  try {
+    const node = document.getElementById("jupyter-config-data");
+    const url = node ? JSON.parse(node.textContent).baseUrl : "/";
+    return url && url.endsWith("/") ? url : `${url || ""}/`;
+  } catch (e) {
+    return "/";
+  }
 }
 
 function tracebackTail(lines, limit = TRACEBACK_LINES) {
@@ -118,7 +154,7 @@ function renderCard(w) {
   const foot = [];
   if (typeof w.steps_per_sec === "number") foot.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
   foot.push(`restarts ${w.restarts || 0}`);
-  if (w.exit_code !== null && w.exit_code !== undefined) foot.push(`exit ${w.exit_code}`);
+  if (exitText(w)) foot.push(exitText(w));
   card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
   if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
   return card;
@@ -248,9 +284,26 @@ function render({ model, el }) {
   const logPre = h("pre", { class: "nbw-log", tabindex: "0" });
   const logPanel = h("div", { class: "nbw-panel nbw-log-panel" }, h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Log" }), tabs), logPre, logPath);
 
-  root.append(header, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
+  // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
+  const sessionLine = h("div", { class: "nbw-session" });
+  root.append(header, sessionLine, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
+  function renderSession() {
+    const info = model.get("session") || {};
+    sessionLine.style.display = info.name ? "" : "none";
+    if (!info.name) return;
+    sessionLine.dataset.cell = String(info.cell);
+    sessionLine.dataset.state = info.state || "";
+    sessionLine.textContent = `session ${info.name} · cell ${info.cell} · ${info.state}` + (info.running ? ` · ${info.running}` : "");
+  }
+  renderSession();
+  model.on("change:session", renderSession);
 
-  const local = { follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null };
+  let closed = false;
+  let attachTimer = null;
+  const local = {
+    follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
+    detached: "", attached: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
+  };
 
   function cluster() {
     return model.get("cluster") || {};
@@ -260,10 +313,12 @@ function render({ model, el }) {
     const c = cluster();
     const workers = c.workers || [];
     title.textContent = c.name ? `Cluster ${c.name}` : "Cluster";
-    headBadge.replaceChildren(badge(c.status || "starting"));
+    if (local.detached) headBadge.replaceChildren(badge("detached", "detached"));
+    else headBadge.replaceChildren(badge(c.status || "starting", c.status === "stopped" ? "stopped by you" : ""));
     root.dataset.status = c.status || "";
+    root.dataset.detached = local.detached ? "1" : "";
     let wall = c.wall_time;
-    if (typeof wall === "number" && !DONE.has(c.status)) wall += (Date.now() - local.receivedAt) / 1000;
+    if (typeof wall === "number" && !DONE.has(c.status) && !local.detached) wall += (Date.now() - local.receivedAt) / 1000;
     const parts = [`${workers.length} worker${workers.length === 1 ? "" : "s"}`, fmtDuration(wall)];
     if (c.backend && c.backend !== "local") parts.push(c.backend);
     if (c.restarts) parts.push(`${c.restarts} restart${c.restarts === 1 ? "" : "s"}`);
@@ -271,16 +326,48 @@ function render({ model, el }) {
     if (history.length) parts.push(`last restart: ${describeRestart(history[history.length - 1])}`);
     meta.textContent = parts.join(" · ");
     const done = DONE.has(c.status);
-    stopButton.disabled = done || local.pending === "stop";
-    restartButton.disabled = local.pending === "restart"; // on a run that ended, Restart runs the cell again
-    notice.textContent = model.get("notice") || "";
+    stopButton.disabled = done || local.pending === "stop" || !!local.detached;
+    restartButton.disabled = local.pending === "restart" || !!local.detached; // after a run, Restart runs it again
+    notice.textContent = local.detached ? detachedText() : model.get("notice") || "";
     renderError();
   }
 
   function describeRestart(r) {
-    const from = r.resumed_from;
-    const where = from ? `, resumed at epoch ${from.epoch ?? "?"} step ${from.step ?? "?"}` : "";
-    return `${r.kind || "restart"} (${r.cause || ""})${where}`;
+    return `${r.kind || "restart"} (${r.cause || ""}), ${resumeText(r.resumed_from)}`;
+  }
+
+  // ---- a kernel that restarted or died: this view is detached from its run
+  function detachedText() {
+    const name = cluster().name || "NAME";
+    const state = local.attached ? ` The server sees the run as: ${local.attached}.` : "";
+    return `${local.detached}: this view no longer updates.${state} Run \`%workers attach ${name}\` in a cell for the run's state and logs.`;
+  }
+
+  function detach(reason) {
+    if (local.detached) return;
+    local.detached = reason;
+    clearPending();
+    renderHeader();
+    lookUpRun();
+  }
+
+  // What `%workers attach NAME` would show, from the server extension (it reads the run's state file), read
+  // again every ATTACH_POLL_MS until the run ended there (the old kernel's worker hosts stop its workers).
+  async function lookUpRun(polls = ATTACH_POLLS) {
+    const name = cluster().name;
+    if (!name || typeof fetch !== "function" || closed) return;
+    let ended = false;
+    try {
+      const reply = await fetch(`${baseUrl()}nbworkers/api/clusters/${encodeURIComponent(name)}`, { credentials: "same-origin" });
+      if (!reply.ok) return; // no server extension, or no such run: the text without its state says enough
+      const data = await reply.json();
+      ended = DONE.has(data.status) || data.status === "lost";
+      local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
+      renderHeader();
+    } catch (e) {
+      return;
+    }
+    if (!ended && polls > 1) attachTimer = setTimeout(() => lookUpRun(polls - 1), ATTACH_POLL_MS);
   }
 
   function renderError() {
@@ -353,6 +440,7 @@ function render({ model, el }) {
   }
 
   function act(action) {
+    if (local.detached) return;
     local.pending = action;
     (action === "stop" ? stopButton : restartButton).textContent = action === "stop" ? "Stopping…" : "Restarting…";
     model.send({ action });
@@ -360,15 +448,21 @@ function render({ model, el }) {
     local.pendingTimer = setTimeout(() => {
       clearPending();
       renderHeader();
+      if (!local.detached) notice.textContent = `No answer from the kernel to ${action}: it may be gone or restarted.`;
     }, BUTTON_PENDING_MS);
     renderHeader();
   }
 
-  let lastStatus = cluster().status;
+  let lastStatus; // undefined: the first render counts as a change (a re-rendered failed run opens its log too)
   function onCluster() {
     local.receivedAt = Date.now();
     const status = cluster().status;
     if (status !== lastStatus) {
+      if (status === "failed") {
+        // open the log of the worker that failed (the user can switch tabs afterwards)
+        const failed = (cluster().workers || []).findIndex((w) => w.status === "failed");
+        if (failed >= 0) local.logWorker = failed;
+      }
       lastStatus = status;
       clearPending();
     }
@@ -398,6 +492,18 @@ function render({ model, el }) {
   model.on("change:logs", renderLogs);
   model.on("change:logs", renderError);
   model.on("change:notice", renderHeader);
+  // The kernel restarted or died: the widget manager marks the comm dead ("comm_live_update", on a restart), and
+  // the kernel connection reports its status. Either way no update or button click reaches a kernel any more.
+  const onCommLive = () => detach("The kernel restarted");
+  model.on("comm_live_update", onCommLive);
+  const kernel = model.widget_manager && model.widget_manager.kernel;
+  const onKernelStatus = (_, status) => {
+    if (DEAD_KERNEL_STATES.has(status)) detach(status === "dead" ? "The kernel died" : "The kernel restarted");
+  };
+  if (kernel && kernel.statusChanged && typeof kernel.statusChanged.connect === "function") {
+    kernel.statusChanged.connect(onKernelStatus);
+    if (DEAD_KERNEL_STATES.has(kernel.status)) onKernelStatus(null, kernel.status);
+  }
   const ticker = setInterval(() => {
     if (!DONE.has(cluster().status)) renderHeader();
   }, 1000);
@@ -416,6 +522,8 @@ function render({ model, el }) {
 
   onCluster();
   return () => {
+    closed = true;
+    clearTimeout(attachTimer);
     clearInterval(ticker);
     clearTimeout(local.pendingTimer);
     if (resize) resize.disconnect();
@@ -424,6 +532,11 @@ function render({ model, el }) {
     model.off("change:logs", renderLogs);
     model.off("change:logs", renderError);
     model.off("change:notice", renderHeader);
+    model.off("change:session", renderSession);
+    model.off("comm_live_update", onCommLive);
+    if (kernel && kernel.statusChanged && typeof kernel.statusChanged.disconnect === "function") {
+      kernel.statusChanged.disconnect(onKernelStatus);
+    }
   };
 }
 

@@ -154,5 +154,5 @@ def test_failed_run_shows_the_error_and_traceback_tail(lab):
         assert card_statuses(page) == ["stopped", "failed"]
         error = page.inner_text(".nbw-error")
         assert "worker 1 exited with code 1" in error and "ValueError: synthetic failure" in error
-        assert "exit 1" in page.inner_text(".nbw-card[data-index='1']")
+        assert "exit code 1" in page.inner_text(".nbw-card[data-index='1']")
         screenshot(page, "widget-fake-failed.png")

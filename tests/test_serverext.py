@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -407,12 +408,15 @@ def test_delete_stops_the_cluster_while_its_kernel_is_busy(server, busy_cluster)
     assert status == 200 and again["status"] == "stopped"
 
 
+FAKE_RUN_ID = "fake-run"  # the NBWORKERS_RUN_ID the fake run's processes carry (only marked processes are killed)
+
+
 def _stubborn_process() -> subprocess.Popen:
     """A process in a session of its own that ignores SIGTERM (as TF workers often do)."""
     proc = subprocess.Popen(
         [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);"
                    " time.sleep(600)"],
-        stdout=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.PIPE, start_new_session=True, env={**os.environ, "NBWORKERS_RUN_ID": FAKE_RUN_ID},
     )
     assert proc.stdout.readline().strip() == b"ready"
     return proc
@@ -431,7 +435,7 @@ def write_fake_run(run_root: Path, name: str, kernel_pid: int, hosts: list[subpr
     state = {
         "name": name, "backend": "local", "status": "running", "error": "", "started": started, "ended": None,
         "wall_time": time.time() - started, "restarts": 0, "restart_causes": [], "generation": 0,
-        "run_dir": str(run_dir), "dropped": {}, "kernel_pid": kernel_pid, "kernel_id": "gone",
+        "run_dir": str(run_dir), "dropped": {}, "kernel_pid": kernel_pid, "kernel_id": "gone", "run_id": FAKE_RUN_ID,
         "workers": [{"index": i, "role": "worker", "role_index": i, "host": "", "pid": w.pid, "status": "running",
                      "detail": "", "exit_code": None, "metrics": {"loss": 0.5}, "log_tail": []}
                     for i, w in enumerate(workers)],
@@ -489,3 +493,53 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
         assert leftovers.find_leftovers(server.run_root) == []
     finally:
         kernel.close()
+
+
+def test_delete_of_a_forged_run_never_kills_a_process_that_is_not_the_runs(server):
+    """Issue 15: a state.json listing an unrelated process (no run marker; or another run's marker) as its hosts
+    and workers: DELETE stops the run's record, the processes live on."""
+    started = time.time() - 5
+    unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    other_runs = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                                  env={**os.environ, "NBWORKERS_RUN_ID": "another-run"})
+    try:
+        write_fake_run(server.run_root, "forged", _dead_pid(), hosts=[unrelated], workers=[other_runs], started=started)
+        status, data = server.json("GET", "/nbworkers/api/clusters/forged")
+        assert status == 200 and data["processes_alive"] == 0
+        status, data = server.json("DELETE", "/nbworkers/api/clusters/forged")
+        assert status == 200 and data["killed"] == 0 and data["status"] == "stopped", data
+        time.sleep(0.5)
+        assert unrelated.poll() is None and other_runs.poll() is None
+    finally:
+        for proc in (unrelated, other_runs):
+            proc.kill()
+            proc.wait()
+
+
+def test_slow_deletes_never_stall_reads(server):
+    """Issue 15: more DELETEs than stop threads, each waiting for a (live, here: this test process) kernel that
+    never stops its run; a GET still answers while every one of them is in flight."""
+    import threading
+
+    names = [f"slowstop{i}" for i in range(5)]  # more than stop_threads (4)
+    for name in names:
+        write_fake_run(server.run_root, name, os.getpid(), hosts=[], workers=[], started=time.time())
+    finished: list[str] = []
+
+    def delete(name: str) -> None:
+        server.json("DELETE", f"/nbworkers/api/clusters/{name}")
+        finished.append(name)
+
+    threads = [threading.Thread(target=delete, args=(n,)) for n in names]
+    for thread in threads:
+        thread.start()
+    assert _wait_until(lambda: all((server.run_root / n / "stop-requested").exists() for n in names[:4]), 30)
+    status, data = server.json("GET", "/nbworkers/api/clusters")
+    assert status == 200 and {n for n in names} <= {c["name"] for c in data["clusters"]}
+    status, _ = server.json("GET", f"/nbworkers/api/clusters/{names[0]}")
+    assert status == 200
+    assert finished == [], "a read waited for a stop: they share a thread pool"
+    for thread in threads:
+        thread.join(120)
+    for name in names:  # let the module's other tests see a clean list
+        shutil.rmtree(server.run_root / name, ignore_errors=True)

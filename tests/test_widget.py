@@ -108,7 +108,7 @@ def test_failed_summary_shows_error_and_traceback_tail():
     assert "line 5\n" not in text  # only the traceback, not the whole tail
     html = summary.render_summary_html(snap)
     assert "ValueError: &lt;bad&gt;" in html and "<bad>" not in html
-    assert "exit 1" in html
+    assert "exit code 1" in html
 
 
 def test_traceback_tail_without_traceback_is_the_last_lines():

@@ -104,14 +104,22 @@ if os.environ["NBWORKERS_WORKER"] == "1":
 time.sleep(600)  # worker 0 would wait forever in a collective
 """
     assert not kernel.run(cell).error
-    assert kernel.run("%workers wait crash --timeout 60").error == ""
+    waited = kernel.run("%workers wait crash --timeout 60")
+    assert waited.status == "error" and waited.error.startswith("RunFailed: run 'crash' failed"), waited.error
+    # the worker's own frames, at the cell's line (the %%worker line is line 1), and no kernel-side frames
+    assert 'cell.py", line 5, in <module>' in waited.error, waited.error
+    assert "magic.py" not in waited.error and "cluster.py" not in waited.error, waited.error
+    rendered = waited.error.split("\x1b[0;31mRunFailed", 1)[1]  # what the notebook shows (after ename: evalue)
+    assert rendered.count("Traceback (most recent call last)") == 1, waited.error
     snap = kernel.value("nbworkers.get_cluster('crash').snapshot()")
     assert snap["status"] == "failed"
-    assert "worker 1" in snap["error"] and "ValueError: bad batch shape from worker one" in snap["error"]
+    # the error is one short line (the REST API serves it); the traceback is in the worker's log tail
+    assert snap["error"] == "worker 1 exited with code 1: ValueError: bad batch shape from worker one."
     assert snap["workers"][1]["status"] == "failed" and snap["workers"][1]["exit_code"] == 1
     assert snap["workers"][0]["status"] == "stopped"
-    assert "cell.py" in snap["error"], "the traceback should point into the cell's code"
     assert not processes_of_run_root(run_root)
+    assert kernel.run("%workers wait crash --no-raise").status == "ok"
+    assert kernel.value("isinstance(nbworkers.RunFailed(''), RuntimeError)") is True
 
 
 def test_killing_the_kernel_takes_its_workers_along(kernel, run_root):
@@ -199,7 +207,7 @@ def test_bad_flags_give_a_clear_error_and_start_nothing(kernel, run_root, line, 
 def test_syntax_error_is_shown_once_with_its_line_and_nothing_starts(kernel, run_root):
     result = kernel.run("%%worker -n 2\nx = 1\nif x ==:\n    pass\n")
     assert result.status == "error"
-    assert result.failure.count("SyntaxError in the %%worker cell at line 2") == 1, result.failure
+    assert result.failure.count("SyntaxError in the %%worker cell at line 3") == 1, result.failure
     assert "if x ==:" in result.failure
     assert list(run_root.iterdir()) == []
 
@@ -208,6 +216,8 @@ def test_help_prints_real_usage(kernel):
     result = kernel.run("%%worker --help\nprint('not run')\n")
     assert result.status == "ok"
     shown = result.stdout
+    alone = kernel.run("%%worker --help")  # alone on the line, an empty cell: IPython's "cell body is empty" before
+    assert alone.status == "ok" and "usage: %%worker" in alone.stdout, alone.failure
     assert "usage: %%worker" in shown
     for flag in ("--workers", "--python", "--env", "--cwd", "--gpus-per-worker", "--block", "--timeout", "--push"):
         assert flag in shown, shown

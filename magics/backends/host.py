@@ -38,6 +38,73 @@ import time
 LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
 LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
 SPARE_HELD_MAX_BYTES = 256 * 1024  # a spare's output before its assignment kept for the log (the end of it)
+MAX_LINE_CHARS_ENV = "NBWORKERS_MAX_LINE_CHARS"  # longest line sent to the kernel (the log file keeps it all)
+DEFAULT_MAX_LINE_CHARS = 64 * 1024
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
+
+
+def _die_with_host():
+    """A ``preexec_fn`` that makes the worker get SIGKILL when this host dies (Linux; elsewhere None): a host
+    killed before its worker's ``hello`` — the kernel does not know the worker's pid yet — leaves no worker."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    host = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != host:  # the host died between fork and prctl
+            os._exit(137)
+
+    return arm
+
+
+class LineCap:
+    """Cuts output lines (text between newlines or carriage returns) to ``limit`` characters, with a note; the
+    relay and the kernel never see an endless line (the log file gets every byte)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._length = 0  # characters of the current line so far
+        self._cut = False
+
+    def __call__(self, text: str) -> str:
+        if not self._cut and self._length + len(text) <= self.limit:  # the usual case: no line can be too long
+            last = max(text.rfind("\n"), text.rfind("\r"))
+            self._length = self._length + len(text) if last == -1 else len(text) - last - 1
+            return text
+        out = []
+        start = 0
+        while start < len(text):
+            ends = [i for i in (text.find("\n", start), text.find("\r", start)) if i != -1]
+            end = min(ends) + 1 if ends else len(text)
+            piece = text[start:end]
+            start = end
+            ended = piece[-1] in "\n\r"
+            body = piece[:-1] if ended else piece
+            room = self.limit - self._length
+            if len(body) > room:
+                if not self._cut:
+                    out.append(body[:max(room, 0)] + f" [… line cut by nbworkers at {self.limit} characters; the log "
+                                                      "file has all of it]")
+                    self._cut = True
+            else:
+                out.append(body)
+            self._length += len(body)
+            if ended:
+                out.append(piece[-1])
+                self._length, self._cut = 0, False
+        return "".join(out)
+
+
+def max_line_chars() -> int:
+    try:
+        return max(80, int(os.environ.get(MAX_LINE_CHARS_ENV, DEFAULT_MAX_LINE_CHARS)))
+    except ValueError:
+        return DEFAULT_MAX_LINE_CHARS
 
 
 def kill_group(pgid: int, grace: float) -> None:
@@ -90,6 +157,7 @@ class LogForwarder:
         self._held = bytearray()
         self._pending: list[str] = []
         self._pending_chars = 0
+        self._cap = LineCap(max_line_chars())
         self._lock = threading.Lock()
         self._done = threading.Event()
 
@@ -101,7 +169,7 @@ class LogForwarder:
                 del self._held[: len(self._held) - SPARE_HELD_MAX_BYTES]
             return False
         self._log.write(chunk)
-        text = self._decoder.decode(chunk)
+        text = self._cap(self._decoder.decode(chunk))
         if text:
             self._pending.append(text)
             self._pending_chars += len(text)
@@ -132,7 +200,7 @@ class LogForwarder:
             if urgent:
                 self.flush()
         with self._lock:
-            tail = self._decoder.decode(b"", final=True) if self._log is not None else ""
+            tail = self._cap(self._decoder.decode(b"", final=True)) if self._log is not None else ""
             if tail:
                 self._pending.append(tail)
         self._done.set()
@@ -240,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                    "env": {**os.environ, SPARE_READY_FD_ENV: str(ready_w)}}
     try:
         worker = subprocess.Popen(
-            args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **options
+            args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_host(), **options
         )
     except OSError as error:
         message = f"nbworkers: could not start the worker {args.command[0]!r}: {error}\n".encode()

@@ -14,9 +14,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
+from ..private_dirs import module_command
 from .host import group_alive
 
 HOST_MODULE = "nbworkers.magics.backends.host"
@@ -42,6 +45,7 @@ class WorkerProcess:
     log_path: Path
     worker_pid: int | None = None
     extra_pgids: list[int] = field(default_factory=list)
+    marker: RunMarker | None = None  # what every process of this worker carries (ownership.py)
 
     def poll(self) -> int | None:
         """The worker's exit code (negative: killed by that signal), or None while it runs."""
@@ -73,12 +77,17 @@ class WorkerProcess:
         return groups + self.extra_pgids
 
     def kill(self) -> None:
-        """SIGKILL the host's and the worker's process groups, now."""
-        for pgid in self.pgids():
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """SIGKILL the host's and the worker's process groups, now — only processes that are ours (same user,
+        started after this launch or a spare of this kernel, carrying the run's marker: a pid reused by another
+        program, or a bogus pid a worker reported, is never signalled)."""
+        if self.marker is None:  # built without a launch (tests): only our own child host, not yet reaped
+            if self.host.poll() is None:
+                try:
+                    os.killpg(self.host.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return
+        signal_groups_if_ours(self.pgids(), self.marker, signal.SIGKILL)
 
     def alive(self) -> bool:
         if self.host.poll() is None:
@@ -114,9 +123,11 @@ class LocalBackend:
         from .spares import pool
 
         spares = pool()
+        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(spares.settings.run_root))
         proc = self._launch_warm(spares, index, python, env, cwd, log_path, grace, role)
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
+        proc.marker = marker
         spares.note_launch(self, python, env, cwd, grace, proc)
         return proc
 
@@ -132,8 +143,8 @@ class LocalBackend:
     def _launch_cold(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                      grace: float, role: str) -> WorkerProcess:
         command = [
-            sys.executable, "-m", HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role,
-            "--", python, "-u", "-m", BOOTSTRAP_MODULE,
+            *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role),
+            "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
         ]
         host = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"),

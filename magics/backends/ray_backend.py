@@ -320,6 +320,7 @@ class RayBackend:
 
     name = "ray"
     worker_host = ""  # per worker: see plan()
+    encrypt_relay = True  # the relay crosses machines: CurveZMQ, only the keys of this run's nodes (relay_curve.py)
 
     def __init__(self, address: str = "", cpus_per_worker: float | None = None, gpus_per_worker: int | None = None,
                  spread: bool = False, extra_env: dict[str, str] | None = None, cluster_name: str = "",
@@ -335,6 +336,7 @@ class RayBackend:
         self._group: _Group | None = None
         self._generation = 0
         self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
+        self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
@@ -354,6 +356,9 @@ class RayBackend:
         try:
             ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
                      namespace="nbworkers")
+            from .ray_address import remember_connection
+
+            remember_connection(self.address)
         except Exception as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             hint = ("Start one with `ray start --head`, or pass --address HOST:PORT of its head node."
@@ -365,19 +370,20 @@ class RayBackend:
         return ray
 
     def _check_same_cluster(self, ray) -> None:
-        wanted = split_address(self.address)
-        if wanted is None or self.address.startswith("ray://"):
-            return
-        try:
-            current = ray.get_runtime_context().gcs_address
-        except Exception:
-            return
-        host, _, port = current.rpartition(":")
-        if int(port) != wanted[1] or not _same_host(host, wanted[0]):
+        """One Ray cluster per kernel: any spelling of the connected head is fine (``127.0.0.1:P``, ``localhost:P``,
+        the host's IP, ``auto``, ``ray://``); another cluster is refused (ray_address.py)."""
+        from .ray_address import connected_address, same_cluster
+
+        current = connected_address(ray)
+        if current and not same_cluster(self.address, current):
             raise RayBackendError(
-                f"--address {self.address}: this kernel is already connected to the Ray cluster at {current}"
-                " (one per kernel). Use that address, or restart the kernel to use another cluster."
+                f"--address {self.address}: this kernel is already connected to another Ray cluster, at {current}"
+                " (one per kernel). Use that address (or auto), or restart the kernel to use another cluster."
             )
+
+    def attach_relay(self, relay: Any) -> None:
+        """The cluster's relay, to allow each placed actor's CurveZMQ client key (made on its node)."""
+        self._relay = relay
 
     def relay_hosts(self) -> tuple[str, str | None]:
         """(bind, advertise) for the kernel's relay: every interface, and the address the nodes reach us at."""
@@ -423,6 +429,9 @@ class RayBackend:
             self._release_group()
             raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
         self._group = _Group(group, actors, where, open=set(range(count)))
+        for w in where:
+            if self._relay is not None and w.get("relay_client_key"):
+                self._relay.allow_client(w["relay_client_key"])
         self._generation += 1
         self.placements = where
         return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]

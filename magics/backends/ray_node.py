@@ -23,19 +23,19 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from nbworkers.distlib import wire
+from nbworkers.magics.private_dirs import module_command, private_dir, runtime_dir
 
 HOST_MODULE = "nbworkers.magics.backends.host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
 # The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
 # SIGKILL from Ray, stops the worker group (see the module docstring).
 ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
-NODE_RUN_ROOT = "nbworkers-ray"  # under the node's temp dir, when the kernel's run directory cannot be made there
+NODE_RUN_ROOT = "nbworkers-ray"  # private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be made there
 PROBE_BYTES = 4096  # bytes of the end of the kernel's log file compared to tell a shared file system
 
 
@@ -75,11 +75,9 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def node_run_dir(name: str) -> Path:
     """The run directory on a node that does not see the kernel's: under the node's temp dir, never the
-    kernel's path (on a file system that only looked unshared, e.g. NFS with stale attributes, the node would
+    kernel's path, and private (``private_dirs``: another user's or an open ``nbworkers-ray`` is never used; on a file system that only looked unshared, e.g. NFS with stale attributes, the node would
     write the very file the kernel copies its log into)."""
-    path = Path(tempfile.gettempdir()) / NODE_RUN_ROOT / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(runtime_dir(NODE_RUN_ROOT) / name)
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -98,6 +96,7 @@ class NbworkersWorkerHost:
         self._host: subprocess.Popen | None = None
         self._log_path: Path | None = None
         self._worker_pgid: int | None = None
+        self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
 
     # ------------------------------------------------------------------ placement
     def where(self) -> dict[str, Any]:
@@ -108,7 +107,11 @@ class NbworkersWorkerHost:
         import nbworkers
 
         context = ray.get_runtime_context()
+        from nbworkers.magics.relay_curve import client_keypair
+
+        self._relay_keys = client_keypair()  # the secret half never leaves this node
         return {
+            "relay_client_key": self._relay_keys[0],
             "ip": ray.util.get_node_ip_address(),
             "port": free_port(),
             "gpus": [str(g) for g in ray.get_gpu_ids()],
@@ -134,6 +137,8 @@ class NbworkersWorkerHost:
             for name in ACTOR_ENV:
                 env.pop(name, None)
             env.update(request["env"])
+            if env.get(wire.ENV_RELAY_SERVERKEY) and self._relay_keys is not None:
+                env[wire.ENV_RELAY_CLIENTKEY], env[wire.ENV_RELAY_CLIENTSECRET] = self._relay_keys
             if shared:
                 run_dir = Path(request["run_dir"])
                 log_path = Path(request["log"])
@@ -160,8 +165,9 @@ class NbworkersWorkerHost:
                 for note in notes:
                     log.write(note.encode())
             command = [
-                sys.executable, "-m", HOST_MODULE, "--log", str(log_path), "--grace", str(request["grace"]),
-                "--role", request["role"], "--", python, "-u", "-m", BOOTSTRAP_MODULE,
+                *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(request["grace"]),
+                                "--role", request["role"]),
+                "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
             ]
             with open(log_path, "ab") as stderr:
                 self._host = subprocess.Popen(

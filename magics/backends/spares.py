@@ -38,7 +38,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,13 +46,16 @@ from typing import Any
 
 from nbworkers.distlib import wire
 
+from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
+from ..private_dirs import module_command, runtime_dir
 from ..settings import settings as current_settings
 
+SPARES_DIR_NAME = "nbworkers-spares"  # the spares' neutral working directory (private_dirs.runtime_dir)
 SPARE_MARKER_ENV = "NBWORKERS_SPARE"  # in a spare's environment: the run root of the kernel that started it
 # Variables that differ from run to run (or worker to worker) and are handed over with the assignment.
 PER_RUN_VARIABLES = frozenset({
     "TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY, wire.ENV_CLUSTER, wire.ENV_WORKER, wire.ENV_GENERATION,
-    wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD,
+    wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD, RUN_ID_ENV,
 })
 DISCARD_KILL_AFTER = 3.0  # seconds a dropped spare gets to go (its host stops it at end of file) before SIGKILL
 MAX_SCANNED_BYTES = 1_000_000  # of cell and module source read to decide whether a cell may use spares
@@ -120,10 +122,10 @@ def available_mb() -> float:
 
 
 def spare_cwd() -> str:
-    """An empty directory spares start in (so nothing in the notebook's directory shadows their imports)."""
-    path = Path(tempfile.gettempdir()) / f"nbworkers-spares-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return str(path)
+    """An empty private directory spares start in (so nothing in the notebook's directory shadows their imports):
+    ``$XDG_RUNTIME_DIR/nbworkers-spares`` or ``<tmp>/nbworkers-spares-<uid>`` when private, else a fresh one
+    (``private_dirs.runtime_dir``: another user's, a symlink or an open directory is never used)."""
+    return str(runtime_dir(SPARES_DIR_NAME))
 
 
 @dataclass
@@ -135,6 +137,7 @@ class Spare:
     ready_at: float | None = None
     worker_pid: int | None = None
     discarded_at: float | None = None
+    spare_root: str = ""  # the NBWORKERS_SPARE marker it was started with
     _out: bytes = b""
 
     def check_ready(self) -> bool:
@@ -163,12 +166,9 @@ class Spare:
             _close(self.host.stdout)
 
     def kill(self) -> None:
-        for pgid in (self.host.pid, self.worker_pid):
-            if pgid:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        """SIGKILL the spare's host and worker groups: only processes that are this kernel's spares (ownership)."""
+        marker = RunMarker("", None, "", self.spare_root)
+        signal_groups_if_ours([p for p in (self.host.pid, self.worker_pid) if p], marker, signal.SIGKILL)
 
     def assign(self, payload: dict[str, Any]) -> bool:
         """Hand this spare its run. False when it is gone (the caller starts a cold worker instead)."""
@@ -345,8 +345,8 @@ class SparePool:
         env = dict(group.env)
         env[SPARE_MARKER_ENV] = str(self.settings.run_root)
         command = [
-            sys.executable, "-m", HOST_MODULE, "--spare", "--grace", str(group.grace),
-            "--", group.python, "-u", "-m", BOOTSTRAP_MODULE, "--spare",
+            *module_command(sys.executable, HOST_MODULE, "--spare", "--grace", str(group.grace)),
+            "--", *module_command(group.python, BOOTSTRAP_MODULE, "--spare", unbuffered=True),
         ]
         host = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
@@ -354,7 +354,7 @@ class SparePool:
         )
         os.set_blocking(host.stdout.fileno(), False)
         self.stats["started"] += 1
-        return Spare(key=key, python=group.python, host=host)
+        return Spare(key=key, python=group.python, host=host, spare_root=env[SPARE_MARKER_ENV])
 
     def _drop(self, spare: Spare) -> None:
         if spare in self._spares:

@@ -1,0 +1,235 @@
+"""Every private TensorFlow / Keras symbol nbworkers touches, in one registry, with a check before use.
+
+Each ``Internal`` names a module and an attribute path, the nbworkers module that uses it (``group``), why,
+the upstream issue it works around (when there is one) and the versions it was checked on. Two kinds:
+
+- ``attribute``: ``getattr`` must resolve (a class, a function, a method, a module attribute);
+- ``instance``: an attribute set on instances in the class's own code (``self._x = ...``), so the check looks
+  for the name in the source of the class and its bases (it needs no instance: no cluster, no model).
+
+``missing(group)`` says what is gone (imports the group's modules: call it right before patching, when they
+are loaded anyway); ``warn_once`` prints one line per missing symbol per process. tests/test_internals.py
+checks every entry against the installed TensorFlow / Keras / tf_keras. Importing this module imports
+nothing heavy.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from dataclasses import dataclass
+
+K20585 = "keras-team/keras#20585 (Keras 3 model.fit under MultiWorkerMirroredStrategy)"
+TF72388 = "tensorflow/tensorflow#72388 (Invalid reduction dimension 0 under MultiWorkerMirroredStrategy)"
+TF_221 = "tensorflow 2.21.0"
+TF_215_221 = "tensorflow 2.15.1, 2.21.0"
+KERAS3 = "keras 3.15.1 (tensorflow 2.21.0)"
+TF_KERAS = "tf_keras 2.21.0"
+
+CARS = "tensorflow.python.distribute.collective_all_reduce_strategy"
+CONTEXT = "tensorflow.python.eager.context"
+MWU = "tensorflow.python.distribute.multi_worker_util"
+TRAINER = "keras.src.backend.tensorflow.trainer"
+BACKUP3 = "keras.src.callbacks.backup_and_restore"
+PCH = "tensorflow.python.distribute.failure_handling.failure_handling"
+
+
+@dataclass(frozen=True)
+class Internal:
+    module: str
+    attribute: str  # dotted path inside the module: "Class.method", "function", "Class._instance_attr"
+    group: str  # the nbworkers module that uses it (".part": one of its patches, checked on its own)
+    why: str
+    checked: str  # versions this entry was checked on
+    upstream: str = ""  # the upstream issue it works around, when there is one
+    kind: str = "attribute"  # or "instance"
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}:{self.attribute}"
+
+
+def _entries(group: str, module: str, checked: str, why: str, attributes: str, kind: str = "attribute",
+             upstream: str = "") -> list[Internal]:
+    return [Internal(module, a, group, why, checked, upstream, kind) for a in attributes.split()]
+
+
+REGISTRY: tuple[Internal, ...] = tuple(
+    # keras3_mwms: Keras 3's own fit / evaluate / predict under MultiWorkerMirroredStrategy
+    _entries("keras3_mwms", TRAINER, KERAS3, "wrapped: build from one local replica's batch",
+             "TensorFlowTrainer._maybe_symbolic_build", upstream=K20585)
+    + _entries("keras3_mwms", TRAINER, KERAS3, "wrapped: reduce rank-0 step outputs with axis=None",
+               "reduce_per_replica", upstream=TF72388)
+    + _entries("keras3_mwms", TRAINER, KERAS3, "asks whether the strategy is multi-worker, as Keras does",
+               "_collective_all_reduce_multi_worker", upstream=K20585)
+    + _entries("keras3_mwms", "keras.src.trainers.trainer", KERAS3, "what the wrapped build calls",
+               "Trainer._symbolic_build", upstream=K20585)
+    + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "wrapped: non-chief workers write a private directory",
+               "BackupAndRestore._save_model BackupAndRestore.on_train_end")
+    + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "redirected on non-chief workers",
+               "BackupAndRestore._weights_path BackupAndRestore._training_metadata_path "
+               "BackupAndRestore._prev_weights_path BackupAndRestore._prev_training_metadata_path", kind="instance")
+    + _entries("keras3_mwms.backup", CARS, TF_221, "is the strategy multi-worker",
+               "CollectiveAllReduceExtended._in_multi_worker_mode")
+    # keras_compat: the fit guard (KerasFitUnderMultiWorkerError / ...ParameterServerError)
+    + _entries("keras_compat", TRAINER, KERAS3, "wrapped: the upstream failure becomes a clear error",
+               "TensorFlowTrainer.fit", upstream=K20585)
+    + _entries("keras_compat", TRAINER, KERAS3, "the model's strategy", "TensorFlowTrainer._distribute_strategy",
+               kind="instance")
+    + _entries("keras_compat", CARS, TF_215_221, "isinstance check: MultiWorkerMirroredStrategy's base class",
+               "CollectiveAllReduceStrategy")
+    # keras_fit: distlib.fit
+    + _entries("keras_fit", "keras.src.trainers.trainer", KERAS3, "creates metric/optimizer variables before tracing",
+               "Trainer._symbolic_build")
+    + _entries("keras_fit", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
+               "PerReplicaSpec._value_specs", kind="instance")
+    + _entries("keras_fit", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
+               "DistributedDataset._input_workers", kind="instance")
+    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS, "the preemption save of tf_keras's BackupAndRestore",
+               "BackupAndRestore._training_state", kind="instance")
+    + _entries("keras_fit.tf_keras", "tf_keras.src.distribute.worker_training_state", TF_KERAS, "writes the backup",
+               "WorkerTrainingState.back_up")
+    # reporting: ReportCallback speaks tf_keras's private callback protocol
+    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "set by ReportCallback; read by tf_keras's CallbackList",
+               "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
+    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "implemented by ReportCallback; called by tf_keras",
+               "Callback._implements_train_batch_hooks Callback._implements_test_batch_hooks "
+               "Callback._implements_predict_batch_hooks")
+    # mwms_patch: status, second-server skip, the cross-worker device check
+    + _entries("mwms_patch", CARS, TF_215_221, "wrapped: status reports, leader wait, device check",
+               "CollectiveAllReduceExtended._initialize_multi_worker")
+    + _entries("mwms_patch", CARS, TF_215_221, "set or read around the wrapped setup",
+               "CollectiveAllReduceExtended._std_server_started CollectiveAllReduceExtended._enable_check_health "
+               "CollectiveAllReduceExtended._cluster_spec CollectiveAllReduceExtended._id_in_cluster "
+               "CollectiveAllReduceExtended._num_workers CollectiveAllReduceExtended._num_devices_per_worker "
+               "CollectiveAllReduceExtended._local_device_type", kind="instance")
+    + _entries("mwms_patch", CONTEXT, TF_215_221, "has the eager context started", "Context._context_handle",
+               kind="instance")
+    # collective_startup: collectives configured when the first op starts the context
+    + _entries("collective_startup", CONTEXT, TF_215_221, "wrapped once on the context object; configuration calls",
+               "context Context.ensure_initialized Context.configure_collective_ops "
+               "Context.configure_coordination_service Context.enable_collective_ops Context.coordination_service "
+               "Context.executing_eagerly Context.config")
+    + _entries("collective_startup", CONTEXT, TF_215_221, "read to see whether someone configured the context",
+               "Context._initialize_lock Context._collective_ops_server_def Context._server_def", kind="instance")
+    + _entries("collective_startup", CARS, TF_215_221, "the same session config and coordination jobs MWMS makes",
+               "CollectiveAllReduceExtended._update_config_proto coordination_config_pb2.CoordinatedJob")
+    + _entries("collective_startup", MWU, TF_215_221, "the same cluster normalisation and leaders MWMS uses",
+               "normalize_cluster_spec collective_leader coordination_leader")
+    + _entries("collective_startup", "tensorflow.python.training.server_lib", TF_215_221, "the cluster as MWMS reads it",
+               "ClusterSpec")
+    + _entries("collective_startup", "tensorflow.core.protobuf.tensorflow_server_pb2", TF_215_221,
+               "the server definition MWMS would build", "ServerDef")
+    # worker_facts: the coordination service's key-value store
+    + _entries("worker_facts", CONTEXT, TF_215_221, "exchange small facts between workers",
+               "Context.set_config_key_value Context.get_config_key_value Context.wait_at_barrier")
+    # session_worker (interactive sessions): unblock a cell stuck in a collective
+    + _entries("session_worker", CONTEXT, TF_221, "aborts this process's collectives when a peer gave up",
+               "Context.abort_collective_ops")
+    + _entries("session_worker", CONTEXT, TF_221, "never start a context from the abort thread",
+               "Context._context_handle", kind="instance")
+    + _entries("session_worker", "tensorflow.python.framework.errors", TF_221, "the abort's status code", "UNAVAILABLE")
+    # roles: MWMS on the evaluator becomes a local strategy
+    + _entries("roles", CARS, TF_215_221, "wrapped on the evaluator (outside the training cluster)",
+               "CollectiveAllReduceExtended._initialize_strategy CollectiveAllReduceExtended._initialize_local")
+    # preemption: TensorFlow's PreemptionCheckpointHandler
+    + _entries("preemption", PCH, TF_221, "picks the step every worker saves at",
+               "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "
+               "PreemptionCheckpointHandler._maybe_set_received_own_sigterm")
+)
+
+GROUPS = tuple(dict.fromkeys(entry.group for entry in REGISTRY))
+
+
+def _resolve(module_name: str, path: str):
+    target = importlib.import_module(module_name)
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target
+
+
+@functools.lru_cache(maxsize=None)
+def _module_text(module_name: str) -> str:
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return ""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except OSError:
+        return ""
+
+
+def _named_in_class_source(owner, name: str) -> bool:
+    """``self.<name>`` in the code of the class or a base (a text search of their modules' files: fast)."""
+    classes = owner.__mro__ if isinstance(owner, type) else (owner,)
+    for klass in classes:
+        text = _module_text(getattr(klass, "__module__", "") or "")
+        if f"self.{name} " in text or f"self.{name}=" in text or f"self.{name}:" in text:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def problem(entry: Internal) -> str | None:
+    """None when ``entry`` is present in the installed packages, else what is wrong."""
+    try:
+        if entry.kind == "instance":
+            owner_path, _, name = entry.attribute.rpartition(".")
+            owner = _resolve(entry.module, owner_path)
+            if hasattr(owner, name) or _named_in_class_source(owner, name):
+                return None
+            return f"no attribute {name!r} is set in {owner_path}'s code"
+        _resolve(entry.module, entry.attribute)
+        return None
+    except ImportError as error:
+        return f"cannot import {entry.module} ({error})"
+    except AttributeError as error:
+        return f"{error}"
+
+
+def entries(group: str | None = None) -> list[Internal]:
+    return [e for e in REGISTRY if group is None or e.group == group]
+
+
+def missing(group: str | None = None) -> list[tuple[Internal, str]]:
+    """The entries of ``group`` (all when None) that the installed packages do not have, with the reason."""
+    found = []
+    for entry in entries(group):
+        reason = problem(entry)
+        if reason is not None:
+            found.append((entry, reason))
+    return found
+
+
+_warned: set[str] = set()
+
+
+def describe(missing_entries: list[tuple[Internal, str]]) -> str:
+    lines = []
+    for entry, reason in missing_entries:
+        issue = f"; works around {entry.upstream}" if entry.upstream else ""
+        lines.append(f"  {entry.name}: {reason} (checked on {entry.checked}{issue})")
+    return "\n".join(lines)
+
+
+def warn_once(missing_entries: list[tuple[Internal, str]], consequence: str) -> bool:
+    """Print one warning naming what is missing and what that means (once per symbol per process)."""
+    new = [(e, r) for e, r in missing_entries if e.name not in _warned]
+    if not new:
+        return False
+    _warned.update(e.name for e, _ in new)
+    sys.stderr.write(f"nbworkers: the installed TensorFlow/Keras moved internals nbworkers relies on; "
+                     f"{consequence}:\n{describe(new)}\n")
+    sys.stderr.flush()
+    return True
+
+
+def available(group: str, consequence: str) -> bool:
+    """True when every symbol of ``group`` is there; else warn once and return False (callers skip their patch)."""
+    gone = missing(group)
+    if gone:
+        warn_once(gone, consequence)
+    return not gone

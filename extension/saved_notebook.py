@@ -1,0 +1,54 @@
+"""A notebook saved through the Jupyter server keeps, for each finished nbworkers run, its static summary
+instead of a widget view that cannot be shown again.
+
+A widget output is a reference to a model that lives in the kernel. Opened later (another session, JupyterLab
+after Notebook 7 or the other way round) without the model's state saved in the notebook's metadata, JupyterLab
+and Notebook 7 show "Error displaying widget: model not found" and never the text/HTML beside it. So a
+pre-save hook (registered by the server extension) drops the widget view from the outputs whose fallback is an
+nbworkers *final* summary (the run ended: the summary says all there is) when the notebook does not carry that
+model's state. The page that saved keeps its live widget (the hook changes the file, not the page); outputs
+of runs still going keep theirs, so a page reload mid-run brings the live dashboard back; other libraries'
+widgets are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+FINAL_SUMMARY_MARK = 'class="nbw-summary"'  # magics/summary.py render_summary_html
+
+
+def _text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value or "")
+
+
+def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
+    state = ((notebook.get("metadata") or {}).get("widgets") or {}).get(WIDGET_STATE) or {}
+    return set((state.get("state") or {}).keys()) if isinstance(state, dict) else set()
+
+
+def drop_stateless_run_widgets(notebook: dict[str, Any]) -> int:
+    """Remove the widget view from finished nbworkers outputs whose model state is not saved; how many."""
+    saved = saved_widget_models(notebook)
+    dropped = 0
+    for cell in notebook.get("cells") or []:
+        for output in cell.get("outputs") or []:
+            data = output.get("data") if isinstance(output, dict) else None
+            if not isinstance(data, dict) or WIDGET_VIEW not in data:
+                continue
+            if FINAL_SUMMARY_MARK not in _text(data.get("text/html")):
+                continue
+            view = data[WIDGET_VIEW]
+            if isinstance(view, dict) and view.get("model_id") in saved:
+                continue
+            del data[WIDGET_VIEW]
+            dropped += 1
+    return dropped
+
+
+def pre_save_hook(model: dict[str, Any], **kwargs: Any) -> None:
+    """jupyter_server's pre-save hook signature (``model``, ``path``, ``contents_manager``)."""
+    if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+        drop_stateless_run_widgets(model["content"])

@@ -1,0 +1,120 @@
+"""Is a process ours to signal? Checked before nbworkers sends any signal to a pid it did not just fork.
+
+A pid or process group id read from a ``state.json`` (the leftover reaper, the REST API's DELETE), reported by
+a worker (its ``hello``) or kept from a process that has since been reaped may belong to another program now
+— or a forged file may name one on purpose. A process is ours for a run only when all of these hold:
+
+- it runs as this user (real uid);
+- it was created after the run started (psutil ``create_time``; a warm spare is older, see below);
+- its environment carries the run's marker: ``NBWORKERS_RUN_ID`` equal to the run's random id (the launcher
+  sets it for every host and worker; children inherit it). A warm spare was started before its run and
+  learned the run's environment later (not visible in ``/proc``): it carries ``NBWORKERS_SPARE`` = the run root
+  of the kernel that started it instead. State files written before run ids existed: the environment must
+  name the run directory (``NBWORKERS_RUN_DIR``).
+
+Imports psutil only (no TensorFlow, no IPython).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+RUN_ID_ENV = "NBWORKERS_RUN_ID"
+SPARE_ENV = "NBWORKERS_SPARE"
+RUN_DIR_ENV = "NBWORKERS_RUN_DIR"
+CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(12)
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """What a process of one run carries: ``run_id`` (may be "" for old state files: then ``run_dir``),
+    the run's start (wall time), and the run root whose spares may be handed to it."""
+
+    run_id: str
+    started: float | None
+    run_dir: str = ""
+    spare_root: str = ""
+
+    @classmethod
+    def from_state(cls, state: dict, run_dir: Path | None) -> "RunMarker":
+        run_id = state.get("run_id") if isinstance(state.get("run_id"), str) else ""
+        started = state.get("started") if isinstance(state.get("started"), (int, float)) else None
+        directory = str(run_dir.resolve()) if run_dir is not None else ""
+        return cls(run_id, started, directory, str(Path(directory).parent) if directory else "")
+
+
+def _spare_of(env: dict[str, str], marker: RunMarker) -> bool:
+    root = env.get(SPARE_ENV, "")
+    if not root or not marker.spare_root:
+        return False
+    try:
+        return Path(root).resolve() == Path(marker.spare_root).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def is_ours(proc: psutil.Process, marker: RunMarker) -> bool:
+    """Same user, created after the run started, carrying the run's marker (see the module docstring)."""
+    try:
+        if proc.uids().real != os.getuid():
+            return False
+        env = proc.environ()
+        created = proc.create_time()
+    except (psutil.Error, OSError):
+        return False
+    spare = _spare_of(env, marker)
+    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK and not spare:
+        return False
+    if spare:
+        return True
+    if marker.run_id:
+        return env.get(RUN_ID_ENV) == marker.run_id
+    value = env.get(RUN_DIR_ENV)
+    try:
+        return bool(value and marker.run_dir) and str(Path(value).resolve()) == marker.run_dir
+    except (OSError, ValueError):
+        return False
+
+
+def signal_groups_if_ours(pgids: list[int], marker: RunMarker, sig: int = signal.SIGKILL) -> int:
+    """Signal the members of the process groups ``pgids`` that are ours (a whole group at once when every member
+    is; one by one otherwise). A pid ≤ 1 or a group with nothing of ours is never signalled. One scan of the
+    process table for all groups. Returns how many processes were signalled."""
+    wanted = {g for g in pgids if isinstance(g, int) and not isinstance(g, bool) and g > 1}
+    if not wanted:
+        return 0
+    members: dict[int, list[psutil.Process]] = {g: [] for g in wanted}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid in wanted and proc.status() != psutil.STATUS_ZOMBIE:
+                members[pgid].append(proc)
+        except (OSError, psutil.Error):
+            continue
+    count = 0
+    for pgid, procs in members.items():
+        ours = [p for p in procs if is_ours(p, marker)]
+        if ours and len(ours) == len(procs):
+            try:
+                os.killpg(pgid, sig)
+                count += len(ours)
+                continue
+            except (ProcessLookupError, PermissionError):
+                continue
+        for proc in ours:
+            try:
+                proc.send_signal(sig)
+                count += 1
+            except psutil.Error:
+                continue
+    return count

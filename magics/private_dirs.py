@@ -1,0 +1,127 @@
+"""Private runtime directories under a shared temp dir, and Python command lines that cannot be hijacked there.
+
+A directory nbworkers makes under ``/tmp`` (the spares' neutral working directory, the Ray node's run root,
+a future zygote's socket) must be ours alone: another local user who creates it first would own whatever
+is put in it — and a planted ``argparse.py`` in a Python child's working directory runs as us when that
+directory is on ``sys.path``. So:
+
+- ``private_dir(path)`` creates ``path`` with mode 0700, or, when it already exists, accepts it only when
+  ``os.lstat`` says: a directory (not a symlink), owned by this user, no access for group or others. Anything
+  else raises ``UnsafeDirectory`` (the message says what is wrong and what to do).
+- ``runtime_dir(name)`` is the directory ``name`` under ``$XDG_RUNTIME_DIR`` (per-user by definition) when
+  that is set and private, else ``<tempdir>/<name>-<uid>``; when that one is unsafe it falls back to a fresh
+  ``tempfile.mkdtemp`` (private by construction) and warns once.
+- ``module_command(python, module, ...)`` starts ``python -m module`` so that no working or temp directory
+  lands on ``sys.path`` ahead of the standard library: ``-P`` when the interpreter is this one (3.11+),
+  else a ``-c`` prelude that drops the ``''`` entry before anything but ``sys`` is imported (any version).
+
+Imports nothing beyond the standard library (the worker host and the Ray node import it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+log = logging.getLogger("nbworkers")
+
+PRIVATE_MODE = 0o700
+
+# `python -c` puts '' (the working directory) first on sys.path; drop it before importing anything that could
+# be shadowed, then run the module as `-m` would (``alter_sys``: argv[0], sys.modules['__main__']).
+SAFE_MODULE_PRELUDE = (
+    "import sys\n"
+    "if sys.path[:1] == ['']: del sys.path[0]\n"
+    "import runpy\n"
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+)
+
+
+class UnsafeDirectory(OSError):
+    """A directory that should be private to this user is not (another owner, a symlink, open permissions)."""
+
+
+def check_private(path: Path) -> None:
+    """Raise UnsafeDirectory unless ``path`` is a real directory owned by this user with mode 0700 (or tighter)."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeDirectory(f"{path} is a symlink, not a directory of ours: remove it (`rm {path}`).")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeDirectory(f"{path} is not a directory: remove it (`rm {path}`).")
+    if info.st_uid != os.getuid():
+        raise UnsafeDirectory(
+            f"{path} belongs to user id {info.st_uid}, not to you ({os.getuid()}): someone else may control what is "
+            "in it. nbworkers will not use it; ask its owner or an administrator to remove it."
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise UnsafeDirectory(
+            f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):o}): nbworkers only uses private "
+            f"directories (mode 700). Remove it (`rm -r {path}`) or `chmod 700 {path}` if you trust its contents."
+        )
+
+
+def private_dir(path: str | os.PathLike) -> Path:
+    """``path`` as a private directory: made with mode 0700 if absent (its parent must exist), else checked."""
+    path = Path(path)
+    try:
+        os.mkdir(path, PRIVATE_MODE)
+        os.chmod(path, PRIVATE_MODE)  # mkdir's mode is filtered by the umask; never looser than 0700 anyway
+    except FileExistsError:
+        pass
+    check_private(path)
+    return path
+
+
+_fallbacks: dict[tuple[str, str], Path] = {}
+_fallback_lock = threading.Lock()
+
+
+def runtime_dir(name: str, base: str | os.PathLike | None = None) -> Path:
+    """A private directory for ``name`` (``nbworkers-spares``, ``nbworkers-ray``, ...), the same one every time
+    in this process: ``$XDG_RUNTIME_DIR/name`` or ``<tempdir>/name-<uid>``, else a fresh ``mkdtemp``."""
+    if base is None:
+        xdg = os.environ.get("XDG_RUNTIME_DIR")
+        if xdg:
+            try:
+                check_private(Path(xdg))
+                return private_dir(Path(xdg) / name)
+            except (UnsafeDirectory, OSError):
+                pass
+        base = tempfile.gettempdir()
+    wanted = Path(base) / f"{name}-{os.getuid()}"
+    try:
+        return private_dir(wanted)
+    except (UnsafeDirectory, OSError) as error:
+        key = (str(base), name)
+        with _fallback_lock:
+            if key not in _fallbacks:
+                _fallbacks[key] = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+                log.warning("nbworkers: not using %s (%s); using %s instead", wanted, error, _fallbacks[key])
+            return _fallbacks[key]
+
+
+def module_command(python: str, module: str, *args: str, unbuffered: bool = False) -> list[str]:
+    """``python -m module args`` with no working or temp directory on ``sys.path`` ahead of the stdlib."""
+    flags = ["-u"] if unbuffered else []
+    if os.path.realpath(python) == os.path.realpath(sys.executable) and sys.version_info >= (3, 11):
+        return [python, "-P", *flags, "-m", module, *args]
+    return [python, *flags, "-c", SAFE_MODULE_PRELUDE.format(module=module), *args]
+
+
+def write_private(path: str | os.PathLike, data: bytes, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` readable by this user only (0600, even when the file was there with a looser
+    mode). ``exclusive``: fail if it exists."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | (os.O_EXCL if exclusive else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

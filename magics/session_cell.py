@@ -1,0 +1,212 @@
+"""One cell run in a session: its own per-worker output, status and metrics, its live views, its wait.
+
+``SessionCell`` is what ``%%worker --session NAME`` returns. It looks like a cluster to the views
+(``name``, ``snapshot()``, ``stop()``, ``restart()``), so the widget and the text/HTML view show it unchanged;
+its snapshot adds ``session: {name, cell, state, cells, running}`` (the widget's header line shows it).
+The session's supervisor feeds it (``start``, ``feed_log``, ``apply``, ``worker_ended``, ``conclude``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from .errors import RunFailed
+from .state import DONE_STATES, WorkerState
+
+CELL_STATES = ("queued", "running", "finished", "failed", "stopped", "cancelled")
+
+
+class SessionCell:
+    def __init__(self, session: Any, number: int, code: str, timeout: float | None = None):
+        self.session = session
+        self.number = number
+        self.code = code
+        self.timeout = timeout
+        self.name = f"{session.name} cell {number}"
+        self.state = "queued"
+        self.error = ""
+        self.failed_workers: tuple[int, ...] = ()
+        self.submitted = time.time()
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.interrupts = 0  # Stop requests seen
+        self.interrupted_at: float | None = None
+        self.paused: dict[int, int] = {}  # worker -> its report count when it paused for a Stop
+        self.resumed = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
+        self.first_error_at: float | None = None
+        self.first_error_worker: int | None = None
+        self.all_ended_at = 0.0  # monotonic time every worker's end message was in
+        self.aborted_at: float | None = None
+        self.ends: dict[int, dict[str, Any]] = {}  # worker -> its ``cell end`` message
+        self.closed_logs: set[int] = set()  # workers whose end marker line arrived
+        self.workers = [
+            WorkerState(index=w.index, role=w.role, role_index=w.role_index, log_path=w.log_path,
+                        status="starting")
+            for w in session.state.workers
+        ]
+        for worker in self.workers:
+            worker.log_tail = type(worker.log_tail)(session.settings.log_tail_lines)
+        self._views: list[Any] = []
+        self._views_lock = threading.Lock()
+        self._done = threading.Event()
+        self._waiters = 0
+        self.dirty = True
+
+    # ------------------------------------------------------------------------------ what views read
+    @property
+    def status(self) -> str:
+        return {"queued": "starting", "cancelled": "stopped"}.get(self.state, self.state)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.session._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
+        end = self.ended or time.time()
+        return {
+            "name": self.name,
+            "backend": self.session.state.backend,
+            "status": self.status,
+            "error": self.error,
+            "started": self.started or self.submitted,
+            "ended": self.ended,
+            "wall_time": end - (self.started or self.submitted) if self.started else 0.0,
+            "restarts": self.session.state.restarts,
+            "restart_causes": [],
+            "restart_history": [],
+            "failure_kind": "",
+            "generation": self.session.state.generation,
+            "run_dir": self.session.state.run_dir,
+            "dropped": {},
+            "kernel_pid": self.session.state.kernel_pid,
+            "kernel_id": self.session.state.kernel_id,
+            "workers": [w.snapshot() for w in self.workers],
+            "session": {"name": self.session.name, "cell": self.number, "state": self.state,
+                        "cells": len(self.session.cells), "running": first_line[:120]},
+        }
+
+    # ------------------------------------------------------------------------------ user-facing
+    def stop(self) -> None:
+        """Interrupt this cell on every worker (a second Stop restarts the session's processes)."""
+        self.session.interrupt(self)
+
+    def restart(self) -> None:
+        """Restart the session's processes (every variable in them is lost)."""
+        self.session.restart()
+
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = True) -> bool:
+        """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
+        the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.session._lock:
+            self._waiters += 1
+        try:
+            while not self._done.is_set():
+                left = self.session.settings.flush_interval
+                if deadline is not None:
+                    left = min(left, deadline - time.monotonic())
+                    if left <= 0:
+                        break
+                self._done.wait(left)
+                if self.dirty:
+                    self.refresh_views()
+            ended = self._done.is_set()
+            if ended:
+                self.finish_views()
+        finally:
+            with self.session._lock:
+                self._waiters -= 1
+        if raise_on_failure and ended and self.state == "failed":
+            raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
+        return ended
+
+    def failure_text(self) -> str:
+        return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
+
+    def __repr__(self) -> str:
+        return f"<SessionCell {self.name!r}: {self.state}>"
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+    def show(self) -> Any:
+        from .session_widget import session_view_factory
+
+        view = session_view_factory(self)
+        with self._views_lock:
+            self._views.append(view)
+        view.show()
+        if self._done.is_set():
+            view.finish(self.snapshot())
+        return view
+
+    # ------------------------------------------------------------------------------ fed by the session (lock held)
+    def begin(self) -> None:
+        self.state, self.started = "running", time.time()
+        for worker in self.workers:
+            worker.status = "running"
+        self.dirty = True
+
+    def feed_log(self, worker: int, text: str) -> None:
+        self.workers[worker].log_tail.feed([text])
+        self.dirty = True
+
+    def worker_ended(self, worker: int, content: dict[str, Any]) -> None:
+        self.ends[worker] = content
+        status = {"ok": "finished", "error": "failed", "interrupted": "stopped"}[content["status"]]
+        self.workers[worker].apply_status(status, content.get("error") or "")
+        if content["status"] == "error" and self.first_error_at is None:
+            self.first_error_at = time.monotonic()
+        self.dirty = True
+
+    def conclude(self, state: str, error: str = "", failed: tuple[int, ...] = ()) -> None:
+        self.state, self.error, self.failed_workers = state, error, failed
+        self.ended = time.time()
+        for worker in self.workers:
+            if worker.status in ("starting", "running", "waiting"):
+                worker.status = {"finished": "finished", "failed": "failed"}.get(state, "stopped")
+        self.dirty = True
+
+    def end(self) -> None:
+        """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
+        self._done.set()
+        with self.session._lock:
+            waiting = self._waiters > 0
+        if not waiting:
+            self.finish_views()
+
+    # ------------------------------------------------------------------------------ views
+    def refresh_views(self) -> None:
+        with self._views_lock:
+            views = list(self._views)
+            if not views:
+                return
+            snapshot = self.snapshot()
+            self.dirty = False
+            for view in views:
+                try:
+                    view.update(snapshot)
+                except Exception:
+                    traceback.print_exc(file=sys.__stderr__)
+
+    def finish_views(self) -> None:
+        with self._views_lock:
+            snapshot = self.snapshot()
+            for view in self._views:
+                try:
+                    view.finish(snapshot)
+                except Exception:
+                    traceback.print_exc(file=sys.__stderr__)
+
+
+def is_done_status(status: str) -> bool:
+    return status in DONE_STATES

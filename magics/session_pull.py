@@ -1,0 +1,126 @@
+"""The kernel side of ``Session.pull``: reassemble a worker's reply and decode it without running anything.
+
+A reply is JSON (the value tree, validated by ``session_wire``) plus ``.npy`` bytes in base64 chunks. Arrays are
+read with ``numpy.lib.format.read_array(..., allow_pickle=False)`` after checking the ``.npy`` magic: a pickle,
+an ``.npz``, an object array, a reply larger than announced or than ``pull_max_bytes``, chunks out of order,
+bad base64 or a tree naming a blob that does not exist all raise ``PullError`` and nothing is executed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+import threading
+from typing import Any
+
+from nbworkers.distlib.session_values import TAG
+
+NPY_MAGIC = b"\x93NUMPY"
+FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class PullError(RuntimeError):
+    """A pull failed: the expression raised in the worker, the value cannot travel, or the reply was refused."""
+
+
+class PullRequest:
+    """One pending pull: chunks are fed from the supervisor thread, ``result()`` waits in the caller's."""
+
+    def __init__(self, request: str, worker: int, gen: int, max_bytes: int):
+        self.request, self.worker, self.gen, self.max_bytes = request, worker, gen, max_bytes
+        self._chunks: list[bytes] = []
+        self._meta: dict | None = None
+        self._size = 0
+        self._error: str | None = None
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def fail(self, message: str) -> None:
+        if not self._done.is_set():
+            self._error = message
+            self._done.set()
+
+    def feed(self, content: dict[str, Any]) -> None:
+        """One ``pull`` relay message (already signature- and schema-checked) for this request."""
+        if self._done.is_set():
+            return
+        index, count, size = content["index"], content["count"], content["size"]
+        if content.get("error"):
+            return self.fail(f"worker {self.worker}: {content['error']}")
+        if index != len(self._chunks):
+            return self.fail(f"refused worker {self.worker}'s reply: chunk {index} arrived out of order")
+        if size > self.max_bytes:
+            return self.fail(f"refused worker {self.worker}'s reply: {size} bytes, more than the pull limit "
+                             f"({self.max_bytes} bytes, setting pull_max_bytes)")
+        if index == 0:
+            if not isinstance(content.get("meta"), dict):
+                return self.fail(f"refused worker {self.worker}'s reply: its first chunk has no value")
+            self._meta, self._size = content["meta"], size
+        elif size != self._size or content.get("meta") is not None:
+            return self.fail(f"refused worker {self.worker}'s reply: chunks disagree about its size")
+        try:
+            data = base64.b64decode(content.get("data") or "", validate=True)
+        except (binascii.Error, ValueError):
+            return self.fail(f"refused worker {self.worker}'s reply: chunk {index} is not base64")
+        self._chunks.append(data)
+        received = sum(len(c) for c in self._chunks)
+        if received > size:
+            return self.fail(f"refused worker {self.worker}'s reply: more bytes than announced")
+        if index + 1 == count:
+            if received != size:
+                return self.fail(f"refused worker {self.worker}'s reply: {received} bytes of {size} announced")
+            self._done.set()
+
+    def result(self, timeout: float) -> Any:
+        if not self._done.wait(timeout):
+            raise PullError(f"no reply from worker {self.worker} in {timeout:g} s (setting pull_timeout)")
+        if self._error is not None:
+            raise PullError(self._error)
+        return decode(self._meta or {}, b"".join(self._chunks), self.worker)
+
+
+def decode(meta: dict[str, Any], payload: bytes, worker: int = 0) -> Any:
+    """The value of a reply: JSON values as they are, ``{TAG: "array"}`` as numpy arrays (never pickle)."""
+    sizes = meta.get("blobs")
+    if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes) or sum(sizes) != len(payload):
+        raise PullError(f"refused worker {worker}'s reply: its array sizes do not add up")
+    blobs, at = [], 0
+    for n in sizes:
+        blobs.append(payload[at:at + n])
+        at += n
+
+    def walk(item: Any, depth: int) -> Any:
+        if depth > 200:
+            raise PullError(f"refused worker {worker}'s reply: nested too deep")
+        if isinstance(item, list):
+            return [walk(x, depth + 1) for x in item]
+        if isinstance(item, dict):
+            if TAG not in item:
+                return {str(k): walk(v, depth + 1) for k, v in item.items()}
+            if item[TAG] == "float" and item.get("value") in FLOATS:
+                return FLOATS[item["value"]]
+            if item[TAG] == "array" and isinstance(item.get("blob"), int) and 0 <= item["blob"] < len(blobs):
+                return read_npy(blobs[item["blob"]], worker)
+            raise PullError(f"refused worker {worker}'s reply: unknown encoded value {str(item)[:80]}")
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return item
+        raise PullError(f"refused worker {worker}'s reply: a {type(item).__name__} in the value")
+
+    return walk(meta.get("value"), 0)
+
+
+def read_npy(blob: bytes, worker: int = 0) -> Any:
+    """One ``.npy`` file's array; anything else (a pickle, an ``.npz``, an object array) is refused."""
+    if not blob.startswith(NPY_MAGIC):
+        raise PullError(f"refused worker {worker}'s reply: an array that is not .npy data (pickles are never loaded)")
+    import numpy as np
+
+    try:
+        return np.lib.format.read_array(io.BytesIO(blob), allow_pickle=False)
+    except Exception as error:  # object arrays raise ValueError with allow_pickle=False; truncated data too
+        raise PullError(f"refused worker {worker}'s reply: bad .npy data ({type(error).__name__}: {error})") from None

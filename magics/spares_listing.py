@@ -1,0 +1,48 @@
+"""The idle warm spares (workers with TensorFlow imported, kept for the next cell) as ``%workers`` lists them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+
+def _rss_mb(*pids: int | None) -> float:
+    total = 0
+    for pid in pids:
+        if not pid:
+            continue
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except (psutil.Error, OSError):
+            pass
+    return total / 2**20
+
+
+def spare_rows() -> list[dict[str, Any]]:
+    """Each live spare of this kernel: its pids, whether it is ready, its age and resident memory (MB).
+
+    Never starts the pool: a kernel that never ran a cell has no spares."""
+    from .backends import spares
+
+    pool = getattr(spares, "_pool", None)
+    if pool is None:
+        return []
+    rows = []
+    for spare in pool.describe():
+        rows.append({**spare, "memory_mb": _rss_mb(spare.get("worker_pid"), spare.get("host_pid"))})
+    return rows
+
+
+def spares_text_html(rows: list[dict[str, Any]]) -> tuple[str, str]:
+    """One line (and one HTML paragraph) for the spares; empty strings when there are none."""
+    if not rows:
+        return "", ""
+    import html
+
+    total = sum(r["memory_mb"] for r in rows)
+    items = [f"pid {r.get('worker_pid') or r.get('host_pid')} {'ready' if r.get('ready') else 'importing'} "
+             f"{r['memory_mb']:.0f} MB, idle {r.get('age', 0):.0f} s" for r in rows]
+    text = (f"warm spares (idle, TensorFlow imported, for the next cell): {len(rows)}, {total:.0f} MB: "
+            + "; ".join(items) + "  (nbworkers.settings().spares = 0 turns them off)")
+    return text, f"<p>{html.escape(text)}</p>"

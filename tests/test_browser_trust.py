@@ -1,0 +1,143 @@
+"""Issue 19 in a real browser (Debian chromium through Playwright): a widget whose kernel restarted says so,
+a failed run opens the failed worker's log, the log panel scrolls like a terminal instead of breaking words.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from browser_helpers import (  # noqa: E402
+    TESTS_DIR,
+    cell_executed,
+    chromium_page,
+    lab_server,
+    open_notebook,
+    run_cell,
+    screenshot,
+    write_notebook,
+)
+
+pytestmark = pytest.mark.browser
+RUN_TIMEOUT_MS = 120_000
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+DETACH_TIMEOUT_MS = 30_000  # restart -> the widget says detached
+
+SLEEP_CELL = """%%worker -n 2 --name {name}
+import time
+print("worker up", flush=True)
+time.sleep(600)
+"""
+SETUP = f"""
+import sys
+sys.path.insert(0, {str(TESTS_DIR)!r})
+from browser_helpers import FakeCluster
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lab-trust")
+    with lab_server(tmp, env_extra={"NBWORKERS_RUN_ROOT": str(tmp / "runs"), "NBWORKERS_SPARES": "0"}) as server:
+        server.run_root = tmp / "runs"
+        yield server
+
+
+def _status(page) -> str:
+    return page.evaluate("() => document.querySelector('.nbw').dataset.status")
+
+
+def test_kernel_restart_detaches_the_widget_and_stop_does_not_hang(lab):
+    write_notebook(lab.root / "restart.ipynb", ["%load_ext nbworkers", SLEEP_CELL.format(name="restarted")])
+    with chromium_page() as page:
+        open_notebook(page, lab, "restart.ipynb")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'running'",
+                               timeout=RUN_TIMEOUT_MS)
+        assert page.locator(".nbw").get_attribute("data-detached") in ("", None)
+        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+        page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=DETACH_TIMEOUT_MS)
+        header = page.inner_text(".nbw-header")
+        assert "detached" in header and "The kernel restarted" in header, header
+        assert "%workers attach restarted" in header, header
+        # Stop and Restart cannot reach a kernel any more: disabled, never stuck on "Stopping…"
+        assert page.locator(".nbw-stop").is_disabled() and page.locator(".nbw-restart").is_disabled()
+        page.locator(".nbw-stop").click(force=True)
+        page.wait_for_timeout(500)
+        assert "Stopping" not in page.inner_text(".nbw-header")
+        # what `%workers attach restarted` would say, from the server extension: the old kernel's run ended
+        page.wait_for_function(
+            """() => /The server sees the run as: (lost|stopped|failed)/.test(document.querySelector('.nbw-notice').textContent)""",
+            timeout=DETACH_TIMEOUT_MS)
+        screenshot(page, "widget-detached.png")
+
+
+def test_failed_run_opens_the_failed_workers_log_and_the_log_does_not_break_words(lab):
+    cell = "cluster = FakeCluster(name='fake-fail-tab', epochs=2, steps=10, step_time=0.05, fail_worker=1)\n" \
+           "view = cluster.show()\ncluster.start();"
+    write_notebook(lab.root / "fail_tab.ipynb", [SETUP, cell])
+    with chromium_page() as page:
+        open_notebook(page, lab, "fail_tab.ipynb")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'failed'",
+                               timeout=RUN_TIMEOUT_MS)
+        active = page.get_attribute(".nbw-tab.nbw-tab-active", "data-index")
+        assert active == "1", active
+        assert "ValueError: synthetic failure" in page.inner_text(".nbw-log")
+        assert "exit code 1" in page.inner_text(".nbw-card[data-index='1']")
+        style = page.evaluate("() => { const s = getComputedStyle(document.querySelector('.nbw-log'));"
+                              " return [s.whiteSpace, s.overflowWrap, s.wordBreak]; }")
+        assert style[0] == "pre" and style[1] != "anywhere" and style[2] != "break-all", style
+
+
+def _outputs_text(page) -> str:
+    return page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output')].map(n => n.innerText).join('\\n')")
+
+
+def test_a_saved_finished_run_renders_its_summary_when_opened_elsewhere(lab):
+    """Saved through the server (as Notebook 7 or JupyterLab save), opened in a fresh JupyterLab session: the
+    finished run shows its summary, not "Error displaying widget: model not found"."""
+    cell = "cluster = FakeCluster(name='fake-saved', epochs=1, steps=6, step_time=0.05)\n" \
+           "view = cluster.show()\ncluster.start();"
+    write_notebook(lab.root / "saved.ipynb", [SETUP, cell])
+    with chromium_page() as page:
+        open_notebook(page, lab, "saved.ipynb")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'finished'",
+                               timeout=RUN_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.outputs.toJSON()"
+            ".some(o => String((o.data || {})['text/html'] || '').includes('nbw-summary'))")
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+        assert page.locator(".jp-OutputArea-output .nbw").count() == 1  # the page that saved keeps its widget
+    saved = json.loads((lab.root / "saved.ipynb").read_text())
+    data = [o["data"] for o in saved["cells"][1]["outputs"] if "data" in o]
+    assert len(data) == 1 and WIDGET_MIME not in data[0], data
+    assert "nbw-summary" in "".join(data[0]["text/html"]) and "fake-saved: finished" in "".join(data[0]["text/plain"])
+
+    # elsewhere: a copy opened with a fresh kernel, no widget model anywhere
+    (lab.root / "elsewhere.ipynb").write_text(json.dumps(saved))
+    # the control: the same output with the widget view kept is what JupyterLab cannot show
+    control = json.loads(json.dumps(saved))
+    control["cells"][1]["outputs"][0]["data"][WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": "0" * 32}
+    (lab.root / "control.ipynb").write_text(json.dumps(control))
+    with chromium_page() as page:
+        open_notebook(page, lab, "control.ipynb")
+        page.wait_for_function("() => document.body.innerText.includes('model not found')")
+        open_notebook(page, lab, "elsewhere.ipynb")
+        page.wait_for_selector(".jp-OutputArea-output .nbw-summary")
+        page.wait_for_timeout(1000)
+        shown = _outputs_text(page)
+        assert "nbworkers cluster fake-saved: finished" in shown and "model not found" not in shown, shown
+        screenshot(page, "saved-summary-elsewhere.png", ".jp-OutputArea-output")

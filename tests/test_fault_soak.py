@@ -1,0 +1,146 @@
+"""A fault soak (issue 15): one real 2-worker custom-loop run, ``kill -9`` of a random worker at a random moment,
+ten times in a row. After every kill the group restarts from the last checkpoint with identical weights on both
+workers (each generation prints its restore point and a checksum of the restored weights), the run finishes with
+identical final weights, and no process is left.
+
+Kept short for a 2-core machine: warm spares on (a restart starts on workers that have imported TensorFlow while
+the survivors were being stopped), a short stop grace and restart backoff, a save after every step.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+
+import psutil
+
+from conftest import processes_of_run_root, wait_until
+from test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
+
+KILLS = 10
+SOAK_SEED = int(os.environ.get("NBWORKERS_SOAK_SEED", "1515"))
+STEPS, EPOCHS = 60, 2  # enough steps that ten kills, each a few steps into a generation, come before the end
+GENERATION_TIMEOUT = 90  # seconds for one restarted generation to report progress on 2 shared cores
+WAIT_TIMEOUT = 180
+
+SOAK_CELL = """%%worker -n 2 --name {name} --max-restarts {restarts}
+import os, time
+import numpy as np
+import tensorflow as tf
+import keras
+from nbworkers import distlib
+
+GLOBAL_BATCH, STEPS, EPOCHS = 32, {steps}, {epochs}
+GENERATION = os.environ["NBWORKERS_GENERATION"]
+
+
+def examples():
+    rng = np.random.RandomState(0)
+    features = rng.rand(512, 8).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((features, (features.sum(axis=1) > 4).astype("int64")))
+
+
+def checksum():
+    return repr(float(sum(np.abs(w.numpy()).astype("float64").sum() for w in model.weights)))
+
+
+strategy = distlib.strategy()
+with strategy.scope():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.05)
+dataset = distlib.distributed_dataset(strategy, examples, GLOBAL_BATCH, shuffle_buffer=64, seed=1)
+loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+
+@tf.function
+def train_step(iterator):
+    def step_fn(inputs):
+        x, y = inputs
+        with tf.GradientTape() as tape:
+            loss = distlib.scale_loss(loss_object(y, model(x, training=True)), GLOBAL_BATCH)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(step_fn, args=(next(iterator),)), axis=None)
+
+
+ckpt = distlib.TrainingCheckpoint({checkpoint_dir!r}, model=model, optimizer=optimizer)
+epoch0, step0 = ckpt.restore_or_initialize()
+print("START", GENERATION, epoch0, step0, checksum(), flush=True)
+iterator = iter(dataset)
+for epoch in ckpt.epochs(EPOCHS):
+    for step in ckpt.steps(STEPS):
+        loss = float(train_step(iterator))
+        distlib.report(step=step + 1, epoch=epoch + 1, steps_total=STEPS, epochs_total=EPOCHS, loss=loss)
+        time.sleep(0.03)
+        ckpt.save()
+print("CHECKSUM", checksum(), flush=True)
+"""
+
+
+def starts(log: str) -> dict[int, tuple[int, int, str]]:
+    """generation -> (epoch, step, checksum of the restored weights)."""
+    return {int(g): (int(e), int(s), c) for g, e, s, c in re.findall(r"^START (\d+) (\d+) (\d+) (\S+)$", log, re.M)}
+
+
+def global_step(worker: dict) -> int:
+    return ((worker["epoch"] or 1) - 1) * STEPS + (worker["step"] or 0) if worker["epoch"] else 0
+
+
+def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothing(kernel, run_root, tmp_path):
+    rng = random.Random(SOAK_SEED)
+    setup = kernel.run("s = nbworkers.settings(); s.restart_backoff = 0.1; s.restart_backoff_max = 0.2; "
+                       "s.stop_grace = 1.0; s.spares = -1")
+    assert not setup.error, setup.error
+    name = "soak"
+    cell = SOAK_CELL.format(name=name, restarts=KILLS, steps=STEPS, epochs=EPOCHS,
+                            checkpoint_dir=str(tmp_path / "ckpt-soak"))
+    assert not kernel.run(cell).error
+    started = time.monotonic()
+    kills = []
+    for generation in range(KILLS):
+        ahead = rng.randint(1, 3)  # steps into this generation before the kill ...
+        delay = round(rng.uniform(0.0, 0.6), 2)  # ... plus a random moment within the next steps
+        victim = rng.choice([0, 1])
+
+        def progressed() -> bool:
+            snap = snapshot(kernel, name)
+            assert snap["status"] not in ("finished", "failed", "stopped"), (kills, snap["status"], snap["error"])
+            if snap["generation"] != generation or snap["workers"][victim]["pid"] is None:
+                return False
+            if generation == 0:
+                return global_step(snap["workers"][victim]) >= ahead
+            resumed = snap["restart_history"][-1]["resumed_from"]
+            if resumed is None:
+                return False
+            base = (resumed["epoch"] - 1) * STEPS + resumed["step"]
+            return global_step(snap["workers"][victim]) >= base + ahead
+
+        assert wait_until(progressed, GENERATION_TIMEOUT, interval=0.1), (kills, snapshot(kernel, name))
+        time.sleep(delay)
+        snap = snapshot(kernel, name)
+        pid = snap["workers"][victim]["pid"]
+        assert snap["generation"] == generation and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, (kills, snap)
+        os.kill(pid, signal.SIGKILL)
+        kills.append((generation, victim, ahead, delay, global_step(snap["workers"][victim])))
+        assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10)
+    waited = kernel.run(f"%workers wait {name} --timeout {WAIT_TIMEOUT}", timeout=WAIT_TIMEOUT + 30)
+    snap = snapshot(kernel, name)
+    elapsed = time.monotonic() - started
+    print(f"soak: seed {SOAK_SEED}, kills (generation, worker, steps ahead, delay, global step) {kills}; "
+          f"{elapsed:.0f} s after launch")
+    assert snap["status"] == "finished", (snap["error"], waited.text[-2000:])
+    assert snap["restarts"] == KILLS and [e["kind"] for e in snap["restart_history"]] == ["WorkerCrashed"] * KILLS
+    logs = [worker_log(run_root, name, i) for i in (0, 1)]
+    restored = [starts(log) for log in logs]
+    assert sorted(restored[0]) == sorted(restored[1]) == list(range(KILLS + 1)), restored
+    for generation in range(1, KILLS + 1):  # each resume: the same checkpoint, the same weights on both workers
+        assert restored[0][generation] == restored[1][generation], (generation, restored)
+        assert restored[0][generation][:2] >= restored[0][generation - 1][:2], restored  # never backwards
+    assert_same_final_weights(run_root, name)
+    assert not kernel.run("nbworkers.settings().spares = 0").error  # the pool would keep spares for a next run
+    assert wait_until(lambda: not processes_of_run_root(run_root), 15), processes_of_run_root(run_root)

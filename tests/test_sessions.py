@@ -1,0 +1,276 @@
+"""Interactive sessions (issue 16) end to end: a real kernel, one real 2-worker TensorFlow session shared by the
+checks of this module, in order (state across cells, --block failures, pull, Stop, one worker's error in a
+collective, hostile pull replies, kill -9 of a worker). The kill -9 of the kernel has its own kernel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+BUILD = """%%worker -n 2 --session train --block
+import os
+import numpy as np
+import tensorflow as tf
+import keras
+from nbworkers import distlib
+
+strategy = distlib.strategy()
+rng = np.random.default_rng(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+with strategy.scope():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+built_in_cell = 1
+"""
+TRAIN = """%%worker --session train --block
+history = distlib.fit(model, dataset, epochs=2, steps_per_epoch=8, verbose=0)
+print("TRAINED", len(history.history["loss"]))
+"""
+EVALUATE = """%%worker --session train --block
+checksum = float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))
+print("CHECKSUM", repr(checksum), "BUILT", built_in_cell)
+"""
+LONG_FIT = """%%worker --session train
+history = distlib.fit(model, dataset, epochs=1000, steps_per_epoch=50, verbose=0)
+"""
+RAISE_ON_ONE = """%%worker --session train --block
+if os.environ["NBWORKERS_WORKER"] == "1":
+    raise ValueError("only worker 1 fails")
+distlib.fit(model, dataset, epochs=5, steps_per_epoch=50, verbose=0)  # worker 0 waits in the all-reduce
+"""
+
+
+@pytest.fixture(scope="module")
+def session_kernel(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sessions")
+    run_root = base / "runs"
+    run_root.mkdir()
+    notebook = base / "notebook"
+    notebook.mkdir()
+    env = dict(os.environ)
+    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2", "NBWORKERS_SPARES": "0"})
+    env.pop("TF_CONFIG", None)
+    kernel = Kernel(notebook, env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    kernel.run_root = run_root
+    loaded = kernel.run("%load_ext nbworkers\nimport nbworkers\nimport numpy as np")
+    assert not loaded.error, loaded.error
+    yield kernel
+    kernel.shutdown()
+    assert wait_until(lambda: not processes_of_run_root(run_root), 20), "session processes outlived the kernel"
+    kill_leftovers(run_root)
+
+
+def cell_log(kernel, number: int, worker: int) -> list[str]:
+    return kernel.value(f"nbworkers.session('train').cells[{number - 1}].snapshot()['workers'][{worker}]['log_tail']")
+
+
+def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel):
+    k = session_kernel
+    for code in (BUILD, TRAIN, EVALUATE):
+        result = k.run(code)
+        assert not result.error and result.status == "ok", result.text
+    # the final summary of the blocking cell is in its output, with the session and cell in it
+    assert "train cell 3: finished" in result.displays[-1]["text/plain"]
+    assert any("TRAINED 2" in line for line in cell_log(k, 2, 0))
+    sums = [[line for line in cell_log(k, 3, w) if line.startswith("CHECKSUM")] for w in (0, 1)]
+    assert len(sums[0]) == 1 and sums[0] == sums[1], sums  # different data per worker: all-reduced gradients
+    assert sums[0][0].endswith("BUILT 1")  # a variable of cell 1, still there in cell 3
+    # each cell got only its own output
+    assert not any("CHECKSUM" in line for line in cell_log(k, 2, 0))
+    # identical weights on both workers, pulled back as numpy arrays
+    same = k.value("all(np.array_equal(a, b) for a, b in zip(nbworkers.session('train').pull('model.get_weights()', "
+                   "worker=0), nbworkers.session('train').pull('model.get_weights()', worker=1)))")
+    assert same is True
+    listing = k.run("%workers")
+    assert "session: 3 cells, idle" in listing.displays[-1]["text/plain"]
+    assert k.value("'tensorflow' in __import__('sys').modules") is False
+
+
+def test_pull_arrays_nested_dicts_and_a_history(session_kernel):
+    k = session_kernel
+    history = k.value("nbworkers.session('train').pull('history')")
+    assert set(history) == {"loss", "accuracy"} and len(history["loss"]) == 2
+    k.run("nested = nbworkers.session('train').pull(\"{'x': x[:4], 'n': [1, 2.5, None, 'a'], 'deep': {'t': "
+          "tf.constant([[1, 2], [3, 4]]), 'nan': float('nan')}, 'scalar': np.float32(0.5)}\", worker=1)")
+    assert k.value("(type(nested['x']).__name__, nested['x'].shape, str(nested['x'].dtype))") == ("ndarray", (4, 8), "float32")
+    assert k.value("(nested['deep']['t'].tolist(), nested['n'], nested['scalar'])") == ([[1, 2], [3, 4]], [1, 2.5, None, "a"], 0.5)
+    assert k.value("nested['deep']['nan'] != nested['deep']['nan']") is True
+    # a large array comes back in several chunks
+    assert k.value("float(nbworkers.session('train').pull('np.arange(600_000, dtype=\"float64\")').sum())") == sum(range(600_000))
+    # what cannot travel, and a value past the limit: clear errors, the session goes on
+    refused = k.run("nbworkers.session('train').pull('model')")
+    assert "PullError" in refused.error and "cannot be pulled" in refused.error and "model.save" in refused.error
+    limited = k.run("nbworkers.settings().pull_max_bytes = 1000\n"
+                    "try:\n    nbworkers.session('train').pull('np.zeros(1000)')\n"
+                    "finally:\n    nbworkers.settings().pull_max_bytes = 256 * 2**20")
+    assert "PullError" in limited.error and "pull_max_bytes" in limited.error
+    raised = k.run("nbworkers.session('train').pull('undefined_name')")
+    assert "NameError" in raised.error
+
+
+def test_a_failed_cell_raises_and_the_session_goes_on(session_kernel):
+    k = session_kernel
+    failed = k.run("%%worker --session train --block\nraise KeyError('on every worker')")
+    assert failed.status == "error" and "RunFailed" in failed.error, failed.text
+    assert "KeyError" in failed.error and "<session cell" in failed.error  # the worker's own traceback
+    again = k.run("%%worker --session train --block\nprint('STILL', built_in_cell)")
+    assert not again.error, again.text
+    assert "STILL 1" in cell_log(k, 5, 1)
+
+
+def test_stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state(session_kernel):
+    k = session_kernel
+    started = k.run(LONG_FIT)
+    assert not started.error, started.text
+    assert wait_until(lambda: k.value("(nbworkers.session('train').cells[-1].snapshot()['workers'][1]['step'] or 0)") > 0,
+                      120, interval=0.5)
+    stopped = k.run("%workers stop train --cell")
+    assert "interrupting" in stopped.stdout, stopped.text
+    k.run("nbworkers.session('train').cells[-1].wait(120, raise_on_failure=False)")
+    assert k.value("nbworkers.session('train').cells[-1].state") == "stopped"
+    assert "KeyboardInterrupt" in k.value("nbworkers.session('train').cells[-1].snapshot()['workers'][0]['status'] + "
+                                          "nbworkers.session('train').cells[-1].error")
+    after = k.run("%%worker --session train --block\nprint('STEPS', int(model.optimizer.iterations.numpy()), built_in_cell)")
+    assert not after.error, after.text
+    lines = [line for w in (0, 1) for line in cell_log(k, 7, w) if line.startswith("STEPS")]
+    assert len(lines) == 2 and lines[0] == lines[1], lines  # same step on both workers: they stopped together
+    assert int(lines[0].split()[1]) > 16 and lines[0].endswith(" 1")  # trained further, same model, same state
+    assert k.value("nbworkers.session('train').restarts") == 0
+
+
+def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(session_kernel):
+    k = session_kernel
+    result = k.run(RAISE_ON_ONE, timeout=120)  # bounded: without the abort worker 0 would wait forever
+    assert result.status == "error" and "RunFailed" in result.error, result.text
+    assert "worker 1: ValueError: only worker 1 fails" in result.error
+    assert 'File "<session cell 8>", line 3' in result.error  # worker 1's traceback
+    assert "state of cells 1-8 is gone" in result.error
+    statuses = k.value("[w['status'] for w in nbworkers.session('train').cells[-1].snapshot()['workers']]")
+    assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
+    fresh = k.run("%%worker --session train --block\nprint('FRESH', 'model' in globals())")
+    assert not fresh.error, fresh.text
+    assert "FRESH False" in cell_log(k, 9, 0)
+    assert k.value("nbworkers.session('train').snapshot()['session']['alive_from']") == 9
+
+
+HOSTILE = """
+import base64, pickle, threading, time
+from nbworkers.distlib import wire
+from nbworkers.magics.session_pull import PullError
+session = nbworkers.session("train")
+MARK = {mark!r}
+
+class Evil:
+    def __reduce__(self):
+        import pathlib
+        return (pathlib.Path.touch, (pathlib.Path(MARK),))
+
+def pull_with_forged_reply(send):
+    out = {{}}
+    def run():
+        try:
+            out["value"] = session.pull("__import__('time').sleep(3) or 'genuine'", worker=0)
+        except PullError as error:
+            out["error"] = str(error)
+    thread = threading.Thread(target=run)
+    thread.start()
+    while not session._pulls:
+        time.sleep(0.01)
+    request = next(iter(session._pulls))
+    sender = wire.Sender(session._relay.address, session._key, 0, session.state.generation)
+    send(sender, request)
+    thread.join(60)
+    sender.close()
+    return out
+
+def npy_of_pickle(sender, request):
+    data = pickle.dumps(Evil())
+    sender.send("pull", request=request, index=0, count=1, size=len(data), data=base64.b64encode(data).decode(),
+                meta={{"value": {{"__nbw__": "array", "blob": 0}}, "blobs": [len(data)]}}, error=None)
+
+def object_array(sender, request):
+    import io
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([Evil()], dtype=object), allow_pickle=True)
+    data = buffer.getvalue()
+    sender.send("pull", request=request, index=0, count=1, size=len(data), data=base64.b64encode(data).decode(),
+                meta={{"value": {{"__nbw__": "array", "blob": 0}}, "blobs": [len(data)]}}, error=None)
+
+def oversized(sender, request):
+    sender.send("pull", request=request, index=0, count=2, size=10 * 2**30, data="", meta={{"value": 1, "blobs": []}},
+                error=None)
+
+def bad_base64(sender, request):
+    sender.send("pull", request=request, index=0, count=1, size=3, data="!!!not base64", meta={{"value": 1, "blobs": [3]}},
+                error=None)
+
+def malformed(sender, request):  # fails the schema: dropped and counted, the genuine reply still arrives
+    sender.send("pull", request=request, index=5, count=1, size=0, data="", meta=None, error=None)
+
+def wrong_key(sender, request):  # not signed with the session's key: dropped and counted
+    other = wire.Sender(session._relay.address, wire.new_key(), 0, session.state.generation)
+    other.send("pull", request=request, index=0, count=1, size=0, data="", meta={{"value": "forged", "blobs": []}}, error=None)
+    other.close()
+
+results = {{name: pull_with_forged_reply(fn) for name, fn in [("pickle", npy_of_pickle), ("object", object_array),
+           ("oversized", oversized), ("base64", bad_base64), ("malformed", malformed), ("wrong_key", wrong_key)]}}
+"""
+
+
+def test_hostile_pull_replies_are_refused_without_executing_anything(session_kernel, tmp_path):
+    k = session_kernel
+    mark = tmp_path / "pwned"
+    drops_before = k.value("dict(nbworkers.session('train')._drop_counts())")
+    result = k.run(HOSTILE.format(mark=str(mark)))
+    assert not result.error, result.text
+    results = k.value("results")
+    assert "pickles are never loaded" in results["pickle"]["error"]
+    assert "bad .npy data" in results["object"]["error"]
+    assert "pull_max_bytes" in results["oversized"]["error"]
+    assert "not base64" in results["base64"]["error"]
+    assert results["malformed"] == {"value": "genuine"} and results["wrong_key"] == {"value": "genuine"}
+    assert not mark.exists()  # the pickle's payload never ran
+    drops = k.value("dict(nbworkers.session('train')._drop_counts())")
+    assert drops["malformed"] > drops_before["malformed"] and drops["bad_signature"] > drops_before["bad_signature"]
+    assert k.value("nbworkers.session('train').pull('1 + 1')") == 2  # the session goes on
+
+
+def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_kernel):
+    k = session_kernel
+    k.run("%%worker --session train --block\nkept = 'before the kill'")
+    pid = k.value("nbworkers.session('train').snapshot()['workers'][1]['pid']")
+    restarts = k.value("nbworkers.session('train').restarts")
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: k.value("nbworkers.session('train').restarts") > restarts, 60, interval=0.5)
+    note = k.value("nbworkers.session('train').lost_note")
+    assert "state of cells 9-10 is gone" in note, note
+    after = k.run("%%worker --session train --block\nprint('KEPT', 'kept' in globals())")
+    assert not after.error, after.text
+    assert "KEPT False" in cell_log(k, 11, 1)
+    stop = k.run("%workers stop train")
+    assert not stop.error
+    assert k.value("nbworkers.session('train').status") == "stopped"
+    assert wait_until(lambda: not processes_of_run_root(k.run_root), 20)
+
+
+def test_kill_9_of_the_kernel_leaves_no_session_process(kernel, run_root):
+    result = kernel.run("%%worker -n 2 --session quick --block\nimport time\nvalue = 1")
+    assert not result.error, result.text
+    started = kernel.run("%%worker --session quick\ntime.sleep(600)")
+    assert not started.error
+    assert wait_until(lambda: len(processes_of_run_root(run_root)) >= 4, 30)  # 2 hosts + 2 workers
+    os.kill(kernel.pid, signal.SIGKILL)
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)

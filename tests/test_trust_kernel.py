@@ -1,0 +1,54 @@
+"""Issue 19 through a real kernel and real workers: steps/s across epochs, `%workers stop --all`, `--timeout`
+failures, a stop by the user that is not a failure."""
+
+from __future__ import annotations
+
+PACED = """%%worker -n 2 --block --name paced
+import time
+from nbworkers.distlib import report
+steps, epochs = 10, 4
+for epoch in range(1, epochs + 1):
+    for step in range(1, steps + 1):
+        time.sleep(0.06)
+        report(step=step, epoch=epoch, steps_total=steps, epochs_total=epochs, loss=1.0 / step, t=time.time(),
+               flush=(step == steps))
+"""
+SLEEPER = """%%worker -n 2 --name {name}
+import time
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_steps_per_sec_matches_the_runs_own_rate_across_epochs(kernel):
+    ran = kernel.run(PACED)
+    assert ran.status == "ok", ran.failure
+    history = kernel.value("[(x, m['t']) for x, m in nbworkers.get_cluster('paced').snapshot()['workers'][0]['history']]")
+    rate = kernel.value("nbworkers.get_cluster('paced').snapshot()['workers'][0]['steps_per_sec']")
+    (x0, t0), (x1, t1) = history[0], history[-1]
+    assert x1 == 40, history  # the global step: 4 epochs x 10 steps
+    true_rate = (x1 - x0) / (t1 - t0)  # from the workers' own report times
+    assert rate is not None and abs(rate - true_rate) / true_rate < 0.10, (rate, true_rate)
+
+
+def test_stop_all_says_what_it_stopped_and_a_stop_is_not_a_failure(kernel):
+    for name in ("s1", "s2"):
+        assert kernel.run(SLEEPER.format(name=name)).status == "ok"
+    stopped = kernel.run("%workers stop --all")
+    assert stopped.status == "ok", stopped.failure
+    assert "Stopped 2 clusters:" in stopped.stdout and "s1: 2 workers, now stopped" in stopped.stdout, stopped.stdout
+    assert "No running clusters to stop." in kernel.run("%workers stop --all").stdout
+    waited = kernel.run("%workers wait s1")  # stopped by the user: the wait does not raise
+    assert waited.status == "ok", waited.failure
+    assert "stopped by you" in waited.displays[-1]["text/plain"]
+    assert "exit -15" not in waited.displays[-1]["text/html"] and "SIGTERM" not in waited.displays[-1]["text/plain"]
+
+
+def test_run_timeout_fails_the_cell_and_a_wait_timeout_too(kernel):
+    timed = kernel.run(SLEEPER.format(name="slow").replace("--name slow", "--name slow --block --timeout 3"))
+    assert timed.status == "error" and "RunFailed: run 'slow' failed: the run timed out after 3 s" in timed.error, timed.error
+    assert kernel.run(SLEEPER.format(name="long")).status == "ok"
+    gave_up = kernel.run("%workers wait long --timeout 1")
+    assert gave_up.status == "error" and "run 'long' is still" in gave_up.error, gave_up.error
+    assert kernel.run("%workers wait long --timeout 1 --no-raise").status == "ok"
+    kernel.run("%workers stop long")
