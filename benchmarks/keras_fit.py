@@ -153,6 +153,8 @@ def bench(rounds: int = 3, steps: int = 150, epochs: int = 3) -> dict:
         ratios = [value / base for value, base in zip(runs[mode], runs["tf_keras"])]
         summary[mode] = {"steps_per_s": statistics.median(runs[mode]), "ratio": statistics.median(ratios),
                          "spread": (min(ratios), max(ratios))}
+    versus_keras3 = [value / base for value, base in zip(runs["distlib_fit"], runs["keras3_fit"])]
+    summary["distlib_fit"]["vs_keras3"] = statistics.median(versus_keras3)
     return summary
 
 
@@ -163,6 +165,8 @@ def rows(summary: dict) -> list[tuple[str, str, str, str]]:
         figure = summary[mode]
         vs = "baseline" if mode == "tf_keras" else f"{figure['ratio']:.2f}x tf_keras"
         note = "" if mode == "tf_keras" else f"per-round {figure['spread'][0]:.2f}-{figure['spread'][1]:.2f}"
+        if mode == "distlib_fit":
+            note += f"; {figure['vs_keras3']:.2f}x Keras 3 model.fit"
         out.append((f"training steps/s, 2 workers, 784-512-512-10, batch 2x128: {LABELS[mode]}",
                     f"{figure['steps_per_s']:.1f}", vs, note))
     return out

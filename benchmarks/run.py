@@ -635,6 +635,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import keras_fit
 
         rows += keras_fit.rows(results["keras_fit"])
+    if results.get("sessions"):
+        import sessions
+
+        rows += sessions.rows(results["sessions"])
     rss = results.get("rss")
     if rss:
         rows.append(("kernel resident memory: idle with nbworkers / first cluster running / most seen",
@@ -701,13 +705,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one run each, smaller loads (about 2 minutes)")
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
-    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery,keras_fit")
+    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery,keras_fit,sessions")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
-    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit"}
+    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit", "sessions"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -742,6 +746,14 @@ def main() -> int:
                 import keras_fit
 
                 results["keras_fit"] = keras_fit.bench(rounds=1 if args.quick else 3, steps=60 if args.quick else 150)
+            if "sessions" in only:  # interactive sessions (benchmarks/sessions.py)
+                import sessions
+
+                results["sessions"] = sessions.bench(
+                    kernel, run_root, handdir, env, 1 if args.quick else args.reps, workload=WORKLOAD,
+                    hand_launch=hand_launch, nbworkers_launch=nbworkers_launch, set_spares=set_spares,
+                    wait_spares_ready=wait_spares_ready, first_steps=first_steps, wait_first_steps=wait_first_steps,
+                    log=log)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

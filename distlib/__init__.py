@@ -11,6 +11,7 @@ Loops:      distributed_dataset(strategy, dataset_fn, global_batch_size), scale_
 Data:       shard_for_worker(dataset), auto_shard(dataset, policy="data"), mnist(split), ENV_MOCK_DATA
 Estimator:  run_config(strategy, model_dir=...), ReportHook(...), EstimatorUnavailableError (TF <= 2.15 only)
 Reporting:  report(step=, epoch=, **metrics), ReportCallback(), flush_reports()
+TensorBoard: tensorboard_dir(), TensorBoard(**kwargs) (report() metrics are written there too)
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "report": "reporting",
     "ReportCallback": "reporting",
     "flush_reports": "reporting",
+    "tensorboard_dir": "tensorboard",
+    "TensorBoard": "tensorboard",
 }
 
 __all__ = sorted(_EXPORTS)

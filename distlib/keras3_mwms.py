@@ -18,9 +18,13 @@ write the same ``latest.weights.h5`` (HDF5 refuses the second writer, or the fil
 multi-worker strategy the non-chief workers write a private temporary directory instead (the tutorials'
 ``write_filepath`` pattern, ``distlib.write_dir``); every worker restores from the chief's directory.
 
-Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/test_keras3_fit.py) and
-3.16.0-dev (by hand, issue 18). The broken code has been in the trainer since Keras 3.0.
-Steps aside by itself: ``apply()`` patches only when the installed trainer still has the broken code (a
+Not fixed: ``steps_per_execution > 1`` (Keras runs the steps in a ``tf.while_loop`` around a ``tf.cond``,
+where the gradients' all-reduce fails, with or without this fix): ``fit``/``evaluate`` raise
+``StepsPerExecutionUnderMultiWorkerError`` saying so before the first step.
+
+Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/test_keras3_fit.py). Known
+needed on Keras 3.16.0-dev too (issue 18 checked the same two corrections there by hand), and reported upstream
+since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trainer()`` patches only when the installed trainer still has the broken code (a
 source probe for the two ``strategy.reduce`` calls; where no source is shipped, the version window
 ``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched. ``NBWORKERS_KERAS3_FIX=0`` turns it off.
 When an internal it needs is gone (``distlib.internals``) nothing is patched and a multi-worker ``fit`` ends
@@ -43,7 +47,10 @@ UPSTREAM_ISSUES = (
     "https://github.com/keras-team/keras/issues/20585",
     "https://github.com/tensorflow/tensorflow/issues/72388",
 )
-CHECKED_VERSIONS = {"keras": ("3.15.1", "3.16.0.dev"), "tensorflow": ("2.21.0",)}
+CHECKED_VERSIONS = {"keras": ("3.15.1",), "tensorflow": ("2.21.0",)}  # fixed and tested here
+# Where the broken code is known to be: reported since TensorFlow 2.16 / 2.17 (tensorflow/tensorflow#72388, closed
+# as a Keras issue), on keras-nightly 3.7.0.dev with tf-nightly 2.19 (keras-team/keras#20585, open), and here.
+KNOWN_NEEDED_ON = {"keras": ("3.7.0.dev", "3.15.1", "3.16.0.dev"), "tensorflow": ("2.16", "2.17", "2.19.dev", "2.21.0")}
 KNOWN_BROKEN = ((3, 0), (3, 16))  # inclusive (major, minor) window used when the trainer's source is missing
 ENV_FIX = "NBWORKERS_KERAS3_FIX"  # "0": leave Keras 3 alone (fit then fails with KerasFitUnderMultiWorkerError)
 
@@ -51,7 +58,7 @@ ENV_FIX = "NBWORKERS_KERAS3_FIX"  # "0": leave Keras 3 alone (fit then fails wit
 _BROKEN_BUILD = "self.distribute_strategy.reduce("
 _BROKEN_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
 
-_state = {"installed": False, "trainer": None, "backup": None}  # what apply() did, for tests and messages
+_state = {"installed": False, "trainer": None, "backup": None}  # what the patches did (status(), tests)
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
@@ -106,6 +113,18 @@ def _local_batch(strategy, batch):
     return tf.nest.map_structure(one, batch)
 
 
+class StepsPerExecutionUnderMultiWorkerError(ValueError):
+    """``steps_per_execution > 1`` in Keras 3's ``fit``/``evaluate`` under MultiWorkerMirroredStrategy."""
+
+
+STEPS_PER_EXECUTION_MESSAGE = """\
+Keras 3 compiled with steps_per_execution={steps} cannot train or evaluate under MultiWorkerMirroredStrategy on
+several workers: it runs the steps in a tf.while_loop around a tf.cond, and the workers' all-reduce of the
+gradients fails there ("You must feed a value for placeholder tensor ..."; upstream, with or without nbworkers).
+Compile with steps_per_execution=1 (the default), or train with nbworkers.distlib.fit(model, dataset, epochs=...,
+steps_per_epoch=...)."""
+
+
 def _make_symbolic_build_wrapper(trainer_module: ModuleType):
     def symbolic_build(wrapped, instance, args, kwargs):
         bound = dict(zip(("iterator", "data_batch"), args), **kwargs)
@@ -113,6 +132,9 @@ def _make_symbolic_build_wrapper(trainer_module: ModuleType):
         strategy = getattr(instance, "_distribute_strategy", None)
         if iterator is None or strategy is None or not _is_multi_worker(trainer_module, strategy):
             return wrapped(*args, **kwargs)
+        steps = getattr(instance, "steps_per_execution", 1)
+        if isinstance(steps, int) and steps > 1:  # fail before any collective, with what to do
+            raise StepsPerExecutionUnderMultiWorkerError(STEPS_PER_EXECUTION_MESSAGE.format(steps=steps))
         data_batch = None
         for _, _, it in iterator:  # as upstream: the first batch of the epoch iterator (reset by the caller)
             data_batch = _local_batch(strategy, next(it))
@@ -176,16 +198,17 @@ def _private_backup_paths(callback) -> dict[str, str] | None:
     import tensorflow as tf
 
     from nbworkers.distlib import dirs
-    from nbworkers.distlib.cluster import task
+    from nbworkers.distlib.cluster import TaskInfo
 
     strategy = tf.distribute.get_strategy() if callback.model is None else callback.model.distribute_strategy
     if not getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)():
         return None
-    info = task()
-    if info.is_chief or not info.in_cluster:
+    if strategy.extended.should_checkpoint:  # the chief (the strategy's own view: any cluster resolver)
         return None
     private = getattr(callback, "_nbworkers_private_dir", None)
     if private is None:
+        resolver = strategy.cluster_resolver
+        info = TaskInfo(resolver.task_type or "worker", int(resolver.task_id or 0), 0, False, {})
         private = dirs.write_dir(callback.backup_dir, info)
         callback._nbworkers_private_dir = private
     requested = os.fspath(callback.backup_dir)
@@ -232,7 +255,9 @@ def patch_trainer(module: ModuleType) -> str:
         return "off"
     missing = internals.missing(group="keras3_mwms")
     if missing:
-        internals.warn_once(missing, "Keras 3's model.fit under MultiWorkerMirroredStrategy stays unpatched")
+        internals.warn_once(missing, "Keras 3's model.fit under MultiWorkerMirroredStrategy stays unpatched (it will"
+                            " fail): train with nbworkers.distlib.fit(model, dataset, epochs=..., steps_per_epoch=...)"
+                            " or start the cell with %%worker --env TF_USE_LEGACY_KERAS=1 (tf_keras)")
         _state["trainer"] = "internals missing"
         return _state["trainer"]
     if not still_broken(module):

@@ -27,7 +27,6 @@ import ctypes
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Callable
@@ -176,7 +175,10 @@ class PreemptionSaver:
                 raise RuntimeError("TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         # PCH never restores or saves for us: an empty checkpoint in a directory nobody writes to.
-        scratch = os.path.join(tempfile.gettempdir(), f"nbworkers-pch-{os.getpid()}-never-written")
+        # (under this user's private runtime directory: another user cannot plant a checkpoint there; issue 15)
+        from nbworkers.magics.private_dirs import runtime_dir
+
+        scratch = os.path.join(runtime_dir("nbworkers-pch"), f"{os.getpid()}-never-written")
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(), directory=scratch, max_to_keep=1)
         config = tf.distribute.experimental.TerminationConfig(
             exit_fn=self._exit_after_save, save_fn=self._save, grace_period=0,

@@ -57,6 +57,7 @@ class Reporter:
         self.sent = 0
         self._last_sent_at = float("-inf")
         self._pending: dict[str, Any] | None = None
+        self._summaries: Any = None  # TensorBoard scalars of what is sent (distlib/tensorboard.py)
 
     def report(self, fields: dict[str, Any], force: bool = False) -> bool:
         """Send now unless throttled (then keep the values for later). True when a message went out."""
@@ -96,7 +97,16 @@ class Reporter:
             epochs_total=_to_int(fields.get("epochs_total")),
         )
         self.sent += ok
+        self._write_summaries(metrics, fields)
         return ok
+
+    def _write_summaries(self, metrics: dict[str, Any], fields: dict[str, Any]) -> None:
+        if self._summaries is None:
+            from nbworkers.distlib.tensorboard import ReportSummaries
+
+            self._summaries = ReportSummaries()
+        self._summaries.write(metrics, _to_int(fields.get("step")), _to_int(fields.get("epoch")),
+                              _to_int(fields.get("steps_total")))
 
 
 _reporter: Reporter | None = None

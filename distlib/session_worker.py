@@ -8,8 +8,10 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
 - listens for the kernel's commands on a DEALER socket in a thread of its own (``session_wire``: signed,
   generation- and sequence-checked) that blocks in ``recv``: an idle session costs no CPU;
 - runs ``run`` and ``pull`` commands in the main thread, one at a time, in order;
-- answers ``interrupt`` with SIGINT to its main thread (``KeyboardInterrupt`` in the running cell, as the
-  notebook's Interrupt does) and ``abort`` by aborting this process's pending collective ops first
+- answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
+  (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
+  plain ``KeyboardInterrupt``, for cells that do not report), and ``abort`` by aborting this process's pending
+  collective ops first
   (``context.abort_collective_ops``, as MultiWorkerMirroredStrategy's own health check does), for a cell
   blocked in a collective whose peer failed, where a KeyboardInterrupt alone cannot reach it.
 

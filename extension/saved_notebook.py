@@ -6,18 +6,22 @@ after Notebook 7 or the other way round) without the model's state saved in the 
 and Notebook 7 show "Error displaying widget: model not found" and never the text/HTML beside it. So a
 pre-save hook (registered by the server extension) drops the widget view from the outputs whose fallback is an
 nbworkers *final* summary (the run ended: the summary says all there is) when the notebook does not carry that
-model's state. The page that saved keeps its live widget (the hook changes the file, not the page); outputs
-of runs still going keep theirs, so a page reload mid-run brings the live dashboard back; other libraries'
-widgets are left alone.
+model's state. The same for a run whose output still shows it live but whose kernel is gone (restarted or
+dead: its state file says so), as no kernel will ever serve that model again. The page that saved keeps its live
+widget (the hook changes the file, not the page); outputs of runs still going keep theirs, so a page reload
+mid-run brings the live dashboard back; other libraries' widgets are left alone.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Callable
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 FINAL_SUMMARY_MARK = 'class="nbw-summary"'  # magics/summary.py render_summary_html
+LIVE_MARK = 'class="nbw-fallback"'  # magics/summary.py render_html, while the run goes on
+RUN_NAME = re.compile(r"^nbworkers cluster (\S+): ", re.M)  # magics/summary.py headline
 
 
 def _text(value: Any) -> str:
@@ -29,8 +33,20 @@ def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
     return set((state.get("state") or {}).keys()) if isinstance(state, dict) else set()
 
 
-def drop_stateless_run_widgets(notebook: dict[str, Any]) -> int:
-    """Remove the widget view from finished nbworkers outputs whose model state is not saved; how many."""
+def run_is_over(name: str) -> bool:
+    """True when the run's state file says it ended, or that its kernel is gone (``lost``)."""
+    from nbworkers.magics import leftovers
+
+    try:
+        described = leftovers.describe(leftovers.run_dir_of(name))
+    except Exception:  # no such run here (another machine, cleaned up): nothing says it is over
+        return False
+    return bool(described) and described.get("status") in ("finished", "failed", "stopped", "lost")
+
+
+def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], bool] = run_is_over) -> int:
+    """Remove the widget view from nbworkers outputs of runs that are over (a final summary, or a live view
+    whose run ``over(name)`` says ended) when the model state is not saved; how many."""
     saved = saved_widget_models(notebook)
     dropped = 0
     for cell in notebook.get("cells") or []:
@@ -38,8 +54,11 @@ def drop_stateless_run_widgets(notebook: dict[str, Any]) -> int:
             data = output.get("data") if isinstance(output, dict) else None
             if not isinstance(data, dict) or WIDGET_VIEW not in data:
                 continue
-            if FINAL_SUMMARY_MARK not in _text(data.get("text/html")):
-                continue
+            html = _text(data.get("text/html"))
+            if FINAL_SUMMARY_MARK not in html:
+                found = RUN_NAME.search(_text(data.get("text/plain"))) if LIVE_MARK in html else None
+                if found is None or not over(found.group(1)):
+                    continue
             view = data[WIDGET_VIEW]
             if isinstance(view, dict) and view.get("model_id") in saved:
                 continue

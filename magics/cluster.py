@@ -175,7 +175,7 @@ class Cluster:
             if echo is not None:
                 echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
             if ended:
-                self._finish_views(error_below=raise_on_failure)
+                self._finish_views(error_below=raise_on_failure, echoed=echo is not None)
         finally:
             with self._lock:
                 self._waiters -= 1
@@ -274,6 +274,7 @@ class Cluster:
                     wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
                     wire.ENV_CWD: self.spec.cwd,
                     RUN_ID_ENV: self.run_id,
+                    "NBWORKERS_MAX_LINE_CHARS": str(self.settings.max_line_chars),  # the hosts cut lines too
                     wire.ENV_RELAY_SERVERKEY: self._relay.server_public_key,  # "" (left out) unless encrypted
                     "NBWORKERS_GPU_COUNTS": gpu_counts,
                     **roles.task_env(task),
@@ -600,13 +601,16 @@ class Cluster:
                 except Exception:  # a broken view must not take the run down
                     traceback.print_exc(file=sys.__stderr__)
 
-    def _finish_views(self, error_below: bool = False) -> None:
+    def _finish_views(self, error_below: bool = False, echoed: bool = False) -> None:
         from .run_errors import mark_error_below
+        from .summary import ECHOED_KEY
 
         with self._views_lock:
             snapshot = self.snapshot()
             if error_below:  # RunFailed is raised below the summary with the traceback: not shown twice
                 snapshot = mark_error_below(snapshot)
+            if echoed:  # the workers' output is in the cell already: the summary does not repeat its tail
+                snapshot = {**snapshot, ECHOED_KEY: True}
             for view in self._views:
                 try:
                     view.finish(snapshot)

@@ -49,7 +49,9 @@ def check_python(python: str) -> str:
         return path
     try:
         result = subprocess.run(
-            [path, "-c", "import nbworkers.distlib.bootstrap"], capture_output=True, text=True,
+            # no working directory on sys.path (issue 15: nothing planted there is imported)
+            [path, "-c", "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.bootstrap"],
+            capture_output=True, text=True,
             timeout=settings().python_check_timeout,
         )
     except (OSError, subprocess.TimeoutExpired) as error:

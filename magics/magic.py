@@ -14,7 +14,7 @@ from .cluster import Cluster
 from .errors import LaunchError, RunFailed
 from .launch import build_spec
 from .run_errors import mark_error_below, run_failure
-from .summary import render_summary_html, render_text
+from .summary import ECHOED_KEY, render_summary_html, render_text
 from .view import HtmlBundle
 
 
@@ -108,7 +108,7 @@ class WorkerMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach")
+    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach, tensorboard")
     @argument("name", nargs="?", default=None, help="the cluster's name")
     @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
     @argument("--tail", type=int, default=None, help="logs: only the last N lines")
@@ -120,8 +120,8 @@ class WorkerMagics(Magics):
     @line_magic
     def workers(self, line: str):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
-        `%workers wait NAME [--timeout S]`, `%workers attach NAME` (a run this kernel did not start, e.g. one
-        a dead kernel left)."""
+        `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
+        e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries)."""
         if _wants_help(line):
             print(_usage(self.workers, "%workers"))
             return None
@@ -133,8 +133,9 @@ class WorkerMagics(Magics):
         if action == "list":
             display(HtmlBundle(*_cluster_table()))
             return None
-        if action not in ("logs", "stop", "wait", "attach"):
-            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait or attach. See `%workers --help`.")
+        if action not in ("logs", "stop", "wait", "attach", "tensorboard"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach or tensorboard. "
+                             "See `%workers --help`.")
         if action == "stop" and args.all:
             stopping = registry.running()
             for cluster in stopping:
@@ -145,6 +146,9 @@ class WorkerMagics(Magics):
             return None
         if not args.name:
             raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
+        if action == "tensorboard":
+            _tensorboard(args.name)
+            return None
         if action == "attach":
             from .leftovers import RunNotFound, workers_attach
 
@@ -173,14 +177,16 @@ class WorkerMagics(Magics):
             cluster.wait(timeout=cluster.settings.stop_grace + 5)
             display(HtmlBundle(render_text(cluster.snapshot()), render_summary_html(cluster.snapshot())))
             return None
+        echo = _echo()
         try:
-            ended = cluster.wait(timeout=args.timeout, echo=_echo())
+            ended = cluster.wait(timeout=args.timeout, echo=echo)
         except KeyboardInterrupt:
             print(f"Stopped waiting; cluster {cluster.name!r} is still {cluster.status}.", file=sys.stderr)
             return None
         snapshot = cluster.snapshot()
         failure = None if args.no_raise else run_failure(snapshot, ended=ended, waited=args.timeout)
         shown = mark_error_below(snapshot) if failure is not None else snapshot
+        shown = {**shown, ECHOED_KEY: True} if echo is not None else shown  # the output is above already
         display(HtmlBundle(render_text(shown), render_summary_html(shown)))
         if failure is not None:
             raise failure from None  # shown as its message alone (RunFailed._render_traceback_)
@@ -196,6 +202,27 @@ def _echo():
 
     config = settings()
     return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+
+
+def _tensorboard(name: str) -> None:
+    """`%workers tensorboard NAME`: TensorBoard on the run's summaries, inline, and its URL (magics/tensorboard.py)."""
+    from . import tensorboard
+    from .leftovers import RunNotFound, run_dir_of
+    from .settings import settings
+
+    try:
+        run_dir = registry.get(name).run_dir
+    except KeyError:
+        try:
+            run_dir = run_dir_of(name)  # a run this kernel did not start
+        except RunNotFound as error:
+            raise UsageError(str(error)) from None
+    try:
+        board = tensorboard.start(run_dir, settings().tensorboard_start_timeout, settings().tensorboard_reload_interval)
+    except LaunchError as error:
+        raise UsageError(str(error)) from None
+    tensorboard.show(board)
+    print(f"TensorBoard on {board.logdir}: {board.url} (stopped with this kernel)")
 
 
 def _stopped_text(stopped: list) -> str:

@@ -15,14 +15,13 @@ while one runs wait in a queue (as IPython's execution queue); a failed cell can
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
 - A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
-- ``pull(expression, worker)``: the value of an expression in a worker's namespace, as JSON and ``.npy`` only
+- ``pull(expression, worker)`` (``session_pull``): the value of an expression in a worker's namespace, as JSON and ``.npy`` only
   (``session_pull``); it runs after the cells submitted before it.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections import deque
 from typing import Any
 
@@ -31,9 +30,8 @@ from nbworkers.distlib import session_wire
 from .cluster import Cluster
 from .failures import UserRestart, WorkerFailure
 from .relay import Message
-from .session_cell import SessionCell
+from .session_cell import LogRouter, SessionCell
 from .session_channel import CommandChannel
-from .session_pull import PullError, PullRequest
 
 
 class SessionEnded(RuntimeError):
@@ -48,10 +46,11 @@ class Session(Cluster):
         self._queue: deque[SessionCell] = deque()
         self._current: SessionCell | None = None
         self._to_end: list[SessionCell] = []  # concluded under the lock, ended (views, waiters) outside it
-        self._pulls: dict[str, PullRequest] = {}
+        self._pulls: dict = {}  # request id -> session_pull.PullRequest
         self._alive_from = 1  # the first cell whose state lives in the current processes
-        self._log_cell: dict[int, int | None] = {}  # worker -> the cell whose output its log is carrying
+        self._logs = LogRouter()  # each worker's output to the cell that printed it
         self.lost_note = ""  # what the last restart of the processes lost
+        self._cell_outcome: tuple | None = None  # how a restart on purpose ends the running cell
 
     # ------------------------------------------------------------------------------ user-facing
     def submit(self, code: str, timeout: float | None = None) -> SessionCell:
@@ -64,6 +63,7 @@ class Session(Cluster):
             self.cells.append(cell)
             self._queue.append(cell)
             self._dirty = True
+            self._dispatch_next()  # an idle session starts it now, not at the supervisor's next round
         return cell
 
     @property
@@ -106,45 +106,9 @@ class Session(Cluster):
         """The value of ``expression`` in ``worker``'s namespace, after the cells submitted before this call:
         numbers, strings, None, lists, dicts, numpy arrays (tensors come back as arrays), a History's dict.
         Raises ``PullError`` when the expression raises, the value cannot travel, or the reply is refused."""
-        if not isinstance(expression, str) or not expression.strip():
-            raise PullError("pull needs an expression, for example pull('history.history', worker=0)")
-        try:
-            compile(expression, "<pull>", "eval")
-        except SyntaxError as error:
-            raise PullError(f"pull({expression!r}): not an expression ({error.msg}); use a name or an "
-                            "expression such as model.get_weights(), not a statement") from None
-        self._check_index(worker)
-        while True:  # after the cells submitted before it (an Interrupt in the notebook stops waiting)
-            with self._lock:
-                cell = self._current or (self._queue[-1] if self._queue else None)
-            if cell is None:
-                break
-            cell.wait(raise_on_failure=False)
-        deadline = time.monotonic() + self.settings.pull_timeout
-        while True:  # the workers may still be starting (or restarting)
-            with self._lock:
-                if self._done.is_set() or self._stopping_since is not None:
-                    raise PullError(f"session {self.name!r} is {self.status}: nothing to pull from")
-                ready = self._pending_restart is None and worker in self._channel.ready_workers()
-                if ready:
-                    request = PullRequest(uuid.uuid4().hex, worker, self.state.generation, self.settings.pull_max_bytes)
-                    self._pulls[request.request] = request
-                    reached = self._channel.send(
-                        "pull", workers=[worker], request=request.request, expression=expression,
-                        max_bytes=self.settings.pull_max_bytes, chunk_bytes=self.settings.pull_chunk_bytes,
-                    )
-                    if not reached:
-                        request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")
-                    break
-            if time.monotonic() > deadline:
-                raise PullError(f"worker {worker} of session {self.name!r} was not ready in "
-                                f"{self.settings.pull_timeout:g} s (setting pull_timeout)")
-            time.sleep(0.05)
-        try:
-            return request.result(timeout or self.settings.pull_timeout)
-        finally:
-            with self._lock:
-                self._pulls.pop(request.request, None)
+        from .session_pull import pull
+
+        return pull(self, expression, worker, timeout)
 
     def wait(self, timeout: float | None = None, raise_on_failure: bool = True, **kwargs: Any) -> bool:
         """Wait for the last submitted cell (``RunFailed`` if it failed); once stopping, for the session's end."""
@@ -153,7 +117,7 @@ class Session(Cluster):
             ending = self._done.is_set() or self._stop_event.is_set() or self._stopping_since is not None
         if ending or last is None:
             return super().wait(timeout, **kwargs)
-        return last.wait(timeout, raise_on_failure=raise_on_failure)
+        return last.wait(timeout, raise_on_failure=raise_on_failure, echo=kwargs.get("echo"))
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -175,7 +139,7 @@ class Session(Cluster):
 
     # ------------------------------------------------------------------------------ launch hooks
     def start(self) -> "Session":
-        self._channel = CommandChannel(self._key, self.backend.relay_hosts()[0])
+        self._channel = CommandChannel(self._key, *self.backend.relay_hosts())
         try:
             super().start()
         except BaseException:
@@ -188,7 +152,7 @@ class Session(Cluster):
 
     def _launch_group(self) -> None:
         self._channel.new_generation(self.state.generation)
-        self._log_cell = {}
+        self._logs = LogRouter()
         super()._launch_group()
 
     # ------------------------------------------------------------------------------ supervisor hooks
@@ -232,12 +196,16 @@ class Session(Cluster):
         now = time.monotonic()
         if self._current is not None:
             self._check_cell(self._current, now)
+        self._dispatch_next()
+
+    def _dispatch_next(self) -> None:
+        """Send the next queued cell to every worker once the session is idle and all workers are ready."""
         if (self._current is None and self._queue and self._pending_restart is None and self._stopping_since is None
                 and self._channel.ready(len(self.state.workers))):
             cell = self._queue.popleft()
             self._current = cell
             cell.begin()
-            self._last_progress = now
+            self._last_progress = time.monotonic()
             self._dirty = True
             self._channel.send("run", cell=cell.number, code=cell.code)
 
@@ -250,6 +218,7 @@ class Session(Cluster):
             return
         if cell.timeout and cell.started and time.time() - cell.started > cell.timeout and cell.interrupted_at is None:
             cell.error = f"timed out after {cell.timeout:g} s (--timeout)"
+            cell.timed_out = True
             self.interrupt(cell)
         if cell.interrupted_at is not None and not cell.resumed:
             self._stop_at_common_step(cell, running, now)
@@ -293,7 +262,8 @@ class Session(Cluster):
                 return
             self._conclude_cell(cell, "failed", error, failed)
         elif "interrupted" in statuses.values():
-            self._conclude_cell(cell, "stopped", cell.error or "interrupted (KeyboardInterrupt) by Stop")
+            self._conclude_cell(cell, "failed" if cell.timed_out else "stopped",
+                                cell.error or "interrupted (KeyboardInterrupt) by Stop")
             if aborted:
                 self._restart_processes("collectives were aborted while stopping the cell", cell_state="stopped")
         else:
@@ -347,7 +317,8 @@ class Session(Cluster):
         lost = f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
         self.lost_note = (f"the session's processes restart ({cause}): the state of {lost} is gone (variables, models, "
                           "datasets); run the cells that build what you need again")
-        state, error, failed = getattr(self, "_cell_outcome", None) or ("failed", "", ())
+        default = ("stopped" if isinstance(cause, UserRestart) else "failed", "", ())  # the Restart button: stopped
+        state, error, failed = self._cell_outcome or default
         self._cell_outcome = None
         if self._current is not None:
             self._conclude_cell(self._current, state, f"{error}\n{self.lost_note}".strip(), failed)
@@ -405,25 +376,7 @@ class Session(Cluster):
         self._dirty = True
 
     def _route_log(self, index: int, text: str) -> None:
-        """Give each piece of a worker's output to the cell that printed it (marker lines split them)."""
-        at = 0
-        target = self._log_cell.get(index)
-        for match in session_wire.MARKER.finditer(text):
-            self._feed_cell(target, index, text[at:match.start()])
-            number, event = int(match.group(1)), match.group(2)
-            if event == "start":
-                target = number
-            else:
-                if 0 < number <= len(self.cells):
-                    self.cells[number - 1].closed_logs.add(index)
-                target = None
-            at = match.end()
-        self._feed_cell(target, index, text[at:])
-        self._log_cell[index] = target
-
-    def _feed_cell(self, number: int | None, index: int, text: str) -> None:
-        if text and number is not None and 0 < number <= len(self.cells):
-            self.cells[number - 1].feed_log(index, text)
+        self._logs.route(self.cells, index, text)
 
 
 def _workers(items) -> str:

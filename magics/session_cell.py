@@ -14,8 +14,10 @@ import time
 import traceback
 from typing import Any
 
+from nbworkers.distlib import session_wire
+
 from .errors import RunFailed
-from .state import DONE_STATES, WorkerState
+from .state import WorkerState
 
 CELL_STATES = ("queued", "running", "finished", "failed", "stopped", "cancelled")
 
@@ -34,6 +36,7 @@ class SessionCell:
         self.started: float | None = None
         self.ended: float | None = None
         self.interrupts = 0  # Stop requests seen
+        self.timed_out = False  # --timeout passed: the interrupted cell counts as failed
         self.interrupted_at: float | None = None
         self.paused: dict[int, int] = {}  # worker -> its report count when it paused for a Stop
         self.resumed = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
@@ -89,7 +92,8 @@ class SessionCell:
             "dropped": {},
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
-            "workers": [w.snapshot() for w in self.workers],
+            "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
+                        for w, p in zip(self.workers, self.session.state.workers)],
             "session": {"name": self.session.name, "cell": self.number, "state": self.state,
                         "cells": len(self.session.cells), "running": first_line[:120]},
         }
@@ -103,9 +107,10 @@ class SessionCell:
         """Restart the session's processes (every variable in them is lost)."""
         self.session.restart()
 
-    def wait(self, timeout: float | None = None, raise_on_failure: bool = True) -> bool:
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = True, echo: Any = None) -> bool:
         """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
-        the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``)."""
+        the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``). ``echo``: a
+        ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.session._lock:
             self._waiters += 1
@@ -119,7 +124,11 @@ class SessionCell:
                 self._done.wait(left)
                 if self.dirty:
                     self.refresh_views()
+                if echo is not None:
+                    echo.tick(self.snapshot())
             ended = self._done.is_set()
+            if echo is not None:
+                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
             if ended:
                 self.finish_views()
         finally:
@@ -208,5 +217,37 @@ class SessionCell:
                     traceback.print_exc(file=sys.__stderr__)
 
 
-def is_done_status(status: str) -> bool:
-    return status in DONE_STATES
+class LogRouter:
+    """Gives each piece of a worker's output to the cell that printed it: the worker prints a marker line before
+    and after each cell (``session_wire.marker``); output outside any cell stays in the session's own log."""
+
+    HEAD = "--- nbworkers: cell "
+
+    def __init__(self) -> None:
+        self._cell: dict[int, int | None] = {}  # worker -> the cell whose output its log is carrying
+        self._carry: dict[int, str] = {}  # worker -> an unfinished last line that may be a marker's start
+
+    def route(self, cells: list[SessionCell], index: int, text: str) -> None:
+        text = self._carry.pop(index, "") + text
+        tail = text[text.rfind("\n") + 1:]
+        if tail and (tail.startswith(self.HEAD) or self.HEAD.startswith(tail)):  # a marker split in two
+            self._carry[index], text = tail, text[: len(text) - len(tail)]
+        at = 0
+        target = self._cell.get(index)
+        for match in session_wire.MARKER.finditer(text):
+            _feed(cells, target, index, text[at:match.start()])
+            number, event = int(match.group(1)), match.group(2)
+            if event == "start":
+                target = number
+            else:
+                if 0 < number <= len(cells):
+                    cells[number - 1].closed_logs.add(index)
+                target = None
+            at = match.end()
+        _feed(cells, target, index, text[at:])
+        self._cell[index] = target
+
+
+def _feed(cells: list[SessionCell], number: int | None, index: int, text: str) -> None:
+    if text and number is not None and 0 < number <= len(cells):
+        cells[number - 1].feed_log(index, text)

@@ -17,7 +17,7 @@ from nbworkers.distlib import session_wire, wire
 
 
 class CommandChannel:
-    def __init__(self, key: str, bind_host: str = "127.0.0.1"):
+    def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None):
         self._key = key
         self._signer = wire.Signer(key)
         self._context = zmq.Context()
@@ -25,7 +25,7 @@ class CommandChannel:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
         port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
-        self.address = f"tcp://{bind_host}:{port}"
+        self.address = f"tcp://{advertise_host or bind_host}:{port}"
         self._lock = threading.Lock()
         self._seq = 0
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation

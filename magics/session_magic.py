@@ -75,7 +75,7 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
         return cell_handle
     cell_handle.show()
     try:
-        cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False))
+        cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=_echo())
     except KeyboardInterrupt:
         print(f"Stopped waiting; cell {cell_handle.number} of session {session.name!r} is still running. "
               f"`%workers stop {session.name} --cell` interrupts it.", file=sys.stderr)
@@ -105,3 +105,16 @@ def session_column(snapshot: dict[str, Any]) -> str:
     if info.get("cell"):
         text += f" in cell {info['cell']}"
     return text + ")"
+
+
+def _echo():
+    """The workers' output written into the blocking cell as it comes (magics/echo.py), when available."""
+    try:
+        from .echo import WorkerEcho
+    except ImportError:
+        return None
+    from .settings import settings
+
+    config = settings()
+    lines = getattr(config, "echo_lines", 0)
+    return WorkerEcho(lines, getattr(config, "echo_tail_lines", 40)) if lines > 0 else None

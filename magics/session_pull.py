@@ -13,6 +13,8 @@ import binascii
 import io
 import math
 import threading
+import time
+import uuid
 from typing import Any
 
 from nbworkers.distlib.session_values import TAG
@@ -124,3 +126,48 @@ def read_npy(blob: bytes, worker: int = 0) -> Any:
         return np.lib.format.read_array(io.BytesIO(blob), allow_pickle=False)
     except Exception as error:  # object arrays raise ValueError with allow_pickle=False; truncated data too
         raise PullError(f"refused worker {worker}'s reply: bad .npy data ({type(error).__name__}: {error})") from None
+
+
+def pull(session, expression: str, worker: int = 0, timeout: float | None = None) -> Any:
+    """The value of ``expression`` in ``worker``'s namespace, after the cells submitted before this call:
+    numbers, strings, None, lists, dicts, numpy arrays (tensors come back as arrays), a History's dict.
+    Raises ``PullError`` when the expression raises, the value cannot travel, or the reply is refused."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise PullError("pull needs an expression, for example pull('history.history', worker=0)")
+    try:
+        compile(expression, "<pull>", "eval")
+    except SyntaxError as error:
+        raise PullError(f"pull({expression!r}): not an expression ({error.msg}); use a name or an "
+                        "expression such as model.get_weights(), not a statement") from None
+    session._check_index(worker)
+    while True:  # after the cells submitted before it (an Interrupt in the notebook stops waiting)
+        with session._lock:
+            cell = session._current or (session._queue[-1] if session._queue else None)
+        if cell is None:
+            break
+        cell.wait(raise_on_failure=False)
+    deadline = time.monotonic() + session.settings.pull_timeout
+    while True:  # the workers may still be starting (or restarting)
+        with session._lock:
+            if session._done.is_set() or session._stopping_since is not None:
+                raise PullError(f"session {session.name!r} is {session.status}: nothing to pull from")
+            ready = session._pending_restart is None and worker in session._channel.ready_workers()
+            if ready:
+                request = PullRequest(uuid.uuid4().hex, worker, session.state.generation, session.settings.pull_max_bytes)
+                session._pulls[request.request] = request
+                reached = session._channel.send(
+                    "pull", workers=[worker], request=request.request, expression=expression,
+                    max_bytes=session.settings.pull_max_bytes, chunk_bytes=session.settings.pull_chunk_bytes,
+                )
+                if not reached:
+                    request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")
+                break
+        if time.monotonic() > deadline:
+            raise PullError(f"worker {worker} of session {session.name!r} was not ready in "
+                            f"{session.settings.pull_timeout:g} s (setting pull_timeout)")
+        time.sleep(0.05)
+    try:
+        return request.result(timeout or session.settings.pull_timeout)
+    finally:
+        with session._lock:
+            session._pulls.pop(request.request, None)

@@ -87,9 +87,9 @@ class WorkerSettings(Configurable):
                          config=True)
     echo_tail_lines = Int(40, help="Last lines per worker shown when a blocking wait ends, if its output was cut.").tag(
         config=True)
-    heartbeat_interval = Float(5.0, help="Seconds between the live widget's heartbeats while its kernel lives; the "
-                               "page calls the view detached after heartbeat_missed of them are missing.").tag(config=True)
-    heartbeat_missed = Int(3, help="Heartbeats the widget may miss before it shows its run as detached.").tag(config=True)
+    tensorboard_start_timeout = Float(90.0, help="Seconds `%workers tensorboard NAME` waits for TensorBoard to serve.").tag(
+        config=True)
+    tensorboard_reload_interval = Float(5.0, help="Seconds between TensorBoard's reads of new event files.").tag(config=True)
     # hardening (issue 15): every limit on what workers (or anyone who reaches the relay) can make the kernel hold
     relay_max_message_bytes = Int(8 * 2**20, help="Largest relay message (bytes) the kernel accepts; a bigger frame "
                                   "closes the sender's connection. Room for `pull` chunks (1 MiB base64 in JSON).").tag(

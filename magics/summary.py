@@ -35,6 +35,9 @@ STATUS_COLORS = {  # badge colours, shared with widget.css in spirit (inline her
 }
 TRACEBACK_TAIL_LINES = 20
 LIVE_TAIL_LINES = 3
+OUTPUT_TAIL_LINES = 10  # per worker, in a final summary no blocking wait wrote the output beside (saved notebooks)
+OUTPUT_LINE_CHARS = 300
+ECHOED_KEY = "output_echoed"  # a blocking wait wrote the workers' output into the cell (magics/echo.py): no tails
 
 
 def status_label(status: str | None) -> str:
@@ -179,6 +182,8 @@ def render_text(snapshot: dict[str, Any]) -> str:
         if done and worker.get("log_path"):
             lines.append(f"      log: {worker['log_path']}")
     lines.extend(f"  restart {i}: {line}" for i, line in enumerate(restart_lines(snapshot), 1))
+    if done:
+        lines.extend(_output_tails(snapshot))
     if snapshot.get("error"):
         lines.append(f"Error: {snapshot['error']}")
     if snapshot.get(ERROR_BELOW_KEY):
@@ -278,8 +283,30 @@ def render_html(snapshot: dict[str, Any]) -> str:
     )
 
 
+def _output_tails(snapshot: dict[str, Any]) -> list[str]:
+    """The last lines each worker printed (not the failed ones: their traceback is shown), prefixed ``[i]``, so a
+    saved notebook keeps the workers' output; none when a blocking wait already wrote it into the cell."""
+    if snapshot.get(ECHOED_KEY):
+        return []
+    out = []
+    for worker in snapshot.get("workers") or []:
+        if worker.get("status") == "failed":
+            continue
+        tail = [x for x in (worker.get("log_tail") or []) if x.strip()][-OUTPUT_TAIL_LINES:]
+        if not tail:
+            continue
+        out.append(f"--- last lines of {worker_name(worker)}'s output ---")
+        out.extend(f"[{worker.get('index', '?')}] {x if len(x) <= OUTPUT_LINE_CHARS else x[:OUTPUT_LINE_CHARS] + ' ...'}"
+                   for x in tail)
+    return out
+
+
 def render_summary_html(snapshot: dict[str, Any]) -> str:
     """The final summary: status, epochs, last metrics, wall time, log paths, the error when it failed."""
+    tails = _output_tails(snapshot)
+    output = (f"<details><summary>The workers' last output lines</summary>"
+              f'<pre style="max-height:24em;overflow:auto;font-size:0.85em">{_esc(chr(10).join(tails))}</pre></details>'
+              if tails else "")
     restarts = ""
     history = restart_lines(snapshot)
     if history:
@@ -287,7 +314,7 @@ def render_summary_html(snapshot: dict[str, Any]) -> str:
         restarts = f"<p>Restarts:</p><ul>{items}</ul>"
     return (
         f'<div class="nbw-summary"><p>{_badge(snapshot.get("status"))} <b>{_esc(headline(snapshot))}</b></p>'
-        f"{_worker_rows(snapshot, with_logs=True)}{_error_html(snapshot)}{restarts}"
+        f"{_worker_rows(snapshot, with_logs=True)}{output}{_error_html(snapshot)}{restarts}"
         f'<p style="font-size:0.85em">Run directory: <code>{_esc(snapshot.get("run_dir") or "")}</code></p></div>'
     )
 

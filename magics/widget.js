@@ -285,7 +285,7 @@ function render({ model, el }) {
   const logPanel = h("div", { class: "nbw-panel nbw-log-panel" }, h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Log" }), tabs), logPre, logPath);
 
   // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
-  const sessionLine = h("div", { class: "nbw-session" });
+  const sessionLine = h("div", { class: "nbw-session", style: "font-size:0.85em;opacity:0.8;margin:2px 0 6px" });
   root.append(header, sessionLine, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
   function renderSession() {
     const info = model.get("session") || {};
@@ -429,7 +429,8 @@ function render({ model, el }) {
       requestAnimationFrame(() => (logPre.scrollTop = logPre.scrollHeight)); // first render: not laid out yet
     }
     const w = workers[local.logWorker];
-    logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown · full log: ${w.log_path}` : "";
+    const hidden = w && w.log_hidden ? ` · ${w.log_hidden} TensorFlow start-up lines hidden (TF_CPP_MIN_LOG_LEVEL)` : "";
+    logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown${hidden} · full log: ${w.log_path}` : "";
   }
 
   function clearPending() {

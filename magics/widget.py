@@ -35,7 +35,7 @@ MAX_LINE_CHARS = 2000  # longer log lines are cut in the widget (the log file ke
 MAX_LOG_CHARS = 64_000  # per worker and update: a tail of long lines keeps only its newest ~64 kB
 CARD_FIELDS = (
     "index", "role", "role_index", "host", "pid", "status", "detail", "exit_code", "epoch", "epochs_total",
-    "step", "steps_total", "metrics", "steps_per_sec", "restarts", "log_path",
+    "step", "steps_total", "metrics", "steps_per_sec", "restarts", "log_path", "log_hidden",
 )  # fmt: skip
 CLUSTER_FIELDS = (
     "name", "backend", "status", "error", "started", "ended", "wall_time", "restarts", "restart_causes",

@@ -233,6 +233,7 @@ def lab_server(tmp: Path, env_extra: dict[str, str] | None = None) -> Iterator[L
     (config / "jupyter_server_config.py").write_text(
         "c.LabApp.news_url = None\nc.LabApp.check_for_updates_class = 'jupyterlab.NeverCheckForUpdate'\n"
         "c.LabApp.expose_app_in_browser = True\n"
+        "c.JupyterNotebookApp.expose_app_in_browser = True\n"  # Notebook 7's pages too, when it is installed
     )
     (settings_dir / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})

@@ -5,6 +5,7 @@ a failed run opens the failed worker's log, the log panel scrolls like a termina
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -132,6 +133,9 @@ def test_a_saved_finished_run_renders_its_summary_when_opened_elsewhere(lab):
     control = json.loads(json.dumps(saved))
     control["cells"][1]["outputs"][0]["data"][WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": "0" * 32}
     (lab.root / "control.ipynb").write_text(json.dumps(control))
+    # trusted, as a notebook its user saved on this machine is (JupyterLab shows widget views of trusted ones only)
+    for name in ("elsewhere.ipynb", "control.ipynb"):
+        subprocess.run([sys.executable, "-m", "jupyter", "trust", str(lab.root / name)], check=True, capture_output=True)
     with chromium_page() as page:
         open_notebook(page, lab, "control.ipynb")
         page.wait_for_function("() => document.body.innerText.includes('model not found')")
@@ -141,3 +145,39 @@ def test_a_saved_finished_run_renders_its_summary_when_opened_elsewhere(lab):
         shown = _outputs_text(page)
         assert "nbworkers cluster fake-saved: finished" in shown and "model not found" not in shown, shown
         screenshot(page, "saved-summary-elsewhere.png", ".jp-OutputArea-output")
+
+
+def test_a_run_saved_in_notebook_7_shows_its_summary_in_jupyterlab(lab):
+    """The issue's own case: run and saved in Notebook 7, opened in JupyterLab with a fresh kernel."""
+    pytest.importorskip("notebook", minversion="7", reason="Notebook 7 is not installed (pip install 'notebook>=7')")
+    cell = "cluster = FakeCluster(name='fake-nb7', epochs=1, steps=6, step_time=0.05)\n" \
+           "view = cluster.show()\ncluster.start();"
+    write_notebook(lab.root / "nb7.ipynb", [SETUP, cell])
+    with chromium_page() as page:
+        page.goto(f"{lab.url}/notebooks/nb7.ipynb?token={lab.token}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'finished'",
+                               timeout=RUN_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.outputs.toJSON()"
+            ".some(o => String((o.data || {})['text/html'] || '').includes('nbw-summary'))")
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    saved = json.loads((lab.root / "nb7.ipynb").read_text())
+    assert all(WIDGET_MIME not in o.get("data", {}) for o in saved["cells"][1]["outputs"]), saved["cells"][1]["outputs"]
+    (lab.root / "nb7-in-lab.ipynb").write_text(json.dumps(saved))
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(lab.root / "nb7-in-lab.ipynb")], check=True,
+                   capture_output=True)
+    with chromium_page() as page:
+        open_notebook(page, lab, "nb7-in-lab.ipynb")
+        page.wait_for_selector(".jp-OutputArea-output .nbw-summary")
+        page.wait_for_timeout(1000)
+        shown = _outputs_text(page)
+        assert "nbworkers cluster fake-nb7: finished" in shown and "model not found" not in shown, shown

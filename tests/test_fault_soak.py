@@ -1,5 +1,5 @@
 """A fault soak (issue 15): one real 2-worker custom-loop run, ``kill -9`` of a random worker at a random moment,
-ten times in a row. After every kill the group restarts from the last checkpoint with identical weights on both
+ten times in a row (the generation after the tenth kill trains a few steps more and ends). After every kill the group restarts from the last checkpoint with identical weights on both
 workers (each generation prints its restore point and a checksum of the restored weights), the run finishes with
 identical final weights, and no process is left.
 
@@ -22,7 +22,8 @@ from test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
 
 KILLS = 10
 SOAK_SEED = int(os.environ.get("NBWORKERS_SOAK_SEED", "1515"))
-STEPS, EPOCHS = 60, 2  # enough steps that ten kills, each a few steps into a generation, come before the end
+STEPS, EPOCHS = 200, 2  # far more steps than ten kills need; the generation after the last kill trains FINAL_STEPS
+FINAL_STEPS = 5
 GENERATION_TIMEOUT = 90  # seconds for one restarted generation to report progress on 2 shared cores
 WAIT_TIMEOUT = 180
 
@@ -72,12 +73,18 @@ ckpt = distlib.TrainingCheckpoint({checkpoint_dir!r}, model=model, optimizer=opt
 epoch0, step0 = ckpt.restore_or_initialize()
 print("START", GENERATION, epoch0, step0, checksum(), flush=True)
 iterator = iter(dataset)
+last, done = GENERATION == "{kills}", 0  # after the last kill: a few more steps (the same on both workers), then end
 for epoch in ckpt.epochs(EPOCHS):
     for step in ckpt.steps(STEPS):
         loss = float(train_step(iterator))
         distlib.report(step=step + 1, epoch=epoch + 1, steps_total=STEPS, epochs_total=EPOCHS, loss=loss)
         time.sleep(0.03)
         ckpt.save()
+        done += 1
+        if last and done >= {final_steps}:
+            break
+    if last and done >= {final_steps}:
+        break
 print("CHECKSUM", checksum(), flush=True)
 """
 
@@ -97,7 +104,7 @@ def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothi
                        "s.stop_grace = 1.0; s.spares = -1")
     assert not setup.error, setup.error
     name = "soak"
-    cell = SOAK_CELL.format(name=name, restarts=KILLS, steps=STEPS, epochs=EPOCHS,
+    cell = SOAK_CELL.format(name=name, restarts=KILLS, steps=STEPS, epochs=EPOCHS, kills=KILLS, final_steps=FINAL_STEPS,
                             checkpoint_dir=str(tmp_path / "ckpt-soak"))
     assert not kernel.run(cell).error
     started = time.monotonic()

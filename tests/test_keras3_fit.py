@@ -121,6 +121,16 @@ if os.environ.get("TUTORIAL_CALLBACKS") == "1":
         "backup_private": [(c._nbworkers_private_dir.path, os.path.exists(c._nbworkers_private_dir.path))
                            for c in callbacks if hasattr(c, "_nbworkers_private_dir")],
     }))
+    # steps_per_execution > 1 (a while_loop around a cond, where the gradients' all-reduce fails upstream):
+    # a clear error before any collective.
+    with strategy.scope():
+        looped = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+        looped.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       steps_per_execution=4)
+    try:
+        looped.fit(dataset, epochs=1, steps_per_epoch=8, verbose=0)
+    except ValueError as error:
+        print("RESULT", json.dumps({"steps_per_execution_error": f"{type(error).__name__}: {error}"}))
 """
 
 
@@ -168,6 +178,9 @@ def test_keras3_model_fit_matches_tf_keras_and_one_worker_resumes_evaluates_pred
         assert result["predict_shape"] == [100, 2]
         assert result["predict_max_error"] < 1e-5, result
         assert result["checkpoint_checksum"] == pytest.approx(result["checksum"], rel=1e-6)  # ModelCheckpoint
+    for result in results:
+        assert result["steps_per_execution_error"].startswith("StepsPerExecutionUnderMultiWorkerError"), result
+        assert "steps_per_execution=1" in result["steps_per_execution_error"]
     assert results[0]["backup_private"] == []  # the chief writes the real backup directory
     [(private, left)] = results[1]["backup_private"]  # worker 1 wrote a private one, removed at the end
     assert not private.startswith(str(keras3)) and not left, results[1]

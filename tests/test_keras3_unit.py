@@ -90,6 +90,7 @@ def test_stays_off_with_one_warning_when_an_internal_is_gone(tmp_path, fresh_sta
     assert module.reduce_per_replica is original
     err = capsys.readouterr().err
     assert "reduce_per_replica" in err and "tensorflow/tensorflow#72388" in err and "stays unpatched" in err
+    assert "distlib.fit(model, dataset" in err and "TF_USE_LEGACY_KERAS=1" in err  # the old advice
 
 
 def test_off_by_environment(tmp_path, fresh_state, monkeypatch):

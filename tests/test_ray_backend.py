@@ -275,7 +275,7 @@ def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(ker
     """Here the node is made to believe it does not see the kernel's files (as on another machine without a
     shared file system): the cell is copied to the node, the log written there and copied back."""
     name = "raystop"
-    node_dirs = Path(tempfile.gettempdir()) / "nbworkers-ray"
+    node_dirs = Path(tempfile.gettempdir()) / f"nbworkers-ray-{os.getuid()}"  # private to this user (private_dirs)
     node_prefix = node_dirs / f"{name}-"
     forced = kernel.run("import nbworkers.magics.backends.ray_backend as rb; rb.log_probe = lambda path: (-1, b'')")
     assert not forced.error, forced.error
@@ -302,6 +302,41 @@ def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(ker
             node_dirs.rmdir()  # only when empty: another run may use it
         except OSError:
             pass
+
+
+QUICK_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --block
+print("hello from", __import__("socket").gethostname(), flush=True)
+"""
+
+
+def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and_the_relay_is_encrypted(
+        kernel, run_root, ray_cluster):
+    """Issue 15: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
+    localhost:PORT and auto for the same head; another head is refused clearly. The run's relay is a CurveZMQ
+    server (the log lines in the kernel came through it)."""
+    port = ray_cluster.address.rsplit(":", 1)[1]
+    first = kernel.run(QUICK_CELL.format(address=ray_cluster.address, name="rayfirst"))
+    assert not first.error, first.text
+    second = kernel.run(QUICK_CELL.format(address=f"127.0.0.1:{port}", name="raysecond"))
+    assert not second.error and "already connected" not in second.text, second.text
+    for name in ("rayfirst", "raysecond"):
+        snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
+        assert snap["status"] == "finished", snap["error"]
+        assert all(any("hello from" in line for line in w["log_tail"]) for w in snap["workers"]), snap["workers"]
+    encrypted = kernel.value("nbworkers.get_cluster('raysecond')._relay.curve is not None")
+    assert encrypted
+    other = free_port()
+    checks = kernel.run(
+        "from nbworkers.magics.backends.ray_backend import RayBackend, RayBackendError\n"
+        f"for address in ['localhost:{port}', 'auto', '127.0.0.1:{port}']:\n"
+        "    RayBackend(address=address)._connect()\n"
+        "try:\n"
+        f"    RayBackend(address='127.0.0.1:{other}')._connect()\n"
+        "except RayBackendError as error:\n"
+        "    print('REFUSED', error)\n")
+    assert not checks.error, checks.error
+    assert "REFUSED --address 127.0.0.1:" in checks.stdout and "another Ray cluster" in checks.stdout, checks.stdout
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 
 
 def test_kernel_death_ends_the_actors_and_their_workers(kernel, run_root, ray_cluster):

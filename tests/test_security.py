@@ -179,6 +179,7 @@ def test_forged_messages_with_huge_signatures_are_dropped_before_anything_keeps_
         context.term()
 
     seen = run_receiver(key, count, attack)
+    print("forged 1 MiB signatures x", count, "->", seen)
     assert seen["drops"]["bad_signature"] == count, seen
     assert seen["history"] == 0, seen
     assert seen["growth_mib"] < 120, seen  # bounded by the receive queue, never by what was sent
@@ -204,6 +205,7 @@ def test_an_oversized_message_is_cut_at_the_socket_and_a_big_multipart_one_dropp
         context.term()
 
     seen = run_receiver(key, 2, attack)
+    print("300 MiB frame + 12 MiB multipart ->", seen)
     assert seen["drops"]["oversized"] == 1 and seen["received"] == 1, seen
     assert seen["growth_mib"] < 100, seen
 
@@ -501,3 +503,54 @@ def state_relay_port(procs: list[psutil.Process]) -> str:
 
 def nbworkers_finished(kernel, name: str) -> bool:
     return kernel.value(f"nbworkers.get_cluster({name!r}).status") == "finished"
+
+
+# ---------------------------------------------------------------------------------------------- 6. across machines
+def test_the_ray_relay_is_encrypted_and_only_the_nodes_keys_may_connect():
+    from nbworkers.magics.relay import RelayReceiver
+    from nbworkers.magics.relay_curve import client_keypair
+
+    key = wire.new_key()
+    relay = RelayReceiver(key, curve=True)
+    node_public, node_secret = client_keypair()  # made on the node; only the public half reaches the kernel
+    relay.allow_client(node_public)
+    stranger = client_keypair()
+    senders = {
+        "node": wire.Sender(relay.address, key, 0, curve=(relay.server_public_key, node_public, node_secret)),
+        "plain": wire.Sender(relay.address, key, 0),  # has the HMAC key (it crossed in Ray's traffic), no curve
+        "stranger": wire.Sender(relay.address, key, 0, curve=(relay.server_public_key, *stranger)),
+    }
+    try:
+        assert relay._socket.curve_server
+        for name, sender in senders.items():
+            sender.send("log", lines=[f"from {name}\n"])
+        received = []
+        deadline = time.monotonic() + 5  # what arrives, arrives at once; give the others the same chance
+        while time.monotonic() < deadline:
+            received += relay.poll(0.1)
+        assert [m.content["lines"] for m in received] == [["from node\n"]]
+        assert relay.curve.keys.refused >= 1  # the stranger's handshake was refused
+    finally:
+        for sender in senders.values():
+            sender.close(0)
+        relay.close()
+    env = {wire.ENV_RELAY: "tcp://127.0.0.1:9", wire.ENV_KEY: key, wire.ENV_RELAY_SERVERKEY: relay.server_public_key,
+           wire.ENV_RELAY_CLIENTKEY: node_public, wire.ENV_RELAY_CLIENTSECRET: node_secret}
+    sender = wire.Sender.from_env(env)
+    assert sender._socket.mechanism == zmq.CURVE
+    sender.close(0)
+
+
+@pytest.mark.parametrize("wanted, same", [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("{ip}:{port}", True), ("auto", True), ("", True),
+    ("ray://127.0.0.1:10001", True), ("127.0.0.1:{other}", False), ("192.0.2.1:{port}", False),
+    ("ray://192.0.2.1:10001", False),
+])
+def test_any_spelling_of_the_connected_ray_head_is_the_same_cluster(wanted, same):
+    import socket
+
+    from nbworkers.magics.backends.ray_address import _local_ips, same_cluster
+
+    ip = next((a for a in sorted(_local_ips()) if "." in a and not a.startswith("127.")), socket.gethostname())
+    current = f"{ip}:6379"  # as Ray reports the connected head: this machine's LAN address
+    assert same_cluster(wanted.format(ip=ip, port=6379, other=6380), current) is same

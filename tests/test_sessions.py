@@ -94,9 +94,21 @@ def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel)
     same = k.value("all(np.array_equal(a, b) for a, b in zip(nbworkers.session('train').pull('model.get_weights()', "
                    "worker=0), nbworkers.session('train').pull('model.get_weights()', worker=1)))")
     assert same is True
+    # the cell's live widget carries the session line (session, cell number, state, what it ran)
+    line = k.value("nbworkers.session('train').cells[2]._views[0].widget.session")
+    assert (line["name"], line["cell"], line["state"]) == ("train", 3, "finished") and "checksum" in line["running"]
     listing = k.run("%workers")
     assert "session: 3 cells, idle" in listing.displays[-1]["text/plain"]
     assert k.value("'tensorflow' in __import__('sys').modules") is False
+
+
+def test_flags_a_session_cannot_take_are_refused_before_anything_starts(session_kernel):
+    k = session_kernel
+    for flags, words in (("--backend ray", "local backend only"), ("--ps 1", "not available with --session"),
+                         ("--name different", "leave --name out")):
+        result = k.run(f"%%worker -n 2 --session other {flags}\nx = 1")
+        assert words in result.failure, (flags, result.text)
+    assert k.value("'other' in [c.name for c in nbworkers.clusters()]") is False
 
 
 def test_pull_arrays_nested_dicts_and_a_history(session_kernel):

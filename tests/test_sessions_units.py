@@ -149,9 +149,84 @@ def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_fai
         last.wait(60)
         assert last.snapshot()["workers"][0]["log_tail"] == ["20"]
         assert session.snapshot()["session"]["state"] == "idle"
+        slow = session.submit("import time\ntime.sleep(60)", timeout=0.5)  # --timeout: interrupted, failed
+        with pytest.raises(Exception, match="timed out after 0.5 s"):
+            slow.wait(60)
+        assert slow.state == "failed" and session.pull("x") == 2  # the session goes on
     finally:
         session.stop()
         session.wait(30)
     assert session.status == "stopped"
     with pytest.raises(Exception, match="stopped"):
         session.submit("x")
+
+
+def test_output_goes_to_the_cell_that_printed_it_even_when_a_marker_is_split(tmp_path):
+    from nbworkers.magics.session import Session
+    from nbworkers.magics.session_cell import SessionCell
+    from nbworkers.magics.settings import WorkerSettings
+    from nbworkers.magics.spec import LaunchSpec
+
+    session = Session(LaunchSpec(code="x = 1", workers=2, name="route", python=sys.executable, cwd=str(tmp_path)),
+                      WorkerSettings(run_root=str(tmp_path / "runs")))
+    session.cells = [SessionCell(session, 1, "a"), SessionCell(session, 2, "b")]
+    session._route_log(0, "before\n" + session_wire.marker(1, "start") + "hello\n--- nbworkers: ce")
+    session._route_log(0, "ll 1 end ---\nbetween cells\n" + session_wire.marker(2, "start") + "wor")
+    session._route_log(0, "ld\n")
+    session._route_log(1, session_wire.marker(2, "start") + "other worker\n" + session_wire.marker(2, "end"))
+    assert session.cells[0].workers[0].log_tail.lines() == ["hello"]
+    assert session.cells[0].closed_logs == {0}
+    assert session.cells[1].workers[0].log_tail.lines() == ["world"]
+    assert session.cells[1].workers[1].log_tail.lines() == ["other worker"] and session.cells[1].closed_logs == {1}
+
+
+STUCK = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # as a cell inside a C++ op\nstuck = True\ntime.sleep(600)"
+
+
+def test_a_cell_that_ignores_stop_restarts_the_processes_and_says_the_state_is_gone(tmp_path, monkeypatch):
+    from nbworkers.magics.session import Session
+    from nbworkers.magics.settings import WorkerSettings, settings
+    from nbworkers.magics.spec import LaunchSpec
+
+    monkeypatch.setattr(settings(), "spares", 0)
+    config = WorkerSettings(run_root=str(tmp_path / "runs"), spares=0, session_pause_wait=0.2,
+                            session_interrupt_grace=60.0)
+    session = Session(LaunchSpec(code="x = 1", workers=2, name="stuck", python=sys.executable, cwd=str(tmp_path)),
+                      config).start()
+    try:
+        session.submit("kept = 1").wait(60)
+        cell = session.submit(STUCK)
+        assert wait_for(lambda: cell.state == "running")
+        assert session.interrupt() == "interrupting"
+        time.sleep(1.0)
+        assert cell.state == "running"  # the KeyboardInterrupt cannot reach it
+        assert session.interrupt() == "restarting"  # a second Stop
+        assert cell.wait(60, raise_on_failure=False) and cell.state == "stopped"
+        assert "Stop was pressed twice" in cell.error and "state of cells 1-2 is gone" in cell.error
+        assert session.pull("'kept' in globals()") is False and session.restarts == 1
+        # the same without a second Stop: after session_interrupt_grace the processes restart by themselves
+        config.session_interrupt_grace = 1.0
+        again = session.submit(STUCK)
+        assert wait_for(lambda: again.state == "running")
+        session.interrupt()
+        assert again.wait(60, raise_on_failure=False) and again.state == "stopped"
+        assert "stuck in a collective" in again.error and "state of cell 3 is gone" in again.error
+        assert session.submit("print('fresh')").wait(60) and session.restarts == 2
+        # the widget's Restart button on a running cell: the processes restart, the cell counts as stopped
+        sleeping = session.submit("import time\ntime.sleep(600)")
+        assert wait_for(lambda: sleeping.state == "running")
+        sleeping.restart()
+        assert sleeping.wait(60, raise_on_failure=False) and sleeping.state == "stopped"
+        assert "restart requested" in sleeping.error and wait_for(lambda: session.restarts == 3)
+    finally:
+        session.stop()
+        session.wait(30)
+
+
+def wait_for(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

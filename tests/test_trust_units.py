@@ -228,3 +228,42 @@ def test_rest_fields_have_iso_times_and_short_errors():
 @pytest.mark.parametrize("bad", [None, "", 3])
 def test_short_error_passes_non_text_through(bad):
     assert shape({"error": bad})["error"] == bad
+
+
+def test_saved_notebooks_drop_widget_views_of_runs_that_are_over():
+    from nbworkers.saved_notebook import WIDGET_VIEW, drop_stateless_run_widgets, run_is_over
+
+    def output(html, plain, model):
+        return {"output_type": "display_data",
+                "data": {"text/plain": plain, "text/html": html, WIDGET_VIEW: {"model_id": model}}}
+
+    outputs = [
+        output('<div class="nbw-summary">', "nbworkers cluster done: finished", "m1"),  # over: summary only
+        output('<div class="nbw-fallback">', "nbworkers cluster gone: running", "m2"),  # its kernel is gone
+        output('<div class="nbw-fallback">', "nbworkers cluster live: running", "m3"),  # still going: kept
+        output("<div>another library</div>", "IntSlider()", "m4"),  # not ours: kept
+        output('<div class="nbw-summary">', "nbworkers cluster saved: finished", "m5"),  # its state is saved: kept
+    ]
+    notebook = {"cells": [{"cell_type": "code", "outputs": outputs}],
+                "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"m5": {}}}}}}
+    assert drop_stateless_run_widgets(notebook, over=lambda name: name == "gone") == 2
+    assert [WIDGET_VIEW in o["data"] for o in outputs] == [False, False, True, True, True]
+    assert all("text/html" in o["data"] for o in outputs)
+    assert run_is_over("no-such-run-anywhere") is False
+
+
+def test_a_final_summary_keeps_the_workers_last_lines_unless_a_wait_wrote_them():
+    from nbworkers.magics.summary import ECHOED_KEY
+
+    state = ClusterState(name="x", run_dir="/runs/x", workers=[WorkerState(index=0), WorkerState(index=1)])
+    state.status = "finished"
+    for w in state.workers:
+        w.status = "finished"
+        w.log_tail.feed([f"printed {i} by {w.index}\n" for i in range(30)])
+    snapshot = state.snapshot()
+    text, page = summary.render_text(snapshot), summary.render_summary_html(snapshot)
+    for worker in (0, 1):
+        assert f"[{worker}] printed 29 by {worker}" in text and f"[{worker}] printed 29 by {worker}" in page
+        assert f"printed 19 by {worker}" not in text  # a bounded tail
+    echoed = {**snapshot, ECHOED_KEY: True}
+    assert "printed" not in summary.render_text(echoed) and "printed" not in summary.render_summary_html(echoed)

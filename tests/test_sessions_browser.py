@@ -1,0 +1,52 @@
+"""A session cell's live widget in a real JupyterLab page (Debian chromium through Playwright): the session
+line (session, cell number, state, what runs), the Stop button interrupting the cell while the session goes
+on, and the next cell running in the same worker processes. Plain-Python workers: no TensorFlow needed here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from browser_helpers import cell_executed, chromium_page, lab_server, open_notebook, run_cell, screenshot, write_notebook  # noqa: E402
+from conftest import processes_of_run_root, wait_until  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+CELLS = [
+    "%load_ext nbworkers\nimport nbworkers",
+    "%%worker -n 2 --session web\nimport time\ncounted = 0\nfor counted in range(6000):\n    time.sleep(0.1)",
+    "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
+    "%workers stop web",
+]
+SESSION_LINE = "(i) => { const n = document.querySelectorAll('.nbw-session')[i]; return n ? n.textContent : ''; }"
+
+
+def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    env = {"NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_SPARES": "0"}
+    with lab_server(tmp_path / "lab", env_extra=env) as lab:
+        write_notebook(lab.root / "session.ipynb", CELLS)
+        with chromium_page() as page:
+            open_notebook(page, lab, "session.ipynb")
+            run_cell(page, 0)
+            cell_executed(page, 0)
+            run_cell(page, 1)
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
+            assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell 1 · running · import time")
+            screenshot(page, "session-cell-running.png")
+            page.click(".nbw-stop")
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · stopped')", timeout=60_000)
+            assert page.evaluate("() => document.querySelector('.nbw').dataset.status") == "stopped"
+            run_cell(page, 2)
+            cell_executed(page, 2, timeout_ms=90_000)
+            assert "cell 2 · finished" in page.evaluate(SESSION_LINE, 1)
+            output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.textContent")
+            assert "[0] AFTER STOP True" in output and "[1] AFTER STOP True" in output  # same processes, same state
+            run_cell(page, 3)
+            cell_executed(page, 3)
+            assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)

@@ -1,0 +1,97 @@
+"""Issue 19, TensorBoard: a 2-worker Keras run's summaries land in the run's directory, one folder per worker,
+TensorBoard's own event reader finds them, `%workers tensorboard NAME` serves them and dies with the kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import psutil
+import pytest
+
+from conftest import wait_until
+
+pytest.importorskip("tensorboard", reason="pip install 'nbworkers[tensorboard]'")
+
+KERAS_RUN = """%%worker -n 2 --block --name tb --env TF_USE_LEGACY_KERAS=1
+import os
+import numpy as np
+import tensorflow as tf
+from nbworkers import distlib
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))
+x = rng.rand(256, 8).astype("float32")
+y = (x.sum(axis=1) > 4).astype("float32")
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=0,
+          callbacks=[distlib.TensorBoard(), distlib.ReportCallback()])
+print("TBDIR", distlib.tensorboard_dir())
+"""
+TENSORBOARD_UP_TIMEOUT = 120  # s: TensorBoard's process imports TensorFlow on 2 shared cores
+
+
+READ_TAGS = """
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+accumulator = EventAccumulator(sys.argv[1])
+accumulator.Reload()
+tags = accumulator.Tags()
+print(json.dumps(sorted(set(tags.get("scalars", [])) | set(tags.get("tensors", [])))))
+"""
+
+
+def scalar_tags(path) -> set[str]:
+    """TensorBoard's own event reader, in its own process (it imports TensorFlow, which changes os.environ)."""
+    done = subprocess.run([sys.executable, "-c", READ_TAGS, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def tensorboard_processes(logdir) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            tied = any("nbworkers.magics.tied" in part for part in cmdline)  # its host: counted apart
+            if not tied and any("tensorboard.main" in part for part in cmdline) and str(logdir) in cmdline:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_keras_run_summaries_per_worker_and_tensorboard_dies_with_the_kernel(kernel, run_root):
+    ran = kernel.run(KERAS_RUN)
+    assert ran.status == "ok", ran.failure or ran.text
+    board_root = run_root / "tb" / "tensorboard"
+    assert sorted(p.name for p in board_root.iterdir()) == ["worker-0", "worker-1"]
+    # report()'s metrics, every worker in its own folder
+    for worker in ("worker-0", "worker-1"):
+        assert "loss" in scalar_tags(board_root / worker / "report"), worker
+    # the Keras TensorBoard callback: the chief's files stay (tf_keras removes the other workers' temporary ones)
+    train = board_root / "worker-0" / "train"
+    assert list(train.glob("events.out.tfevents.*")) and any("loss" in t for t in scalar_tags(train)), scalar_tags(train)
+
+    shown = kernel.run("%workers tensorboard tb", timeout=TENSORBOARD_UP_TIMEOUT + 30)
+    assert shown.status == "ok", shown.failure
+    url = re.search(r"(http://localhost:\d+/)", shown.stdout).group(1)
+    assert any("<iframe" in d.get("text/html", "") for d in shown.displays)  # tensorboard.notebook's own display
+    with urllib.request.urlopen(url + "data/runs", timeout=30) as reply:
+        runs = json.loads(reply.read())
+    assert {"worker-0/report", "worker-1/report", "worker-0/train"} <= set(runs), runs
+    again = kernel.run("%workers tensorboard tb")  # the same TensorBoard, not a second one
+    assert url in again.stdout and len(tensorboard_processes(board_root)) == 1
+    assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+
+    assert tensorboard_processes(board_root)
+    os.kill(kernel.pid, signal.SIGKILL)
+    assert wait_until(lambda: not tensorboard_processes(board_root), 15), "TensorBoard outlived a kill -9 of its kernel"
