@@ -596,7 +596,8 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
                      if workers == 2 else f"({TARGET_WARM}x is for 2 workers)"))
         rows.append((f"{workers} spares ready, counted from the end of the previous run", f"{s['spare_ready']:.1f} s",
                      "", "a cell run again sooner starts on spares still importing"))
-    rows.append(("first step: ipyparallel engines", "not measured", "", "ipyparallel is not installed here"))
+    if not (results.get("zygote") or {}).get("ipyparallel"):  # measured by benchmarks/zygote.py when installed
+        rows.append(("first step: ipyparallel engines", "not measured", "", "ipyparallel not installed, or --only without zygote"))
     relay = results.get("relay")
     if relay:
         rows.append(("relay ingest: log lines absorbed by the kernel", f"{relay['lines_per_s']:,.0f} lines/s", "",
@@ -635,6 +636,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import keras_fit
 
         rows += keras_fit.rows(results["keras_fit"])
+    if results.get("zygote"):
+        import zygote
+
+        rows += zygote.rows(results["zygote"])
     if results.get("sessions"):
         import sessions
 
@@ -705,13 +710,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one run each, smaller loads (about 2 minutes)")
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
-    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery,keras_fit,sessions")
+    parser.add_argument("--only", default="", help="comma list of: startup,relay,reporting,recovery,keras_fit,sessions,zygote")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
-    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit", "sessions"}
+    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit", "sessions", "zygote"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -726,7 +731,8 @@ def main() -> int:
         handdir = tmp / "hand"
         handdir.mkdir()
         log(f"machine: {describe_machine()}; load {load_before}")
-        kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root)})
+        # zygotes off here: these figures are the spawn/spares path; benchmarks/zygote.py measures zygotes
+        kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "0"})
         rss: list[float] = []
         try:
             idle_rss = kernel.rss_mb()
@@ -754,6 +760,14 @@ def main() -> int:
                     hand_launch=hand_launch, nbworkers_launch=nbworkers_launch, set_spares=set_spares,
                     wait_spares_ready=wait_spares_ready, first_steps=first_steps, wait_first_steps=wait_first_steps,
                     log=log)
+            if "zygote" in only:  # fork server start-up, warm, recovery, memory (benchmarks/zygote.py)
+                import zygote
+
+                results["zygote"] = zygote.bench(tmp, handdir, env, sizes, 1 if args.quick else args.reps,
+                                                 BenchKernel=BenchKernel, hand_launch=hand_launch,
+                                                 nbworkers_launch=nbworkers_launch, worker_cell=worker_cell,
+                                                 wait_first_steps=wait_first_steps, log=log, workload=WORKLOAD,
+                                                 free_ports=free_ports)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

@@ -130,6 +130,11 @@ REGISTRY: tuple[Internal, ...] = tuple(
     + _entries("session_worker", CONTEXT, TF_221, "never start a context from the abort thread",
                "Context._context_handle", kind="instance")
     + _entries("session_worker", "tensorflow.python.framework.errors", TF_221, "the abort's status code", "UNAVAILABLE")
+    # zygote (fork server): refuse to fork once TensorFlow's runtime started (tensorflow/tensorflow#2448, #8220)
+    + _entries("zygote", CONTEXT, TF_215_221, "is there an eager context at all (without creating one)",
+               "context_safe", upstream="tensorflow/tensorflow#2448 (fork after the runtime started hangs)")
+    + _entries("zygote", CONTEXT, TF_215_221, "has the eager context (runtime, thread pools, CUDA) started",
+               "Context._context_handle", kind="instance", upstream="tensorflow/tensorflow#8220")
     # roles: MWMS on the evaluator becomes a local strategy
     + _entries("roles", CARS, TF_215_221, "wrapped on the evaluator (outside the training cluster)",
                "CollectiveAllReduceExtended._initialize_strategy CollectiveAllReduceExtended._initialize_local")

@@ -302,8 +302,8 @@ def _safely(patch):
     def hook(module: ModuleType) -> None:
         try:
             patch(module)
-        except Exception as error:  # never break the user's `import keras`
-            _log(f"could not patch {module.__name__} for MultiWorkerMirroredStrategy ({error!r}); "
-                 "Keras 3's model.fit under the strategy stays broken upstream")
+        except Exception as error:  # never break the user's `import keras` (the marker tests look for)
+            _log(f"post-import hook for {module.__name__} failed (ignored): {error!r}; Keras 3 under "
+                 "MultiWorkerMirroredStrategy stays as upstream has it")
 
     return hook

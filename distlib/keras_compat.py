@@ -103,16 +103,17 @@ def _guard_trainer_module(module) -> None:
 
     if not internals.available("keras_compat", "Keras 3's fit failures under the strategies keep upstream's message"):
         return
-    trainer = getattr(module, "TensorFlowTrainer", None)
-    if trainer is None or getattr(trainer.fit, "_nbworkers_guard", False):
-        return
-    original_fit = trainer.fit
+    import wrapt
 
-    def fit(self, *args, **kwargs):
+    trainer = getattr(module, "TensorFlowTrainer", None)
+    if trainer is None or isinstance(trainer.__dict__.get("fit"), wrapt.FunctionWrapper):
+        return
+
+    def fit(wrapped, instance, args, kwargs):
         try:
-            return original_fit(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         except (ValueError, TypeError) as error:
-            strategy = getattr(self, "_distribute_strategy", None)
+            strategy = getattr(instance, "_distribute_strategy", None)
             if strategy is None:
                 import tensorflow as tf
 
@@ -123,10 +124,7 @@ def _guard_trainer_module(module) -> None:
                 raise KerasFitUnderParameterServerError(KERAS3_FIT_UNDER_PSS_MESSAGE) from None
             raise
 
-    fit._nbworkers_guard = True
-    fit.__doc__ = original_fit.__doc__
-    fit.__wrapped__ = original_fit
-    trainer.fit = fit
+    wrapt.wrap_function_wrapper(trainer, "fit", fit)
 
 
 def install_fit_guard() -> None:
@@ -135,8 +133,9 @@ def install_fit_guard() -> None:
     if _installed:
         return
     _installed = True
+    import wrapt
+
     from nbworkers.distlib import keras3_mwms
-    from nbworkers.distlib.import_hooks import when_imported
 
     keras3_mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
-    when_imported(KERAS3_TRAINER_MODULE, _guard_trainer_module)
+    wrapt.register_post_import_hook(keras3_mwms._safely(_guard_trainer_module), KERAS3_TRAINER_MODULE)  # now if imported

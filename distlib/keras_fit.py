@@ -13,8 +13,8 @@ the widget and the summary show the values over the global batch, the same on ev
 and (with ``keras3_mwms``) Keras 3's own ``model.fit`` do.
 
 Since Keras 3's own ``model.fit`` works under the strategy (``keras3_mwms``), this loop is no longer the only
-way, nor clearly the faster one (``benchmarks/keras_fit.py``: about the same steps/s as Keras 3's fit with the
-fix, both ~1.5x tf_keras's here). It earns its place with what Keras's fit does not do: ``checkpoint_dir=``
+way. It earns its place as the faster path (``benchmarks/keras_fit.py``: ~1.05-1.2x Keras 3's fit with the fix,
+~1.6x tf_keras's here), and with what Keras's fit does not do: ``checkpoint_dir=``
 resumes after the last save and, on SIGTERM (preemption), saves at the same step on every worker
 (``distlib.preemption``); and a dataset *function* (``input_context -> dataset``) as input.
 """

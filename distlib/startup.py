@@ -4,8 +4,9 @@
 - when ``tensorflow`` is imported: arm early collectives (``collective_startup``: the tutorials' "dataset
   before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``mwms_patch``: "waiting" /
   "running" status, the cross-worker GPU-count check);
-- when Keras 3's TensorFlow trainer is imported: turn the upstream ``model.fit`` failure under
-  MultiWorkerMirroredStrategy into a message naming the two fixes (``keras_compat``).
+- when Keras 3's TensorFlow trainer is imported: fix its ``model.fit`` / ``evaluate`` / ``predict`` (and
+  ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``keras3_mwms``), and where that fix cannot apply,
+  turn the upstream failure into a message naming the two ways that work (``keras_compat``).
 
 ``after_user_code()`` sends the last throttled metrics and removes non-chief private directories (the
 bootstrap leaves with ``os._exit``, which skips ``atexit``).

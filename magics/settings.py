@@ -67,6 +67,18 @@ class WorkerSettings(Configurable):
     spare_check_interval = Float(0.5, help="Seconds between checks of the spare pool (refill, expiry, memory).").tag(
         config=True
     )
+    # zygotes (issue 17, magics/backends/zygotes.py): fork workers from a process that imported TensorFlow once
+    zygote = Bool(True, help="Fork local workers from a zygote (one per interpreter and import-time environment) "
+                  "that imported TensorFlow once; False: spawn every worker. Default: $NBWORKERS_ZYGOTE or on.").tag(
+                      config=True)
+    zygotes_max = Int(2, help="Most zygotes kept at once (each holds one TensorFlow import, about 0.5 GB); the "
+                      "oldest is stopped.").tag(config=True)
+    zygote_fork_timeout = Float(120.0, help="Seconds a worker's host waits for its zygote's fork (a new zygote "
+                                "imports TensorFlow first) before it spawns the worker instead.").tag(config=True)
+    zygote_connect_timeout = Float(15.0, help="Seconds a worker's host retries connecting to a zygote that has not "
+                                   "bound its socket yet before it spawns the worker instead.").tag(config=True)
+    zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
+        config=True)
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
     # sessions (issue 16, magics/session.py): %%worker --session NAME
     session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
@@ -107,6 +119,10 @@ class WorkerSettings(Configurable):
             return int(os.environ.get("NBWORKERS_SPARES", "-1"))
         except ValueError:
             return -1
+
+    @default("zygote")
+    def _default_zygote(self) -> bool:
+        return os.environ.get("NBWORKERS_ZYGOTE", "1").strip().lower() not in ("0", "false", "no", "off")
 
     @default("run_root")
     def _default_run_root(self) -> str:

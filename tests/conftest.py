@@ -149,6 +149,7 @@ def kernel_env(run_root: Path) -> dict[str, str]:
     env["NBWORKERS_RUN_ROOT"] = str(run_root)
     env["TF_CPP_MIN_LOG_LEVEL"] = "1"
     env["NBWORKERS_SPARES"] = "0"  # no warm spares unless a test asks (tests/test_spares.py): they cost CPU
+    env["NBWORKERS_ZYGOTE"] = "0"  # no zygote (it outlives runs, like spares) unless a test asks (tests/test_zygote.py)
     env.pop("TF_CONFIG", None)
     return env
 

@@ -85,7 +85,7 @@ def run_ok(kernel, cell: str) -> None:
 @pytest.fixture
 def spare_kernel(kernel, run_root):
     """The kernel fixture with spares on (whatever NBWORKERS_SPARES says), plus: no spare may outlive it."""
-    run_ok(kernel, "nbworkers.settings().spares = -1")
+    run_ok(kernel, "nbworkers.settings().spares = -1; nbworkers.settings().zygote = False")  # spares: zygotes off
     yield kernel
     kernel.shutdown()
     assert wait_until(lambda: not spare_processes(run_root), 15), "spare processes outlived the kernel"
@@ -191,7 +191,7 @@ def test_spares_can_be_turned_off(spare_kernel, run_root):
 
 
 def test_spares_die_with_a_killed_kernel(kernel, run_root):
-    run_ok(kernel, "nbworkers.settings().spares = -1")
+    run_ok(kernel, "nbworkers.settings().spares = -1; nbworkers.settings().zygote = False")
     run_ok(kernel, TF_CELL.format(name="before-kill", flags=""))
     wait_for_spares(kernel, 1, ready=False)
     assert spare_processes(run_root)

@@ -19,6 +19,11 @@ output is held in memory meanwhile. The kernel's ``assign JSON`` line on stdin h
 worker's log file, grace period, role and environment; the host then writes the held output to that log,
 reports ``hello`` on the relay and passes the environment on to the worker (``bootstrap --spare``).
 
+With ``--zygote SOCKET`` (``zygotes``, the default for local workers) the worker is not spawned but forked by
+the kernel's zygote, TensorFlow already imported (``zygote_client``): this host passes it the write end of its
+output pipe and the worker's environment, gets the worker's pid (its own session) and, when it ends, its exit
+code; everything else above is unchanged. When the zygote cannot fork, the worker is spawned (noted in its log).
+
 Modelled on Horovod's ``safe_shell_exec``. It imports neither TensorFlow nor IPython.
 """
 
@@ -226,6 +231,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--role", default="worker")
     parser.add_argument("--spare", action="store_true",
                         help="start the worker as a warm spare that waits for an `assign JSON` line on stdin")
+    parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
+                        "spawn the command when it cannot")
+    parser.add_argument("--zygote-timeout", type=float, default=120.0, help="seconds to wait for the zygote's answer")
+    parser.add_argument("--zygote-connect-timeout", type=float, default=15.0,
+                        help="seconds to retry connecting to a zygote that has not bound its socket yet")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the worker's command line")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -307,10 +317,16 @@ def main(argv: list[str] | None = None) -> int:
         options = {"stdin": subprocess.PIPE, "pass_fds": (ready_w,),
                    "env": {**os.environ, SPARE_READY_FD_ENV: str(ready_w)}}
     try:
-        worker = subprocess.Popen(
-            args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_host(), **options
-        )
+        worker = None
+        if args.zygote and not args.spare:  # forked, TensorFlow already imported (zygote_client.py)
+            from .zygote_client import fork_worker
+
+            worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout)
+        if worker is None:
+            worker = subprocess.Popen(
+                args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_host(), **options
+            )
     except OSError as error:
         message = f"nbworkers: could not start the worker {args.command[0]!r}: {error}\n".encode()
         (log_file or sys.stderr.buffer).write(message)

@@ -4,7 +4,9 @@ Every host runs in a session of its own (so the notebook's Interrupt button, whi
 process group, never reaches it) and holds a pipe from the kernel on its stdin (so a dead kernel, even one
 killed with ``kill -9``, takes its workers with it).
 
-A worker is started warm when the kernel's spare pool (``spares``) holds a spare with the same interpreter
+A worker is forked from the kernel's zygote for its interpreter and import-time environment (``zygotes``:
+TensorFlow imported once; its host supervises it as any worker) unless zygotes are off or cannot serve it;
+only then is it started warm when the kernel's spare pool (``spares``) holds a spare with the same interpreter
 and environment: the spare's host and interpreter, TensorFlow already imported, are handed the run.
 """
 
@@ -124,6 +126,10 @@ class LocalBackend:
 
         spares = pool()
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(spares.settings.run_root))
+        forked = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
+        if forked is not None:
+            forked.marker = marker  # its /proc environment is the zygote's: NBWORKERS_SPARE=<run root>
+            return forked
         proc = self._launch_warm(spares, index, python, env, cwd, log_path, grace, role)
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
@@ -140,10 +146,27 @@ class LocalBackend:
             spare.kill()  # died just now: try the next one
         return None
 
+    def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
+                       grace: float, role: str) -> WorkerProcess | None:
+        from ..settings import settings
+        from .zygotes import zygotes
+
+        socket_path, note = zygotes().socket_for(python, env, cwd)
+        if note:
+            with open(log_path, "ab") as log:
+                log.write(f"--- nbworkers: {note}\n".encode())
+        if not socket_path:
+            return None
+        config = settings()
+        return self._launch_cold(index, python, env, cwd, log_path, grace, role, [
+            "--zygote", socket_path, "--zygote-timeout", str(config.zygote_fork_timeout),
+            "--zygote-connect-timeout", str(config.zygote_connect_timeout)])
+
     def _launch_cold(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
-                     grace: float, role: str) -> WorkerProcess:
+                     grace: float, role: str, host_options: list[str] | None = None) -> WorkerProcess:
         command = [
-            *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role),
+            *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role,
+                            *(host_options or [])),
             "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
         ]
         host = subprocess.Popen(

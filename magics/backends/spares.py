@@ -1,5 +1,8 @@
 """Warm spares: worker interpreters started after a run, TensorFlow already imported, waiting for the next one.
 
+Since zygotes (``zygotes``, issue 17) a local worker is forked whenever a zygote can serve it; the pool only
+serves (and only refills after) launches a zygote did not: ``zygote`` off, or a worker that had to be spawned.
+
 Importing TensorFlow costs ~3 s and ~0.5 GB per process, most of a worker's start. After a cluster's
 workers have ended, the pool starts as many *spares* as the cluster had workers (``settings().spares``:
 -1 = that many, 0 = off, N = N; never more than ``spares_max``). A spare is a worker host (``host --spare``)
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.distlib import wire
+from nbworkers.distlib import session_wire, wire
 
 from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
 from ..private_dirs import module_command, runtime_dir
@@ -56,6 +59,7 @@ SPARE_MARKER_ENV = "NBWORKERS_SPARE"  # in a spare's environment: the run root o
 PER_RUN_VARIABLES = frozenset({
     "TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY, wire.ENV_CLUSTER, wire.ENV_WORKER, wire.ENV_GENERATION,
     wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD, RUN_ID_ENV,
+    session_wire.ENV_SESSION, session_wire.ENV_COMMANDS,  # a session's workers start warm too
 })
 DISCARD_KILL_AFTER = 3.0  # seconds a dropped spare gets to go (its host stops it at end of file) before SIGKILL
 MAX_SCANNED_BYTES = 1_000_000  # of cell and module source read to decide whether a cell may use spares

@@ -1,0 +1,223 @@
+"""The kernel's zygotes: one fork server per (interpreter, import-time environment), started on first use.
+
+A zygote (``nbworkers.distlib.zygote``) imports TensorFlow once and forks workers, so a cold ``%%worker -n N``
+pays one import instead of N, and every later run, restart and session start pays a fork. ``LocalBackend``
+asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to the worker's host
+(``host --zygote``), which asks the zygote for the fork and supervises the child as it does a spawned worker.
+
+- **Key**: the interpreter plus the variables that matter at ``import tensorflow`` / ``import keras``
+  (``IMPORT_TIME_PREFIXES``, ``IMPORT_TIME_NAMES``: ``TF_USE_LEGACY_KERAS``, ``KERAS_*``, ``TF_*``, library paths,
+  ``HOME``...). Everything else — ``TF_CONFIG``, ``--env`` values, ``CUDA_VISIBLE_DEVICES`` (read by CUDA only at
+  ``cuInit``, which the zygote never reaches: see ``distlib/zygote.py``), the relay, the cell — is applied in
+  the child. A cell that changes its environment or calls ``use_tf_keras()`` before importing TensorFlow
+  (``spares.CHANGES_ENVIRONMENT``) is spawned: its import must see its own environment.
+- **Fallback to spawning**: ``settings().zygote = False`` (or ``$NBWORKERS_ZYGOTE=0``); the Ray backend (it
+  never asks); a zygote that died: the launch that finds it dead spawns its workers with a note in their logs,
+  and a new zygote is started for the next launch; a zygote that cannot fork (its interpreter lacks
+  nbworkers' worker side, the guard refused, no answer within ``zygote_fork_timeout``): the host spawns, noted.
+- **Lifetime**: each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
+  ``kill -9``, or the kernel dropping it — it forks no more and exits once its children have ended (their hosts
+  stop them when the kernel dies). At most ``zygotes_max`` are kept (the oldest is released). It carries
+  ``NBWORKERS_SPARE=<run root>`` like a warm spare, and so do its children (their ``/proc`` environment is the
+  zygote's): ownership checks and the leftover reaper find them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..ownership import RunMarker, signal_groups_if_ours
+from ..private_dirs import module_command, runtime_dir
+from ..settings import settings as current_settings
+from .spares import CHANGES_ENVIRONMENT, SPARE_MARKER_ENV, _local_modules, base_env
+
+ZYGOTE_MODULE = "nbworkers.distlib.zygote"
+ZYGOTE_DIR_NAME = "nbworkers-zygote"
+IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
+                        "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
+IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "TMPDIR"})
+CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "TF_CONFIG", "PYTHONUNBUFFERED"})
+MAX_SCANNED_BYTES = 1_000_000
+
+
+def import_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of a worker's environment that its zygote must have had when it imported TensorFlow."""
+    return {k: v for k, v in base_env(env).items()
+            if k not in CHILD_ONLY and (k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES)}
+
+
+def zygote_key(python: str, env: dict[str, str]) -> str:
+    blob = json.dumps([os.path.realpath(python), sorted(import_env(env).items())])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def why_not_forked(code_path: str, cwd: str) -> str | None:
+    """None when the cell may run in a forked worker, else why it is spawned."""
+    try:
+        code = Path(code_path).read_text(encoding="utf-8", errors="replace")[:MAX_SCANNED_BYTES]
+    except OSError:
+        return None  # bootstrap reports the unreadable cell as a spawned worker would
+    texts = [code]
+    for module in _local_modules(code, cwd):
+        try:
+            texts.append(module.read_text(encoding="utf-8", errors="replace")[:MAX_SCANNED_BYTES])
+        except OSError:
+            continue
+    if any(CHANGES_ENVIRONMENT.search(t) for t in texts):
+        return "the cell changes its environment (or calls use_tf_keras) before TensorFlow is imported"
+    return None
+
+
+@dataclass
+class Zygote:
+    key: str
+    python: str
+    proc: subprocess.Popen
+    socket_path: str
+    log_path: str
+    marker_root: str
+    started: float = field(default_factory=time.monotonic)
+    forks: int = 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def release(self) -> None:
+        """End of file on its stdin: it forks no more and exits once its running workers have ended."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """At the kernel's exit (its workers are being stopped too): release it, SIGKILL its group if it lingers."""
+        self.release()
+        try:
+            self.proc.wait(timeout=current_settings().zygote_stop_timeout)
+        except subprocess.TimeoutExpired:
+            signal_groups_if_ours([self.proc.pid], RunMarker("", None, "", self.marker_root), signal.SIGKILL)
+            self.proc.wait()
+        if self.proc.returncode == 0:  # a clean exit: its log holds nothing worth keeping
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+    def describe(self) -> dict:
+        return {"pid": self.proc.pid, "key": self.key, "python": self.python, "alive": self.alive(),
+                "forks": self.forks, "age": round(time.monotonic() - self.started, 1), "log": self.log_path}
+
+
+class ZygotePool:
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._zygotes: dict[str, Zygote] = {}
+        self.replaced = 0
+        self._checked: dict[str, bool] = {}
+        self._spawning: dict[tuple, str] = {}  # the launch that found its zygote dead -> the note
+
+    def socket_for(self, python: str, env: dict[str, str], cwd: str) -> tuple[str | None, str]:
+        """(socket path, note): a socket to fork this worker from, or None and why it is spawned instead."""
+        config = current_settings()
+        if not config.zygote:
+            return None, ""
+        from nbworkers.distlib import wire
+
+        reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd)
+        if reason is not None:
+            return None, f"spawned, not forked: {reason}"
+        if not self._can_serve(python, config):
+            return None, "spawned, not forked: this interpreter has no nbworkers zygote (nbworkers.distlib.zygote)"
+        key = zygote_key(python, env)
+        launch = (key, env.get(wire.ENV_RUN_DIR, ""), env.get(wire.ENV_GENERATION, ""))
+        with self._lock:
+            if launch in self._spawning:  # an earlier worker of this launch found its zygote dead
+                return None, self._spawning[launch]
+            zygote = self._zygotes.get(key)
+            if zygote is not None and not zygote.alive():
+                code = zygote.proc.returncode
+                del self._zygotes[key]
+                self.replaced += 1
+                self._start(key, python, env, config)  # for the next launch
+                note = (f"the zygote {zygote.proc.pid} died (exit {code}); this launch spawns its workers, "
+                        f"a new zygote is starting for the next one (the dead one's log: {zygote.log_path})")
+                self._spawning = {launch: note}
+                return None, note
+            if zygote is None:
+                zygote = self._start(key, python, env, config)
+            zygote.forks += 1
+            return zygote.socket_path, ""
+
+    def _can_serve(self, python: str, config) -> bool:
+        """Does ``python`` have nbworkers' zygote (a ``--python`` interpreter may have an older nbworkers)?"""
+        if os.path.realpath(python) == os.path.realpath(sys.executable):
+            return True
+        if python not in self._checked:
+            try:
+                result = subprocess.run(
+                    [python, "-c", "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.zygote"],
+                    capture_output=True, timeout=config.python_check_timeout, cwd=str(runtime_dir(ZYGOTE_DIR_NAME)),
+                )
+                self._checked[python] = result.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                self._checked[python] = False
+        return self._checked[python]
+
+    def _start(self, key: str, python: str, env: dict[str, str], config) -> Zygote:
+        while len(self._zygotes) >= max(1, config.zygotes_max):
+            oldest = min(self._zygotes.values(), key=lambda z: z.started)
+            del self._zygotes[oldest.key]
+            oldest.release()  # the workers it forked for a running cluster finish first
+        directory = runtime_dir(ZYGOTE_DIR_NAME)
+        name = f"{key[:8]}-{os.getpid()}-{secrets.token_hex(4)}"
+        socket_path = str(directory / f"{name}.sock")
+        log_path = str(directory / f"{name}.log")
+        zygote_env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
+        zygote_env[SPARE_MARKER_ENV] = str(config.run_root)
+        zygote_env["PYTHONUNBUFFERED"] = "1"
+        with open(log_path, "ab") as log:
+            os.chmod(log_path, 0o600)
+            proc = subprocess.Popen(
+                module_command(python, ZYGOTE_MODULE, "--socket", socket_path, unbuffered=True),
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=zygote_env, cwd=str(directory),
+                start_new_session=True, close_fds=True,
+            )
+        zygote = Zygote(key, python, proc, socket_path, log_path, zygote_env[SPARE_MARKER_ENV])
+        self._zygotes[key] = zygote
+        return zygote
+
+    def describe(self) -> list[dict]:
+        with self._lock:
+            return [z.describe() for z in self._zygotes.values()]
+
+    def close(self) -> None:
+        with self._lock:
+            zygotes, self._zygotes = list(self._zygotes.values()), {}
+        for zygote in zygotes:
+            zygote.stop()
+
+
+_pool: ZygotePool | None = None
+_pool_lock = threading.Lock()
+
+
+def zygotes() -> ZygotePool:
+    """This kernel's zygotes."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ZygotePool()
+            atexit.register(_pool.close)
+        return _pool
