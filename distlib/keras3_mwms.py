@@ -292,10 +292,10 @@ def install() -> None:
     if _state["installed"]:
         return
     _state["installed"] = True
-    import wrapt
+    from nbworkers.distlib.import_hooks import when_imported
 
-    wrapt.register_post_import_hook(_safely(patch_trainer), TRAINER_MODULE)
-    wrapt.register_post_import_hook(_safely(patch_backup_and_restore), BACKUP_MODULE)
+    when_imported(TRAINER_MODULE, _safely(patch_trainer))
+    when_imported(BACKUP_MODULE, _safely(patch_backup_and_restore))
 
 
 def _safely(patch):

@@ -133,9 +133,8 @@ def install_fit_guard() -> None:
     if _installed:
         return
     _installed = True
-    import wrapt
-
     from nbworkers.distlib import keras3_mwms
+    from nbworkers.distlib.import_hooks import when_imported
 
     keras3_mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
-    wrapt.register_post_import_hook(keras3_mwms._safely(_guard_trainer_module), KERAS3_TRAINER_MODULE)  # now if imported
+    when_imported(KERAS3_TRAINER_MODULE, keras3_mwms._safely(_guard_trainer_module))  # now if imported
