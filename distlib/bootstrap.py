@@ -29,9 +29,9 @@ import sys
 import traceback
 import types
 
-from nbworkers.distlib import wire
+from nbworkers.distlib import env_settings, wire
 
-SPARE_READY_FD_ENV = "NBWORKERS_SPARE_READY_FD"  # a spare writes "ready" to this pipe once its imports are done
+SPARE_READY_FD_ENV = env_settings.SPARE_READY_FD.name  # a spare writes "ready" to this pipe once its imports are done
 # What a spare imports ahead of its run: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
 # environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
 # starts TensorFlow's eager context, a server, or opens a port.
@@ -99,7 +99,7 @@ def main() -> int:
             sender.send("status", state="running")
         from nbworkers.distlib import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
 
-        if os.environ.get("NBWORKERS_SESSION"):  # %%worker --session: serve cells (distlib/session_worker.py)
+        if env_settings.SESSION.is_set():  # %%worker --session: serve cells (distlib/session_worker.py)
             from nbworkers.distlib import session_worker
 
             exit_code = session_worker.main(module)

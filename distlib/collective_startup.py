@@ -28,11 +28,11 @@ import os
 import sys
 import types
 
-from nbworkers.distlib import leader_wait
+from nbworkers.distlib import env_settings, leader_wait
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
 from nbworkers.distlib.status import send_status
 
-ENV_EARLY_COLLECTIVES = "NBWORKERS_EARLY_COLLECTIVES"
+ENV_EARLY_COLLECTIVES = env_settings.EARLY_COLLECTIVES.name
 
 _enabled_for: TaskInfo | None = None  # the cluster collective ops were enabled for, when we did it
 
@@ -80,12 +80,12 @@ def wanted(info: TaskInfo, environ: dict[str, str] | None = None) -> bool:
     """Early collectives apply to a chief/worker cluster task (not ps / evaluator) whose code uses a
     multi-worker strategy, unless NBWORKERS_EARLY_COLLECTIVES says otherwise."""
     env = os.environ if environ is None else environ
-    setting = env.get(ENV_EARLY_COLLECTIVES, "auto").strip().lower()
-    if setting in ("0", "false", "no", "off"):
+    setting = env_settings.EARLY_COLLECTIVES.get(env)  # "auto", "1" or "0"
+    if setting == "0":
         return False
     if not (info.in_cluster and info.type in TRAINING_JOBS and set(info.cluster) <= set(TRAINING_JOBS)):
         return False
-    return setting in ("1", "true", "yes", "on") or code_mentions_multi_worker(env)
+    return setting == "1" or code_mentions_multi_worker(env)
 
 
 def _server_def_for_collectives(info: TaskInfo):

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 
+from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TFConfigError
 
-ENV_GPU_COUNTS = "NBWORKERS_GPU_COUNTS"
+ENV_GPU_COUNTS = env_settings.GPU_COUNTS.name
 COMMUNICATION_CHOICES = ("auto", "ring", "nccl")
 
 

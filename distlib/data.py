@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import os
 
+from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TaskInfo, task
 
-ENV_MOCK_DATA = "NBWORKERS_MOCK_DATA"  # "1": mnist() returns tfds mock data (no download)
-ENV_MOCK_EXAMPLES = "NBWORKERS_MOCK_EXAMPLES"  # examples per split of the mock data (default 512)
-DEFAULT_MOCK_EXAMPLES = 512
+ENV_MOCK_DATA = env_settings.MOCK_DATA.name  # "1": mnist() returns tfds mock data (no download)
+ENV_MOCK_EXAMPLES = env_settings.MOCK_EXAMPLES.name  # examples per split of the mock data (default 512)
+DEFAULT_MOCK_EXAMPLES = env_settings.MOCK_EXAMPLES.default
 SHARD_POLICIES = ("auto", "file", "data", "off")
 
 
 def mock_data_requested(environ: dict[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return env.get(ENV_MOCK_DATA, "").strip().lower() in ("1", "true", "yes", "on")
+    return env_settings.MOCK_DATA.get(environ)
 
 
 def _shard_policy(name: str):
@@ -67,7 +67,7 @@ def mnist(split: str = "train", *, mock: bool | None = None, mock_examples: int 
 
     use_mock = mock_data_requested() if mock is None else mock
     if use_mock:
-        count = mock_examples or int(os.environ.get(ENV_MOCK_EXAMPLES, DEFAULT_MOCK_EXAMPLES))
+        count = mock_examples or env_settings.MOCK_EXAMPLES.get()
         with tfds.testing.mock_data(num_examples=count):
             dataset = tfds.load("mnist", split=split, as_supervised=True)
     else:

@@ -17,14 +17,14 @@ and processes outside a cluster return at once.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
+from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 
-ENV_LEADER_WAIT = "NBWORKERS_LEADER_WAIT"
-DEFAULT_LEADER_WAIT_S = 600.0  # then let TensorFlow connect (and time out) as it would without us
+ENV_LEADER_WAIT = env_settings.LEADER_WAIT.name
+DEFAULT_LEADER_WAIT_S = env_settings.LEADER_WAIT.default  # then TensorFlow connects (and times out) as without us
 FAST_POLL_S = 0.005  # between connection attempts during the first FAST_POLL_FOR_S seconds
 FAST_POLL_FOR_S = 5.0
 SLOW_POLL_S = 0.05  # afterwards (a leader still importing or loading data)
@@ -34,10 +34,7 @@ _waited = False
 
 
 def leader_wait_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get(ENV_LEADER_WAIT, DEFAULT_LEADER_WAIT_S)))
-    except ValueError:
-        return DEFAULT_LEADER_WAIT_S
+    return env_settings.LEADER_WAIT.get()
 
 
 def leader_address(info: TaskInfo) -> str | None:

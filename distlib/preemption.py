@@ -31,29 +31,22 @@ import threading
 import time
 from typing import Callable
 
-ENV_PREEMPTION = "NBWORKERS_PREEMPTION"
-ENV_STEP_WAIT = "NBWORKERS_PREEMPTION_WAIT"
-ENV_SAVE_TIMEOUT = "NBWORKERS_PREEMPTION_SAVE_TIMEOUT"
-DEFAULT_STEP_WAIT_S = 2.0  # no step finished for this long after SIGTERM: leave without a save
-DEFAULT_SAVE_TIMEOUT_S = 60.0  # SIGTERM to exit, at most
+from nbworkers.distlib import env_settings, wire
+
+ENV_PREEMPTION = env_settings.PREEMPTION.name
+ENV_STEP_WAIT = env_settings.PREEMPTION_WAIT.name
+ENV_SAVE_TIMEOUT = env_settings.PREEMPTION_SAVE_TIMEOUT.name
+DEFAULT_STEP_WAIT_S = env_settings.PREEMPTION_WAIT.default  # no step finished for this long after SIGTERM: no save
+DEFAULT_SAVE_TIMEOUT_S = env_settings.PREEMPTION_SAVE_TIMEOUT.default  # SIGTERM to exit, at most
 STEP_TIME_FACTOR = 3.0  # ... or this many times the average step time, when longer
-PREEMPTION_EXIT_CODE = 42  # PCH's default; magics.failures.PREEMPTION_EXIT_CODES
+PREEMPTION_EXIT_CODE = wire.PREEMPTION_EXIT_CODE  # PCH's default; magics.failures.PREEMPTION_EXIT_CODES
 WATCH_INTERVAL_S = 0.1
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 def enabled() -> bool:
-    setting = os.environ.get(ENV_PREEMPTION, "auto").strip().lower()
-    if setting in ("0", "false", "off", "no"):
-        return False
-    if setting in ("1", "true", "on", "yes"):
-        return True
+    setting = env_settings.PREEMPTION.get()  # "auto", "1" or "0"
+    if setting != "auto":
+        return setting == "1"
     from nbworkers.distlib.cluster import task
 
     try:
@@ -285,8 +278,8 @@ class PreemptionSaver:
             _die_by_sigterm()
 
     def _watch_deadline(self) -> None:
-        step_wait = max(_env_float(ENV_STEP_WAIT, DEFAULT_STEP_WAIT_S), STEP_TIME_FACTOR * self._step_time)
-        cap = _env_float(ENV_SAVE_TIMEOUT, DEFAULT_SAVE_TIMEOUT_S)
+        step_wait = max(env_settings.PREEMPTION_WAIT.get(), STEP_TIME_FACTOR * self._step_time)
+        cap = env_settings.PREEMPTION_SAVE_TIMEOUT.get()
         while True:
             time.sleep(WATCH_INTERVAL_S)
             now = time.monotonic()

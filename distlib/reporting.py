@@ -15,17 +15,14 @@ import os
 import time
 from typing import Any
 
-from nbworkers.distlib import wire
+from nbworkers.distlib import env_settings, wire
 
-ENV_REPORT_INTERVAL = "NBWORKERS_REPORT_INTERVAL"
-DEFAULT_REPORT_INTERVAL_S = 0.25
+ENV_REPORT_INTERVAL = env_settings.REPORT_INTERVAL.name
+DEFAULT_REPORT_INTERVAL_S = env_settings.REPORT_INTERVAL.default
 
 
 def _report_interval_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get(ENV_REPORT_INTERVAL, DEFAULT_REPORT_INTERVAL_S)))
-    except ValueError:
-        return DEFAULT_REPORT_INTERVAL_S
+    return env_settings.REPORT_INTERVAL.get()
 
 
 def _to_number(value: Any) -> float | int | None:

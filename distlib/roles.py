@@ -27,10 +27,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TaskInfo, task
 from nbworkers.distlib.import_hooks import when_imported
 
-ENV_SERVE = "NBWORKERS_SERVE"  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
+ENV_SERVE = env_settings.SERVE.name  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
 ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
 SERVER_IDLE_SLEEP_S = 3600.0  # the main thread's sleep between wake-ups while the server thread serves
 

@@ -36,8 +36,10 @@ import json
 import re
 from typing import Any
 
-ENV_SESSION = "NBWORKERS_SESSION"  # the session's name: the worker runs the cell loop instead of one cell
-ENV_COMMANDS = "NBWORKERS_COMMANDS"  # tcp://host:port of the kernel's command socket
+from nbworkers.distlib import env_settings
+
+ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
+ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
 
 COMMANDS = ("ready", "run", "pull", "interrupt", "pause", "resume", "abort", "shutdown")
 CELL_EVENTS = ("start", "end", "paused")

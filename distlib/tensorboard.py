@@ -19,7 +19,9 @@ import os
 import sys
 from typing import Any
 
-ENV_TENSORBOARD = "NBWORKERS_TENSORBOARD"  # "0": report() writes no summaries
+from nbworkers.distlib import env_settings
+
+ENV_TENSORBOARD = env_settings.TENSORBOARD.name  # "0": report() writes no summaries
 SUBDIR = "tensorboard"
 REPORT_RUN = "report"
 
@@ -35,7 +37,7 @@ def _task_folder() -> str:
 
 def tensorboard_dir(*parts: str) -> str:
     """This worker's TensorBoard folder in the run's directory (``./tensorboard/...`` outside ``%%worker``)."""
-    root = os.environ.get("NBWORKERS_RUN_DIR") or os.getcwd()
+    root = env_settings.RUN_DIR.get() or os.getcwd()
     path = os.path.join(root, SUBDIR, _task_folder(), *parts)
     os.makedirs(path, exist_ok=True)
     return path
@@ -57,7 +59,7 @@ class ReportSummaries:
     """Writes sent ``report()`` metrics as scalars (lazily: TensorFlow must already be imported)."""
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get(ENV_TENSORBOARD, "1") != "0" and bool(os.environ.get("NBWORKERS_RUN_DIR"))
+        self.enabled = env_settings.TENSORBOARD.get() and env_settings.RUN_DIR.is_set()
         self._writer: Any = None
         self._last_step = 0
 

@@ -35,19 +35,27 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-ENV_RELAY = "NBWORKERS_RELAY"  # tcp://host:port the workers connect to
-ENV_KEY = "NBWORKERS_KEY"  # hex HMAC key
-ENV_CLUSTER = "NBWORKERS_CLUSTER"  # cluster name
-ENV_WORKER = "NBWORKERS_WORKER"  # this process's index in the group (0..N-1, over all roles)
-ENV_GENERATION = "NBWORKERS_GENERATION"  # launch generation of the group
-ENV_RUN_DIR = "NBWORKERS_RUN_DIR"  # the cluster's run directory (logs, cell code, state)
-ENV_CODE = "NBWORKERS_CODE"  # path of the cell's code file
-ENV_PUSH = "NBWORKERS_PUSH"  # path of the pickled pushed variables (kernel -> worker only)
-ENV_CWD = "NBWORKERS_CWD"  # directory the cell runs in (put first on sys.path)
+from nbworkers.distlib import env_settings
+
+# The variables nbworkers sets in each worker (declared, with what they hold, in env_settings.py)
+ENV_RELAY = env_settings.RELAY.name  # tcp://host:port the workers connect to
+ENV_KEY = env_settings.KEY.name  # hex HMAC key
+ENV_CLUSTER = env_settings.CLUSTER.name  # cluster name
+ENV_WORKER = env_settings.WORKER.name  # this process's index in the group (0..N-1, over all roles)
+ENV_GENERATION = env_settings.GENERATION.name  # launch generation of the group
+ENV_RUN_DIR = env_settings.RUN_DIR.name  # the cluster's run directory (logs, cell code, state)
+ENV_CODE = env_settings.CODE.name  # path of the cell's code file
+ENV_PUSH = env_settings.PUSH.name  # path of the pickled pushed variables (kernel -> worker only)
+ENV_CWD = env_settings.CWD.name  # directory the cell runs in (put first on sys.path)
+ENV_CELL_SCAN = env_settings.CELL_SCAN.name  # what the cell uses, scanned in the kernel (magics/cell_scan.py)
 # CurveZMQ (--backend ray, magics/relay_curve.py): the relay's public key; this node's client keypair (made here)
-ENV_RELAY_SERVERKEY = "NBWORKERS_RELAY_SERVERKEY"
-ENV_RELAY_CLIENTKEY = "NBWORKERS_RELAY_CLIENTKEY"
-ENV_RELAY_CLIENTSECRET = "NBWORKERS_RELAY_CLIENTSECRET"
+ENV_RELAY_SERVERKEY = env_settings.RELAY_SERVERKEY.name
+ENV_RELAY_CLIENTKEY = env_settings.RELAY_CLIENTKEY.name
+ENV_RELAY_CLIENTSECRET = env_settings.RELAY_CLIENTSECRET.name
+
+# A worker that saved a checkpoint on SIGTERM exits with this code (tf.distribute PreemptionCheckpointHandler's
+# default, distlib/preemption.py); the kernel's supervisor restarts the group on it (magics/failures.py).
+PREEMPTION_EXIT_CODE = 42
 
 WORKER_STATES = (
     "starting",  # process launched, importing

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 
-ENV_EXCHANGE_TIMEOUT = "NBWORKERS_FACTS_TIMEOUT"
-DEFAULT_EXCHANGE_TIMEOUT_S = 120.0  # how long a worker waits for the others' facts
+from nbworkers.distlib import env_settings
+
+ENV_EXCHANGE_TIMEOUT = env_settings.FACTS_TIMEOUT.name
+DEFAULT_EXCHANGE_TIMEOUT_S = env_settings.FACTS_TIMEOUT.default  # how long a worker waits for the others' facts
 KEY_PREFIX = "nbworkers/facts"
 
 _exchange_counter = itertools.count()  # every worker builds its strategies in the same order
@@ -24,7 +25,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def exchange_timeout_s() -> float:
-    return float(os.environ.get(ENV_EXCHANGE_TIMEOUT, DEFAULT_EXCHANGE_TIMEOUT_S))
+    return env_settings.FACTS_TIMEOUT.get()
 
 
 def coordination_service_available() -> bool:

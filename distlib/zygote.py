@@ -43,7 +43,9 @@ import threading
 import time
 import traceback
 
-FORKED_ENV = "NBWORKERS_FORKED"  # set in a forked worker: the pid of the zygote it came from
+from nbworkers.distlib import env_settings
+
+FORKED_ENV = env_settings.FORKED.name  # set in a forked worker: the pid of the zygote it came from
 HEADER = struct.Struct("!Q")
 MAX_REQUEST_BYTES = 64 * 2**20
 REQUEST_TIMEOUT = 10.0  # seconds a connected host has to send its whole request

@@ -260,9 +260,9 @@ def _running_names() -> set[str]:
 
 
 def _cluster_table() -> tuple[str, str]:
-    from .spares_listing import spare_rows, spares_text_html
+    from .spares_listing import warm_text_html
 
-    spares_text, spares_html = spares_text_html(spare_rows())
+    spares_text, spares_html = warm_text_html()
     clusters = registry.all_clusters()
     if not clusters:
         text, page = "no clusters yet: run a cell with %%worker", "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"

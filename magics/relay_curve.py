@@ -38,14 +38,16 @@ class AllowedKeys:
 
 
 class CurveServer:
-    """Makes ``socket`` (a PULL, not yet bound) a CURVE server that accepts only ``allow``-ed client keys."""
+    """Makes ``socket`` (not yet bound: the relay's PULL, a session's command ROUTER) a CURVE server that accepts
+    only ``allow``-ed client keys. ``keys``: another server's ``AllowedKeys`` to share (a session's command socket
+    allows exactly the relay's keys: each node's one client keypair serves both)."""
 
-    def __init__(self, context: zmq.Context, socket: zmq.Socket):
+    def __init__(self, context: zmq.Context, socket: zmq.Socket, keys: AllowedKeys | None = None):
         from zmq.auth.thread import ThreadAuthenticator
 
         public, secret = zmq.curve_keypair()
         self.public_key = public.decode("ascii")
-        self.keys = AllowedKeys()
+        self.keys = keys if keys is not None else AllowedKeys()
         self._auth = ThreadAuthenticator(context)
         self._auth.start()
         self._auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self.keys)

@@ -4,6 +4,12 @@ A worker becomes addressable when its signed ``ready`` frame arrives (it names t
 generation; its routing id is random). Commands are signed with the cluster's key and numbered; the
 generation in each command makes one launch's commands useless to the next. Thread-safe (one lock around
 the socket): the supervisor thread drains it, the notebook's thread and widget clicks send on it.
+
+Local backend: bound to 127.0.0.1, like the relay. ``--backend ray``: bound where the relay binds (every
+interface, the kernel node's address advertised) and a CurveZMQ server exactly as the relay is
+(``relay_curve``): its own server keypair (the public half reaches the workers in ``ENV_COMMANDS_SERVERKEY``),
+and the relay's allowed client keys, so only the run's nodes, with the keypair their actor made there, can
+connect. Commands stay HMAC-signed and numbered on top.
 """
 
 from __future__ import annotations
@@ -15,15 +21,21 @@ import zmq
 
 from nbworkers.distlib import session_wire, wire
 
+from .relay_curve import AllowedKeys, CurveServer
+
 
 class CommandChannel:
-    def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None):
+    def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
+                 allowed: AllowedKeys | None = None):
+        """``allowed``: the relay's CurveZMQ client keys (``RelayReceiver.curve.keys``) to encrypt the socket and
+        accept only those clients; None: plain (local backend, loopback)."""
         self._key = key
         self._signer = wire.Signer(key)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
+        self.curve = CurveServer(self._context, self._socket, allowed) if allowed is not None else None
         port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
         self.address = f"tcp://{advertise_host or bind_host}:{port}"
         self._lock = threading.Lock()
@@ -31,6 +43,11 @@ class CommandChannel:
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
         self.gen = 0
         self.dropped = 0
+
+    @property
+    def server_public_key(self) -> str:
+        """The CurveZMQ server key the workers need (``ENV_COMMANDS_SERVERKEY``); "" when not encrypted."""
+        return self.curve.public_key if self.curve is not None else ""
 
     def new_generation(self, gen: int) -> None:
         with self._lock:
@@ -82,5 +99,7 @@ class CommandChannel:
 
     def close(self) -> None:
         with self._lock:
+            if self.curve is not None:
+                self.curve.close()
             self._socket.close(linger=0)
             self._context.term()

@@ -16,7 +16,7 @@ from nbworkers.magics.help_cell import help_only_cell
 from nbworkers.magics.noise import NoiseFilter, is_noise
 from nbworkers.magics.rest_fields import shape
 from nbworkers.magics.run_errors import ERROR_BELOW_KEY, failure_message, mark_error_below, run_failure
-from nbworkers.magics.spares_listing import spares_text_html
+from nbworkers.magics.spares_listing import spares_text_html, zygotes_text_html
 from nbworkers.magics.state import ClusterState, WorkerState
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "/runs/x/cell.py", line 7, in <module>',
@@ -216,6 +216,13 @@ def test_spares_line_shows_their_memory():
                                    {"worker_pid": None, "host_pid": 20, "ready": False, "age": 1.0, "memory_mb": 90}])
     assert "warm spares" in text and "2, 630 MB" in text and "pid 11 ready 540 MB" in text and "pid 20 importing" in text
     assert spares_text_html([]) == ("", "")
+
+
+def test_zygotes_line_shows_their_memory_and_forks():
+    text, html = zygotes_text_html([{"pid": 31, "forks": 4, "age": 60.0, "memory_mb": 543.2}])
+    assert "zygotes" in text and "1, 543 MB" in text and "pid 31 543 MB, 4 workers forked" in text
+    assert html.startswith("<p>zygotes") and "cell&#x27;s" in html  # escaped
+    assert zygotes_text_html([]) == ("", "")
 
 
 def test_rest_fields_have_iso_times_and_short_errors():

@@ -213,6 +213,10 @@ def test_forked_workers_train_alike_serve_a_session_and_die_with_the_kernel(kern
     for text in session_logs:
         assert f"SESSION 42 {zygote}" in text, text[-3000:]
 
+    # `%workers` lists the idle zygote with its memory
+    listing = kernel.run("%workers").text
+    assert "zygotes (idle, TensorFlow imported once" in listing and f"pid {zygote} " in listing, listing
+
     # the kernel killed with -9: the zygote and the session's workers go too
     assert any(p.pid == zygote for p in processes_of_run_root(run_root))
     os.kill(kernel.pid, signal.SIGKILL)
