@@ -13,8 +13,6 @@ it uses ``tfds.testing.mock_data`` instead: random images of the same shapes and
 
 from __future__ import annotations
 
-import os
-
 from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TaskInfo, task
 

@@ -41,6 +41,8 @@ import os
 import sys
 from types import ModuleType
 
+from nbworkers.distlib import env_settings
+
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 BACKUP_MODULE = "keras.src.callbacks.backup_and_restore"
 UPSTREAM_ISSUES = (
@@ -52,7 +54,7 @@ CHECKED_VERSIONS = {"keras": ("3.15.1",), "tensorflow": ("2.21.0",)}  # fixed an
 # as a Keras issue), on keras-nightly 3.7.0.dev with tf-nightly 2.19 (keras-team/keras#20585, open), and here.
 KNOWN_NEEDED_ON = {"keras": ("3.7.0.dev", "3.15.1", "3.16.0.dev"), "tensorflow": ("2.16", "2.17", "2.19.dev", "2.21.0")}
 KNOWN_BROKEN = ((3, 0), (3, 16))  # inclusive (major, minor) window used when the trainer's source is missing
-ENV_FIX = "NBWORKERS_KERAS3_FIX"  # "0": leave Keras 3 alone (fit then fails with KerasFitUnderMultiWorkerError)
+ENV_FIX = env_settings.KERAS3_FIX.name  # "0": leave Keras 3 alone (fit then fails with KerasFitUnderMultiWorkerError)
 
 # The broken code, as the probe looks for it in the installed trainer's source.
 _BROKEN_BUILD = "self.distribute_strategy.reduce("
@@ -62,8 +64,7 @@ _state = {"installed": False, "trainer": None, "backup": None}  # what the patch
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return env.get(ENV_FIX, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_settings.KERAS3_FIX.get(environ)
 
 
 def _keras_version() -> tuple[int, ...]:

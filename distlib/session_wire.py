@@ -6,6 +6,9 @@ with a random routing id and first sends a signed ``ready`` frame, which tells t
 command is signed with the cluster's HMAC key in the Jupyter wire format (``wire.Signer``) and carries the
 group's generation and a sequence number that only grows: a worker drops (and counts) any command whose
 signature, generation or sequence is wrong. Commands run code in the worker, so nothing unsigned is acted on.
+With ``--backend ray`` the command socket is a CurveZMQ server as the relay is, with the relay's keys
+(``magics/relay_curve.py``): a worker connects with the same server key and node client keypair as its relay
+sender (``client_curve``), so only the run's nodes can connect and nobody on the path reads the cells.
 
 Commands (``msg_type``; content fields):
 
@@ -34,7 +37,7 @@ import hashlib
 import hmac
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from nbworkers.distlib import env_settings
 
@@ -52,6 +55,16 @@ MARKER = re.compile(r"^--- nbworkers: cell (\d+) (start|end) ---\r?\n", re.M)
 def marker(cell: int, event: str) -> str:
     """The line a worker prints before (``start``) and after (``end``) a cell's output."""
     return f"--- nbworkers: cell {cell} {event} ---\n"
+
+
+def client_curve(env: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """(server public, client public, client secret) of the command socket, the relay's (``wire.Sender``): set
+    when the relay is encrypted (``--backend ray``; the client keypair was made on this node), else None."""
+    from nbworkers.distlib import wire
+
+    if not env.get(wire.ENV_RELAY_SERVERKEY):
+        return None
+    return env[wire.ENV_RELAY_SERVERKEY], env.get(wire.ENV_RELAY_CLIENTKEY, ""), env.get(wire.ENV_RELAY_CLIENTSECRET, "")
 
 
 def _is_int(value: Any) -> bool:

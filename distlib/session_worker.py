@@ -6,7 +6,8 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
 - keeps one namespace for every cell (a ``__main__`` module's dict, as IPython's ``user_ns``): the strategy,
   the model, datasets and iterators made by one cell are there for the next;
 - listens for the kernel's commands on a DEALER socket in a thread of its own (``session_wire``: signed,
-  generation- and sequence-checked) that blocks in ``recv``: an idle session costs no CPU;
+  generation- and sequence-checked; CurveZMQ with the relay's keys on ``--backend ray``) that blocks in
+  ``recv``: an idle session costs no CPU;
 - runs ``run`` and ``pull`` commands in the main thread, one at a time, in order;
 - answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
   (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
@@ -64,6 +65,9 @@ class SessionWorker:
         socket = context.socket(zmq.DEALER)
         socket.setsockopt(zmq.IDENTITY, uuid.uuid4().hex.encode())
         socket.setsockopt(zmq.LINGER, 0)
+        curve = session_wire.client_curve(os.environ)
+        if curve is not None:  # --backend ray: encrypted, and only this node's client key is let in
+            socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = (k.encode("ascii") for k in curve)
         socket.connect(address)
         signer = wire.Signer(self.key)
         socket.send_multipart(signer.frames("ready", {"worker": self.index, "gen": self.gen}))

@@ -23,21 +23,22 @@ from typing import Any, Callable
 
 from nbworkers.distlib import wire
 
+from . import cell_scan
 from .backends.host import group_alive
 from .backends.local import LocalBackend, WorkerProcess
 from .environment import cpp_log_level, worker_env
 from .noise import NoiseFilter, noise_level
 from .errors import LaunchError
-from .failures import (
-    GroupStalled, PortCollision, RelaunchFailed, RestartsExhausted, RunTimedOut, UserRestart, WorkerFailure, classify_exit,
-    root_cause, should_restart,
-)
+from . import events as ev
+from .failures import WorkerFailure
 from .ownership import RUN_ID_ENV, new_run_id
 from .relay import Message, RelayReceiver
 from .rundirs import prepare_run_dir, write_private
 from .settings import WorkerSettings, settings as current_settings
+from .restart_policy import RestartPolicy
 from .spec import LaunchSpec
 from .state import ClusterState, WorkerState
+from .supervisor import Supervisor, Timings
 from . import roles
 from .tfconfig import tf_configs
 
@@ -74,22 +75,16 @@ class Cluster:
         self._views: list[Any] = []
         self._views_lock = threading.Lock()
         self._lock = threading.RLock()
+        self._waiters = 0
+        self._new_run()
+
+    def _new_run(self) -> None:
+        """The state of one run of the cell (``__init__``; ``restart()`` of a run that ended: the same cell again)."""
+        spec = self.spec
         self._done = threading.Event()
         self._stop_event = threading.Event()
         self._restart_event = threading.Event()
-        self._waiters = 0
         self._procs: list[WorkerProcess] = []
-        self._stopping_since: float | None = None
-        self._stop_reason = ""
-        self._final_status = ""
-        self._kill_deadline: float | None = None
-        self._port_retries_left = self.settings.port_retries
-        self._restarts_left = spec.max_restarts if spec.max_restarts is not None else self.settings.max_restarts
-        self._last_failure: WorkerFailure | None = None
-        self._pending_restart: WorkerFailure | None = None
-        self._restart_due = 0.0
-        self._last_progress = time.monotonic()
-        self._stacks_dumped_at: float | None = None
         self._dirty = True
         self._last_flush = 0.0
         self._last_state_write = 0.0
@@ -97,10 +92,9 @@ class Cluster:
         self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
         self._relay: RelayReceiver | None = None
         self._thread: threading.Thread | None = None
-        # roles (--chief, --evaluator, --ps N): magics/roles.py; unawaited tasks end with the run (_retire_unawaited)
-        tasks = roles.plan(spec.workers, chief=spec.chief, evaluator=spec.evaluator, ps=spec.ps, cell=spec.code)
-        self._retired: set[int] = set()  # unawaited tasks (servers, evaluator) stopped because training ended
-        self._training_ended_at: float | None = None
+        # roles (--chief, --evaluator, --ps N): magics/roles.py; unawaited tasks end with the run (supervisor.py)
+        tasks = roles.plan(spec.workers, chief=spec.chief, evaluator=spec.evaluator, ps=spec.ps, cell=spec.code,
+                           names=cell_scan.of_spec(spec).names)
         self._tasks = tasks
         self.state = ClusterState(
             name=self.name,
@@ -117,6 +111,11 @@ class Cluster:
             worker.log_tail = type(worker.log_tail)(self.settings.log_tail_lines, self.settings.max_line_chars)
         level = noise_level(cpp_log_level(os.environ, spec.env))  # TensorFlow's C++ chatter: magics/noise.py
         self._noise = [NoiseFilter(level) for _ in self.state.workers]
+        # every status change, failure decision and restart: the supervisor core (supervisor.py, restart_policy.py)
+        self._core = Supervisor(
+            self.state, RestartPolicy.from_settings(self.settings, spec.max_restarts),
+            Timings.from_settings(self.settings, spec.stall_timeout, spec.timeout), tasks,
+        )
 
     # ----------------------------------------------------------------------------------- user-facing API
     @property
@@ -141,10 +140,7 @@ class Cluster:
         if not self._done.is_set():
             self._restart_event.set()
             return
-        with self._views_lock:
-            views = list(self._views)
-        self.__init__(self.spec, self.settings, self.backend, self._view_factory)  # a fresh run, same cell
-        self._views = views
+        self._new_run()  # a fresh run of the same cell; the views stay
         self.start()
 
     def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
@@ -259,7 +255,6 @@ class Cluster:
         gen = self.state.generation
         gpu_counts = ",".join("0" if g == "-1" else str(len(g.split(","))) for g in gpu_lists)
         self._procs = []
-        self._retired, self._training_ended_at = set(), None
         for i, (task, config) in enumerate(zip(self._tasks, configs)):
             env = worker_env(
                 base=os.environ, extra=self.spec.env, tf_config=config, cuda_visible_devices=gpu_lists[i],
@@ -273,6 +268,7 @@ class Cluster:
                     wire.ENV_CODE: str(self.run_dir / "cell.py"),
                     wire.ENV_PUSH: str(self.run_dir / "push.pkl") if self.spec.push else "",
                     wire.ENV_CWD: self.spec.cwd,
+                    wire.ENV_CELL_SCAN: cell_scan.of_spec(self.spec).to_env(),  # magics/cell_scan.py
                     RUN_ID_ENV: self.run_id,
                     "NBWORKERS_MAX_LINE_CHARS": str(self.settings.max_line_chars),  # the hosts cut lines too
                     wire.ENV_RELAY_SERVERKEY: self._relay.server_public_key,  # "" (left out) unless encrypted
@@ -302,24 +298,17 @@ class Cluster:
                         self._apply(message)
                     self._check_requests()
                     self._check_processes()
-                    self._check_progress()
-                    exited = all(p.poll() is not None for p in self._procs)
-                    if not exited:
-                        self._retire_unawaited()
-                    if exited and self._pending_restart is not None:
-                        self._restart_when_due()
-                        exited = False
-                if exited:
+                    self._handle(ev.Tick(idle=self._idle()))
+                    ended = self._core.ended
+                if ended:
                     break
                 self._periodic()
             self._drain_relay()
             with self._lock:
-                self._conclude()
+                self._handle(ev.Ended())
         except Exception:
             with self._lock:
-                self.state.status = "failed"
-                self.state.error = "nbworkers supervisor crashed:\n" + traceback.format_exc()
-            self._kill_all()
+                self._handle(ev.SupervisorCrashed(traceback.format_exc()))
         finally:
             with self._lock:
                 self.state.ended = self.state.ended or time.time()
@@ -335,6 +324,28 @@ class Cluster:
             for proc in self._procs:
                 proc.close()
 
+    def _handle(self, event: Any) -> None:
+        """Give the supervisor core one event and carry out what it decides (lock held)."""
+        for action in self._core.handle(event):
+            if isinstance(action, ev.StopGroup):
+                for proc in self._procs:
+                    proc.request_stop()
+            elif isinstance(action, ev.KillGroup):
+                self._kill_all()
+            elif isinstance(action, ev.DumpStacks):
+                for proc in self._procs:
+                    proc.dump_stacks()
+            elif isinstance(action, ev.RetireWorker):
+                self._procs[action.index].request_stop()
+            elif isinstance(action, ev.Relaunch):
+                self._relaunch()
+            elif isinstance(action, ev.RestartScheduled):
+                self._restart_scheduled(action.cause)
+            elif isinstance(action, ev.Failed):
+                self._run_failed(action.failure)
+        if self._core.dirty:
+            self._core.dirty, self._dirty = False, True
+
     def _apply(self, message: Message) -> None:
         content = message.content
         if content["gen"] != self.state.generation:
@@ -346,211 +357,60 @@ class Cluster:
             return
         worker = self.state.workers[index]
         self._dirty = True
-        if message.kind in ("log", "metrics", "status"):
-            self._last_progress = time.monotonic()
         if message.kind == "log":
             worker.log_tail.feed(self._noise[index].filter(content["lines"]))
             worker.log_hidden = self._noise[index].dropped
+            self._handle(ev.Progress(index))
         elif message.kind == "metrics":
-            worker.apply_metrics(content)
-            self._note_resume(content)
-            if self.state.status == "starting":
-                self.state.status = "running"
+            self._handle(ev.Metrics(index, content))
         elif message.kind == "status":
-            if worker.exit_code is None and self._pending_restart is None:
-                worker.apply_status(content["state"], content.get("detail") or "")
-                if content["state"] in ("running", "waiting") and self.state.status == "starting":
-                    self.state.status = "running"
+            self._handle(ev.StatusReported(index, content["state"], content.get("detail") or ""))
         elif message.kind == "hello":
             worker.pid = content["pid"]
             worker.host = content.get("host") or ""
             self._procs[index].worker_pid = content["pid"]
 
-    def _note_resume(self, content: dict[str, Any]) -> None:
-        """The first progress after a restart is the point the run resumed from."""
-        history = self.state.restart_history
-        if history and history[-1].get("resumed_from") is None and history[-1]["generation"] == self.state.generation:
-            history[-1]["resumed_from"] = {"epoch": content.get("epoch"), "step": content.get("step")}
-            history[-1]["resumed_at"] = time.time()
-            self._last_failure = None  # progress since: a repeat of the same failure is bad luck again, not a bug
-
     def _check_requests(self) -> None:
-        if self._stopping_since is None:
-            if self._stop_event.is_set() or (self.run_dir / STOP_REQUEST_FILE).exists():
-                self._pending_restart = None
-                self._begin_stop("stopped by request", final_status="stopped")
-            elif self.spec.timeout and time.time() - self.state.started > self.spec.timeout:
-                failure = RunTimedOut(f"the run timed out after {self.spec.timeout:g} s (--timeout)")
-                self._fail(failure)
-            elif self._restart_event.is_set():
-                self._restart_event.clear()
-                if self._pending_restart is None:
-                    self._schedule_restart(UserRestart("restart requested"), backoff=0.0)
-        if self._kill_deadline is not None and time.monotonic() > self._kill_deadline:
-            for proc in self._procs:
-                if proc.alive():
-                    proc.kill()
-            self._kill_deadline = None
-
-    def _check_progress(self) -> None:
-        """The no-progress watchdog: dump every worker's stacks into its log, then restart or fail the group."""
-        stall = self.spec.stall_timeout if self.spec.stall_timeout is not None else self.settings.stall_timeout
-        if not stall or self._stopping_since is not None or self._pending_restart is not None:
+        """Stop and restart requests (any thread, or the server extension's stop file) to the core."""
+        if self._core.stopping:
             return
-        if self._stacks_dumped_at is None:
-            if time.monotonic() - self._last_progress < stall:
-                return
-            # The stack dumps themselves are log output: from here on, silence is not measured again.
-            self._stacks_dumped_at = time.monotonic()
-            for proc in self._procs:
-                proc.dump_stacks()
-            return
-        if time.monotonic() - self._stacks_dumped_at >= self.settings.stack_dump_wait:
-            self._stacks_dumped_at = None
-            self._on_failure(GroupStalled(
-                f"no worker reported progress for {stall:g} s (--stall-timeout); their stacks are in their logs"
-            ))
-
-    def _begin_stop(self, reason: str, final_status: str) -> None:
-        self._stopping_since = time.monotonic()
-        self._stop_reason = reason
-        if self.state.status not in ("failed",):
-            self.state.status = final_status if final_status != "stopped" else "stopping"
-        self._final_status = final_status
-        if final_status == "failed" and not self.state.error:
-            self.state.error = reason
-        self._stop_group()
-
-    def _stop_group(self) -> None:
-        for proc in self._procs:
-            proc.request_stop()
-        self._kill_deadline = time.monotonic() + self.settings.stop_grace + 2.0
-        self._dirty = True
+        if self._stop_event.is_set() or (self.run_dir / STOP_REQUEST_FILE).exists():
+            self._handle(ev.StopRequested())
+        elif self._restart_event.is_set():
+            self._restart_event.clear()
+            self._handle(ev.RestartRequested())
 
     def _check_processes(self) -> None:
-        failures = []
+        exits = []
         for proc, worker in zip(self._procs, self.state.workers):
-            if worker.exit_code is not None:
-                continue
-            code = proc.poll()
-            if code is None:
-                continue
-            worker.exit_code = code
-            self._dirty = True
-            if self._pending_restart is not None:
-                worker.status = "restarting"
-            elif code == 0 or worker.index in self._retired:  # retired: stopped by us once training ended
-                worker.status = "finished"
-            elif self._stopping_since is not None:
-                worker.status = "stopped" if self._final_status == "stopped" or worker.status != "failed" else "failed"
-            else:
-                worker.status = "failed"
-                tail = read_tail(proc.log_path, ERROR_LOG_TAIL_LINES)
-                failures.append(classify_exit(worker.index, code, tail))
-                worker.detail = worker.detail or str(failures[-1])
-        if failures:
-            self._on_failure(root_cause(failures))
+            code = proc.poll() if worker.exit_code is None else None
+            if code is not None:
+                exits.append((worker.index, code, read_tail(proc.log_path, ERROR_LOG_TAIL_LINES) if code else ""))
+        if exits:
+            self._handle(ev.Exited(tuple(exits)))
 
-    def _retire_unawaited(self) -> None:
-        """Servers (ParameterServerStrategy's workers and ps) never exit, an evaluator may watch for checkpoints
-        forever: once every awaited task exited well, stop them (servers at once, the evaluator after
-        evaluator_grace); the run then ends as finished."""
-        if self._stopping_since is not None or self._pending_restart is not None:
-            return
-        if not all(w.exit_code == 0 for t, w in zip(self._tasks, self.state.workers) if t.awaited):
-            return
-        now = time.monotonic()
-        self._training_ended_at = self._training_ended_at or now
-        grace = roles.evaluator_grace(self.settings)
-        for i in roles.due_for_retirement(self._tasks, now - self._training_ended_at, grace):
-            if i not in self._retired and self._procs[i].poll() is None:
-                self._retired.add(i)
-                self.state.workers[i].detail = roles.retirement_detail(self._tasks[i])
-                self._procs[i].request_stop()
-                self._dirty = True
-
-    def _on_failure(self, failure: WorkerFailure) -> None:
-        """Restart the whole group when the policy allows it, else stop it and show why."""
-        if isinstance(failure, PortCollision):
-            allowed = self._port_retries_left > 0
-            if allowed:
-                self._port_retries_left -= 1
-        else:
-            allowed = should_restart(failure, self._restarts_left, self._last_failure)
-            if allowed:
-                self._restarts_left -= 1
-        self._last_failure = failure
-        if allowed:
-            backoff = 0.0 if isinstance(failure, PortCollision) else self._next_backoff()
-            self._schedule_restart(failure, backoff)
-            return
-        if failure.retryable and not isinstance(failure, PortCollision) and self._restarts_left <= 0:
-            limit = self.spec.max_restarts if self.spec.max_restarts is not None else self.settings.max_restarts
-            failure = RestartsExhausted(f"{failure} (no restarts left: --max-restarts {limit})", failure.worker,
-                                        failure.log_tail)
-        self._fail(failure)
-
-    def _fail(self, failure: WorkerFailure) -> None:
-        self.state.status = "failed"
-        self.state.failure_kind = failure.kind
-        # a short message: the worker's traceback is shown from its log tail, once (views, RunFailed)
-        self.state.error = f"{str(failure).rstrip('.')}."
-        self._begin_stop(str(failure), final_status="failed")
-
-    def _next_backoff(self) -> float:
-        done = self.state.restarts
-        return min(self.settings.restart_backoff * (2 ** done), self.settings.restart_backoff_max)
-
-    def _schedule_restart(self, cause: WorkerFailure, backoff: float) -> None:
-        """Stop the whole group (never a single worker); it starts again on fresh ports once it is gone."""
-        self._pending_restart = cause
-        self._restart_due = time.monotonic() + backoff
-        self.state.status = "restarting"
-        for worker in self.state.workers:
-            worker.status = "restarting"
-        self._stop_group()
-
-    def _restart_when_due(self) -> None:
-        if time.monotonic() < self._restart_due:
-            return
-        cause = self._pending_restart
-        self._pending_restart = None
+    def _relaunch(self) -> None:
+        """The group again, on fresh ports (the core has started a new attempt)."""
         self._kill_all()
         for proc in self._procs:
             proc.close()
-        self.state.generation += 1
-        self.state.restarts += 1
-        self.state.restart_causes.append(str(cause))
-        self.state.restart_history.append({
-            "generation": self.state.generation, "cause": str(cause), "kind": cause.kind,
-            "worker": cause.worker, "time": time.time(), "resumed_from": None,
-        })
-        self.state.status = "starting"
-        for worker in self.state.workers:
-            worker.status, worker.exit_code, worker.pid, worker.detail = "starting", None, None, ""
-            worker.restarts += 1
-            worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
-        self._kill_deadline = None
-        self._last_progress = time.monotonic()
         try:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
             self._kill_all()
-            self._fail(RelaunchFailed(f"the group could not be started again: {error}"))
+            self._handle(ev.LaunchFailed(str(error)))
         self._dirty = True
 
-    def _conclude(self) -> None:
-        self._kill_all()
-        self.state.ended = time.time()
-        if self.state.status in ("failed",):
-            return
-        if self._stopping_since is not None:
-            self.state.status = self._final_status
-        elif all(w.exit_code == 0 or w.index in self._retired for w in self.state.workers):
-            self.state.status = "finished"
-        else:
-            self.state.status = "failed"
-        self._dirty = True
+    # hooks for subclasses (sessions, magics/session.py); called with the lock held
+    def _idle(self) -> bool:
+        """True while silence is expected (an idle session): the stall watchdog does not count it."""
+        return False
+
+    def _restart_scheduled(self, cause: WorkerFailure) -> None:
+        """A restart of the group was decided; it starts again once every process is gone."""
+
+    def _run_failed(self, failure: WorkerFailure) -> None:
+        """The run failed (the group is being stopped)."""
 
     def _drain_relay(self) -> None:
         """The hosts send their last log lines and exit codes just before they exit: take them in."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 import signal
 
+from nbworkers.distlib.wire import PREEMPTION_EXIT_CODE
+
 from .ports import port_taken
 
 # Exit codes that mean "the machine took it away", not "the code is wrong".
 OOM_KILLED_CODE = 137  # 128 + SIGKILL, as containers report an out-of-memory kill
-PREEMPTION_EXIT_CODES = (42,)  # tf.distribute PreemptionCheckpointHandler's default exit after its save
+PREEMPTION_EXIT_CODES = (PREEMPTION_EXIT_CODE,)  # tf.distribute PreemptionCheckpointHandler's exit after its save
 # What a surviving worker says when a peer vanished under it: the peer's failure is the cause, not this one.
 PEER_LOST_MARKERS = (
     "UnavailableError", "Socket closed", "Connection reset by peer", "failed to connect to all addresses",

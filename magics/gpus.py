@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
+from nbworkers.distlib import env_settings
+
 from .errors import LaunchError
 
 NVIDIA_SMI_TIMEOUT = 10.0  # seconds to wait for `nvidia-smi -L`
@@ -16,7 +18,7 @@ class GpuAssignmentError(LaunchError):
     pass
 
 
-MACHINE_GPUS_ENV = "NBWORKERS_VISIBLE_GPUS"  # set by the nbworkers kernel: the GPUs the workers share
+MACHINE_GPUS_ENV = env_settings.VISIBLE_GPUS.name  # set by the nbworkers kernel: the GPUs the workers share
 ALL_GPUS = "all"  # its value when the kernel was started without CUDA_VISIBLE_DEVICES
 
 

@@ -10,6 +10,7 @@ import sys
 from argparse import Namespace
 from typing import Any
 
+from . import cell_scan
 from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from .bounds import check_bounds, existing_run_names
 from .names import fresh_name, valid_name
@@ -95,7 +96,9 @@ def collect_push(names: list[str], user_ns: dict[str, Any]) -> dict[str, Any]:
 
 def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[str], running: set[str]) -> LaunchSpec:
     chief, evaluator, ps = getattr(args, "chief", False), getattr(args, "evaluator", 0), getattr(args, "ps", None)
-    check_roles(args.workers, chief, evaluator, ps, cell)  # roles: --chief, --evaluator, --ps N (magics/roles.py)
+    cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    scan = cell_scan.scan(cell, cwd)  # what the cell uses, once: roles, spares, zygotes, the workers (cell_scan.py)
+    check_roles(args.workers, chief, evaluator, ps, cell, scan.names)  # --chief, --evaluator, --ps N (roles.py)
     if args.workers < 1:
         raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")
     check_bounds(args)  # -n upper bound, finite --timeout/--stall-timeout (magics/bounds.py)
@@ -116,7 +119,6 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if name in running:
         raise ClusterNameError(f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
-    cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
     if not os.path.isdir(cwd) and backend == "local":  # ray: the directory is looked for on each node
         raise LaunchError(f"--cwd {args.cwd}: no such directory.")
     return LaunchSpec(
@@ -139,6 +141,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         address=getattr(args, "address", "") or "",
         cpus_per_worker=getattr(args, "cpus_per_worker", None),
         spread=bool(getattr(args, "spread", False)),
+        scan=scan,
     )
 
 

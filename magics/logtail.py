@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections import deque
 
+from nbworkers.distlib import env_settings
+
 DEFAULT_TAIL_LINES = 300
-DEFAULT_MAX_LINE_CHARS = 64 * 1024
+DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
 CUT_NOTE = " [… line cut by nbworkers at {limit} characters; the log file has all of it]"
 
 

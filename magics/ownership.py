@@ -25,9 +25,11 @@ from pathlib import Path
 
 import psutil
 
-RUN_ID_ENV = "NBWORKERS_RUN_ID"
-SPARE_ENV = "NBWORKERS_SPARE"
-RUN_DIR_ENV = "NBWORKERS_RUN_DIR"
+from nbworkers.distlib import env_settings
+
+RUN_ID_ENV = env_settings.RUN_ID.name
+SPARE_ENV = env_settings.SPARE.name
+RUN_DIR_ENV = env_settings.RUN_DIR.name
 CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
 
 

@@ -39,15 +39,17 @@ class AllowedKeys:
 
 class CurveServer:
     """Makes ``socket`` (not yet bound: the relay's PULL, a session's command ROUTER) a CURVE server that accepts
-    only ``allow``-ed client keys. ``keys``: another server's ``AllowedKeys`` to share (a session's command socket
-    allows exactly the relay's keys: each node's one client keypair serves both)."""
+    only ``allow``-ed client keys. ``like``: another server whose keypair and allowed keys this one shares (a
+    session's command socket is the relay's twin: the workers know one server key, each node's one client
+    keypair serves both sockets)."""
 
-    def __init__(self, context: zmq.Context, socket: zmq.Socket, keys: AllowedKeys | None = None):
+    def __init__(self, context: zmq.Context, socket: zmq.Socket, like: "CurveServer | None" = None):
         from zmq.auth.thread import ThreadAuthenticator
 
-        public, secret = zmq.curve_keypair()
+        public, secret = (like._public, like._secret) if like is not None else zmq.curve_keypair()
+        self._public, self._secret = public, secret
         self.public_key = public.decode("ascii")
-        self.keys = keys if keys is not None else AllowedKeys()
+        self.keys = like.keys if like is not None else AllowedKeys()
         self._auth = ThreadAuthenticator(context)
         self._auth.start()
         self._auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self.keys)

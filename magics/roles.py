@@ -7,11 +7,11 @@ What each role runs and what its ``TF_CONFIG`` holds: ``tfconfig``. What a worke
 
 from __future__ import annotations
 
-import io
-import tokenize
+from collections.abc import Iterable
 
 from nbworkers.distlib.roles import ENV_SERVE
 
+from .cell_scan import code_names
 from .errors import LaunchError
 from .tfconfig import Task, plan_tasks
 
@@ -32,27 +32,17 @@ class RoleError(LaunchError):
     """The roles asked for cannot work; nothing was started."""
 
 
-def code_names(cell: str) -> set[str]:
-    """Identifiers the cell's code uses (not its comments or strings)."""
-    names: set[str] = set()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(cell).readline):
-            if token.type == tokenize.NAME:
-                names.add(token.string)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return names
-
-
 def uses_estimator(names: set[str]) -> bool:
     """The cell trains with tf.estimator (which runs its own parameter-server roles: the cell runs on every task)."""
     return "estimator" in names or "train_and_evaluate" in names
 
 
-def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell: str) -> None:
-    """Raise RoleError, saying what to do, when the roles asked for cannot work with this cell."""
-    names = code_names(cell)
-    strategies = names & (PS_STRATEGIES | NON_PS_STRATEGIES)
+def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell: str,
+                names: Iterable[str] | None = None) -> None:
+    """Raise RoleError, saying what to do, when the roles asked for cannot work with this cell (``names``: the
+    identifiers of its code, from the launch's ``cell_scan``; scanned from ``cell`` when not given)."""
+    used = set(code_names(cell) if names is None else names)
+    strategies = used & (PS_STRATEGIES | NON_PS_STRATEGIES)
     if ps is not None and ps < 1:
         raise RoleError(
             f"--ps {ps}: give the number of parameter servers (1 or more), e.g. --ps 1, or leave --ps out "
@@ -81,7 +71,7 @@ def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell:
                 "you want a separate chief), or use tf.distribute.ParameterServerStrategy: the cell then runs on "
                 "the chief (the coordinator) and the workers and parameter servers run TensorFlow servers."
             )
-    elif names & {"ParameterServerStrategy", "ParameterServerStrategyV2"} and not strategies & NON_PS_STRATEGIES:
+    elif used & {"ParameterServerStrategy", "ParameterServerStrategyV2"} and not strategies & NON_PS_STRATEGIES:
         raise RoleError(
             "the cell uses ParameterServerStrategy, which needs parameter servers and a coordinator: add --ps N "
             "(for example `%%worker -n 2 --ps 1`); the cell then runs on the chief and the workers and "
@@ -89,10 +79,11 @@ def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell:
         )
 
 
-def plan(workers: int, chief: bool = False, evaluator: int = 0, ps: int = 0, cell: str = "") -> list[Task]:
+def plan(workers: int, chief: bool = False, evaluator: int = 0, ps: int = 0, cell: str = "",
+         names: Iterable[str] | None = None) -> list[Task]:
     """The tasks of a launch. With parameter servers the workers serve, unless the cell is an Estimator cell
     (``train_and_evaluate`` starts the parameter servers itself and runs on every task)."""
-    servers = not uses_estimator(code_names(cell)) if ps else False
+    servers = not uses_estimator(set(code_names(cell) if names is None else names)) if ps else False
     return plan_tasks(workers, chief=chief, evaluator=bool(evaluator), ps=ps or 0, servers=servers)
 
 

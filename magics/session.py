@@ -139,11 +139,11 @@ class Session(Cluster):
 
     # ------------------------------------------------------------------------------ launch hooks
     def start(self) -> "Session":
-        self._channel = CommandChannel(self._key, *self.backend.relay_hosts())
         try:
             super().start()
         except BaseException:
-            self._channel.close()
+            if self._channel is not None:
+                self._channel.close()
             raise
         return self
 
@@ -151,6 +151,8 @@ class Session(Cluster):
         return {session_wire.ENV_SESSION: self.name, session_wire.ENV_COMMANDS: self._channel.address}
 
     def _launch_group(self) -> None:
+        if self._channel is None:  # bound where the relay is, encrypted as it is (--backend ray: CurveZMQ)
+            self._channel = CommandChannel(self._key, *self.backend.relay_hosts(), curve=self._relay.curve)
         self._channel.new_generation(self.state.generation)
         self._logs = LogRouter()
         super()._launch_group()

@@ -7,9 +7,9 @@ the socket): the supervisor thread drains it, the notebook's thread and widget c
 
 Local backend: bound to 127.0.0.1, like the relay. ``--backend ray``: bound where the relay binds (every
 interface, the kernel node's address advertised) and a CurveZMQ server exactly as the relay is
-(``relay_curve``): its own server keypair (the public half reaches the workers in ``ENV_COMMANDS_SERVERKEY``),
-and the relay's allowed client keys, so only the run's nodes, with the keypair their actor made there, can
-connect. Commands stay HMAC-signed and numbered on top.
+(``relay_curve.CurveServer``, sharing the relay's server keypair and allowed client keys): only the run's
+nodes, with the client keypair their actor made there, can connect, and nobody on the path reads the cells.
+Commands stay HMAC-signed and numbered on top.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ import zmq
 
 from nbworkers.distlib import session_wire, wire
 
-from .relay_curve import AllowedKeys, CurveServer
+from .relay_curve import CurveServer
 
 
 class CommandChannel:
     def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
-                 allowed: AllowedKeys | None = None):
-        """``allowed``: the relay's CurveZMQ client keys (``RelayReceiver.curve.keys``) to encrypt the socket and
-        accept only those clients; None: plain (local backend, loopback)."""
+                 curve: CurveServer | None = None):
+        """``curve``: the relay's CurveZMQ server (``RelayReceiver.curve``) to encrypt this socket as it is, with
+        its keys; None: plain (local backend, loopback)."""
         self._key = key
         self._signer = wire.Signer(key)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
-        self.curve = CurveServer(self._context, self._socket, allowed) if allowed is not None else None
+        self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
         port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
         self.address = f"tcp://{advertise_host or bind_host}:{port}"
         self._lock = threading.Lock()
@@ -43,11 +43,6 @@ class CommandChannel:
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
         self.gen = 0
         self.dropped = 0
-
-    @property
-    def server_public_key(self) -> str:
-        """The CurveZMQ server key the workers need (``ENV_COMMANDS_SERVERKEY``); "" when not encrypted."""
-        return self.curve.public_key if self.curve is not None else ""
 
     def new_generation(self, gen: int) -> None:
         with self._lock:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .cell_scan import CellScan
+
 
 @dataclass
 class LaunchSpec:
@@ -26,3 +28,4 @@ class LaunchSpec:
     chief: bool = False  # --chief: a chief task besides the -n workers (implied by --ps)
     evaluator: int = 0  # --evaluator: 1 evaluator task, outside the training cluster
     ps: int = 0  # --ps N: N parameter servers (ParameterServerStrategy: the cell runs on the chief only)
+    scan: CellScan | None = None  # what the cell uses, scanned once at launch (magics/cell_scan.py)

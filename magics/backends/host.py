@@ -40,11 +40,14 @@ import sys
 import threading
 import time
 
+from nbworkers.distlib import env_settings
+
 LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
 LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
 SPARE_HELD_MAX_BYTES = 256 * 1024  # a spare's output before its assignment kept for the log (the end of it)
-MAX_LINE_CHARS_ENV = "NBWORKERS_MAX_LINE_CHARS"  # longest line sent to the kernel (the log file keeps it all)
-DEFAULT_MAX_LINE_CHARS = 64 * 1024
+MAX_LINE_CHARS_ENV = env_settings.MAX_LINE_CHARS.name  # longest line sent to the kernel (the log file keeps it all)
+DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
+MIN_LINE_CHARS = 80  # a smaller NBWORKERS_MAX_LINE_CHARS is raised to this
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
 
 
@@ -106,10 +109,7 @@ class LineCap:
 
 
 def max_line_chars() -> int:
-    try:
-        return max(80, int(os.environ.get(MAX_LINE_CHARS_ENV, DEFAULT_MAX_LINE_CHARS)))
-    except ValueError:
-        return DEFAULT_MAX_LINE_CHARS
+    return max(MIN_LINE_CHARS, env_settings.MAX_LINE_CHARS.get())
 
 
 def kill_group(pgid: int, grace: float) -> None:

@@ -31,7 +31,8 @@ def connected_address(ray) -> str:
     return _connected if _connected not in ("", "auto", "local") else ""
 
 
-def _split(address: str) -> tuple[str, int | None] | None:
+def parse_address(address: str) -> tuple[str, int | None] | None:
+    """(host, port or None) of ``HOST[:PORT]`` or ``ray://HOST:PORT``; None for ``auto``/``local``/empty."""
     text = address.strip()
     if not text or text in ("auto", "local"):
         return None
@@ -65,7 +66,7 @@ def machine(host: str) -> frozenset[str]:
 
 
 def same_cluster(wanted: str, current: str) -> bool:
-    want, have = _split(wanted), _split(current)
+    want, have = parse_address(wanted), parse_address(current)
     if want is None or have is None:
         return True  # auto: whatever this kernel is connected to
     if not machine(want[0]) & machine(have[0]):

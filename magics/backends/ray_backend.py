@@ -96,18 +96,18 @@ def import_ray():
 
 def split_address(address: str) -> tuple[str, int] | None:
     """(host, port) of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``/``local``/empty."""
-    text = address.strip()
-    if not text or text in ("auto", "local"):
+    from .ray_address import parse_address
+
+    parsed = parse_address(address)
+    if parsed is None:
         return None
-    if "://" in text:
-        text = text.split("://", 1)[1]
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    host, port = parsed
+    if port is None or not host:
         raise RayBackendError(
             f"--address {address}: expected HOST:PORT of the Ray head node (as `ray start --head` prints it),"
             " ray://HOST:PORT, or auto."
         )
-    return host.strip("[]"), int(port)
+    return host, port
 
 
 def check_address(address: str, timeout: float | None = None) -> None:

@@ -47,32 +47,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.distlib import session_wire, wire
+from nbworkers.distlib import env_settings, session_wire, wire
 
+from .. import cell_scan
+from ..cell_scan import CellScan
 from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
 from ..private_dirs import module_command, runtime_dir
 from ..settings import settings as current_settings
 
 SPARES_DIR_NAME = "nbworkers-spares"  # the spares' neutral working directory (private_dirs.runtime_dir)
-SPARE_MARKER_ENV = "NBWORKERS_SPARE"  # in a spare's environment: the run root of the kernel that started it
+SPARE_MARKER_ENV = env_settings.SPARE.name  # in a spare's environment: the run root of the kernel that started it
 # Variables that differ from run to run (or worker to worker) and are handed over with the assignment.
 PER_RUN_VARIABLES = frozenset({
     "TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY, wire.ENV_CLUSTER, wire.ENV_WORKER, wire.ENV_GENERATION,
-    wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD, RUN_ID_ENV,
+    wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD, wire.ENV_CELL_SCAN, RUN_ID_ENV,
     session_wire.ENV_SESSION, session_wire.ENV_COMMANDS,  # a session's workers start warm too
 })
 DISCARD_KILL_AFTER = 3.0  # seconds a dropped spare gets to go (its host stops it at end of file) before SIGKILL
-MAX_SCANNED_BYTES = 1_000_000  # of cell and module source read to decide whether a cell may use spares
-
-USES_TENSORFLOW = re.compile(r"\b(tensorflow|tf_keras|keras|distlib)\b")
-# What would make `import tensorflow` in the cell see another environment than the spare's import saw.
-CHANGES_ENVIRONMENT = re.compile(
-    r"use_tf_keras|TF_USE_LEGACY_KERAS|environ\s*\[[^\]]*\]\s*=(?!=)|environ\.(update|setdefault|pop|clear)\b"
-    r"|\bputenv\b|\bunsetenv\b|del\s+os\.environ"
-)
-IMPORTED = re.compile(r"^\s*(?:from\s+([A-Za-z_]\w*)[\w.]*\s+import|import\s+([A-Za-z_][\w, .]*))", re.M)
-
-
 def base_env(env: dict[str, str]) -> dict[str, str]:
     """The part of a worker's environment that a spare is started with (everything but per-run variables)."""
     return {k: v for k, v in env.items() if k not in PER_RUN_VARIABLES and k != SPARE_MARKER_ENV}
@@ -84,37 +75,15 @@ def spare_key(python: str, env: dict[str, str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _local_modules(code: str, cwd: str) -> list[Path]:
-    """The ``.py`` modules of ``cwd`` that ``code`` imports (the tutorials' ``%%writefile`` files)."""
-    names: set[str] = set()
-    for match in IMPORTED.finditer(code):
-        if match.group(1):
-            names.add(match.group(1))
-        else:
-            names.update(part.strip().split(".")[0].split(" as ")[0].strip() for part in match.group(2).split(","))
-    return [Path(cwd) / f"{name}.py" for name in sorted(names) if name and (Path(cwd) / f"{name}.py").is_file()]
-
-
-def why_not_warm(code_path: str, cwd: str) -> str | None:
-    """None when the cell at ``code_path`` may run on a spare, else the reason it may not."""
-    try:
-        code = Path(code_path).read_text(encoding="utf-8", errors="replace")[:MAX_SCANNED_BYTES]
-    except OSError:
+def why_not_warm(code_path: str, cwd: str, scan: CellScan | None = None) -> str | None:
+    """None when the cell may run on a spare, else the reason it may not (``scan``: the launch's
+    ``cell_scan``; the cell file at ``code_path`` is scanned when not given)."""
+    scan = scan or cell_scan.scan_file(code_path, cwd)
+    if scan is None:
         return "the cell's code could not be read"
-    texts = [code]
-    budget = MAX_SCANNED_BYTES - len(code)
-    for module in _local_modules(code, cwd):
-        if budget <= 0:
-            break
-        try:
-            text = module.read_text(encoding="utf-8", errors="replace")[:budget]
-        except OSError:
-            continue
-        texts.append(text)
-        budget -= len(text)
-    if not any(USES_TENSORFLOW.search(t) for t in texts):
+    if not scan.uses_tensorflow:
         return "the cell does not use TensorFlow"
-    if any(CHANGES_ENVIRONMENT.search(t) for t in texts):
+    if scan.changes_environment:
         return "the cell changes its environment (or calls use_tf_keras) before TensorFlow is imported"
     return None
 
@@ -246,7 +215,7 @@ class SparePool:
         """A live spare for a worker with this interpreter and environment, or None (start it cold)."""
         if self.settings.spares == 0:
             return None
-        reason = why_not_warm(env.get(wire.ENV_CODE, ""), cwd)
+        reason = why_not_warm(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         key = spare_key(python, env)
         with self._lock:
             if reason is None:
@@ -268,7 +237,7 @@ class SparePool:
         with self._lock:
             group = next((g for g in self._groups if g.owner == id(owner) and g.generation == generation), None)
             if group is None:
-                eligible = why_not_warm(env.get(wire.ENV_CODE, ""), cwd) is None
+                eligible = why_not_warm(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env)) is None
                 group = _Group(id(owner), generation, python, base_env(env), grace, eligible)
                 self._groups.append(group)
                 self._latest[id(owner)] = generation

@@ -1,0 +1,40 @@
+"""Processes left under a run root: what a test, the demo or a benchmark checks is gone when it ends.
+
+``processes_under(root)`` finds every live process started for a cluster under the run root ``root`` by its
+environment — hosts and workers (``NBWORKERS_RUN_DIR`` under the root), warm spares and zygotes
+(``NBWORKERS_SPARE`` = the run root of the kernel that started them); ``kill_strays(root)`` SIGKILLs their
+process groups (``process_kill``). This process itself is never included. Imports psutil (no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from nbworkers.distlib import wire
+
+from .ownership import SPARE_ENV
+from .process_kill import kill_process_groups
+
+
+def processes_under(root: str | os.PathLike) -> list[psutil.Process]:
+    """Every live process started for a cluster under the run root ``root`` (see the module docstring)."""
+    prefix = str(root)
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            env = proc.environ()
+            marks = (env.get(wire.ENV_RUN_DIR, ""), env.get(SPARE_ENV, ""))
+            if any(mark.startswith(prefix) for mark in marks) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def kill_strays(root: str | os.PathLike) -> list[int]:
+    """SIGKILL the process group of every process left under ``root``, now. Returns their pids."""
+    return kill_process_groups(processes_under(root))
