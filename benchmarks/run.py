@@ -40,6 +40,8 @@ from pathlib import Path
 
 import psutil
 
+from nbworkers.kernel_driver import KernelDriver
+
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
 REPORTING_COST = HERE / "reporting_cost.py"
@@ -85,65 +87,15 @@ def base_env() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- the kernel
-class BenchKernel:
-    """A real IPython kernel (this interpreter's ipykernel) with nbworkers loaded, driven by jupyter_client."""
+class BenchKernel(KernelDriver):
+    """A real IPython kernel (this interpreter's ipykernel) with nbworkers loaded (nbworkers.kernel_driver)."""
 
     def __init__(self, cwd: Path, env: dict[str, str]):
-        from jupyter_client import KernelManager
-
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.kernel_cmd = [PY, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.manager.start_kernel(env=env, cwd=str(cwd))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-        self.pid = self.manager.provisioner.process.pid
-        self.run("%load_ext nbworkers\nimport nbworkers\nfrom nbworkers.magics.backends.spares import pool as _pool")
-
-    def send(self, code: str) -> str:
-        return self.client.execute(code)
-
-    def wait_idle(self, msg_id: str, timeout: float = RUN_TIMEOUT) -> tuple[str, str]:
-        out, error = "", ""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"kernel cell did not finish in {timeout} s")
-            try:
-                msg = self.client.get_iopub_msg(timeout=left)
-            except Exception:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                out += content["text"]
-            elif kind == "error":
-                error = f"{content['ename']}: {content['evalue']}"
-            elif kind == "status" and content["execution_state"] == "idle":
-                return out, error
-
-    def run(self, code: str, timeout: float = RUN_TIMEOUT) -> str:
-        out, error = self.wait_idle(self.send(code), timeout)
-        if error:
-            raise RuntimeError(f"kernel cell failed: {error}\n{code[:300]}")
-        return out
-
-    def value(self, expression: str):
-        import ast
-
-        return ast.literal_eval(self.run(f"print(repr({expression}))").strip().splitlines()[-1])
+        super().__init__(cwd, env, python=PY, ready_timeout=120)
+        self.output("%load_ext nbworkers\nimport nbworkers\nfrom nbworkers.magics.backends.spares import pool as _pool")
 
     def rss_mb(self) -> float:
         return psutil.Process(self.pid).memory_info().rss / 2**20
-
-    def shutdown(self) -> None:
-        try:
-            self.client.stop_channels()
-            self.manager.shutdown_kernel(now=True)
-        except Exception:
-            pass
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -258,12 +210,12 @@ def nbworkers_launch(kernel: BenchKernel, workers: int, name: str, run_root: Pat
     cell = worker_cell(workers, name)
     t0 = time.time()
     msg_id = kernel.send(cell)
-    out, error = kernel.wait_idle(msg_id)
+    error = kernel.collect(msg_id, RUN_TIMEOUT).error_line
     if error:
         raise RuntimeError(f"%%worker failed: {error}")
     steps = wait_first_steps(paths)
     rss.append(kernel.rss_mb())  # a cluster is running
-    kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT:g}")
+    kernel.output(f"%workers wait {name} --timeout {RUN_TIMEOUT:g}")
     status = kernel.value(f"nbworkers.get_cluster({name!r}).status")
     if status != "finished":
         raise RuntimeError(f"cluster {name} ended {status}: " + kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()['error']"))
@@ -272,9 +224,9 @@ def nbworkers_launch(kernel: BenchKernel, workers: int, name: str, run_root: Pat
 
 
 def set_spares(kernel: BenchKernel, run_root: Path, on: bool) -> None:
-    kernel.run(f"nbworkers.settings().spares = {-1 if on else 0}")
+    kernel.output(f"nbworkers.settings().spares = {-1 if on else 0}")
     if not on:
-        kernel.run("_pool().clear()")
+        kernel.output("_pool().clear()")
         if not wait_until(lambda: not spare_processes(run_root), 30):
             raise RuntimeError("spares did not stop")
 
@@ -417,8 +369,8 @@ def max_per_second(times: list[float]) -> int:
 
 def bench_relay(kernel: BenchKernel, tmp: Path, lines: int, metrics: int, seconds: float) -> dict:
     gate = tmp / "ingest-gate"
-    kernel.run(INGEST_CELL.format(name="ingest", gate=str(gate), lines=lines, metrics=metrics))
-    kernel.run(INGEST_MEASURE.format(name="ingest", gate=str(gate), total=2 * lines, metrics=metrics, timeout=RUN_TIMEOUT))
+    kernel.output(INGEST_CELL.format(name="ingest", gate=str(gate), lines=lines, metrics=metrics))
+    kernel.output(INGEST_MEASURE.format(name="ingest", gate=str(gate), total=2 * lines, metrics=metrics, timeout=RUN_TIMEOUT))
     data = kernel.value("{k: v for k, v in _ingest.items()}")
     updates = [t for t in data["updates"] if data["t0"] <= t <= data["t2"]]
     lines_s = data["lines"] / (data["t1"] - data["t0"])
@@ -431,8 +383,8 @@ def bench_relay(kernel: BenchKernel, tmp: Path, lines: int, metrics: int, second
 
     gate = tmp / "latency-gate"
     out = tmp / "report-times.json"
-    kernel.run(LATENCY_CELL.format(name="latency", gate=str(gate), seconds=seconds, period=0.01, out=str(out)))
-    kernel.run(LATENCY_MEASURE.format(name="latency", gate=str(gate), timeout=RUN_TIMEOUT))
+    kernel.output(LATENCY_CELL.format(name="latency", gate=str(gate), seconds=seconds, period=0.01, out=str(out)))
+    kernel.output(LATENCY_MEASURE.format(name="latency", gate=str(gate), timeout=RUN_TIMEOUT))
     lat = kernel.value("_latency")
     calls = json.loads(out.read_text())
     shown = [(t, v) for t, v in lat["shown"] if v is not None]
@@ -524,7 +476,7 @@ def bench_recovery(kernel: BenchKernel, run_root: Path, reps: int, rss: list[flo
         set_spares(kernel, run_root, on=True)  # ... but the default settings (spares on) for the restart
         name = f"recover-{rep}"
         paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
-        kernel.run(worker_cell(2, name, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"))
+        kernel.output(worker_cell(2, name, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"))
         wait_first_steps(paths)
         rss.append(kernel.rss_mb())
         snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
@@ -537,7 +489,7 @@ def bench_recovery(kernel: BenchKernel, run_root: Path, reps: int, rss: list[flo
             log(f"recovery rep {rep + 1}/{reps}: {rows[-1]:.2f} s from kill -9 to the first resumed step")
         except TimeoutError:
             status = kernel.value(f"nbworkers.get_cluster({name!r}).status")
-            kernel.run(f"%workers stop {name}")
+            kernel.output(f"%workers stop {name}")
             return {"available": False, "why": f"no restart after a kill -9 (the cluster ended {status})"}
         warm = sum("warm start" in p.read_text(errors="replace").rsplit("launch 1,", 1)[-1] for p in paths)
         restart = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot().get('restart_history')") or []
@@ -547,7 +499,7 @@ def bench_recovery(kernel: BenchKernel, run_root: Path, reps: int, rss: list[flo
             log(f"  kill -> relaunch {relaunched - t_kill:.2f} s (stop the group, backoff), relaunch -> first step "
                 f"{max(steps) - relaunched:.2f} s; {warm}/2 workers restarted warm")
         warm_counts.append(warm)
-        kernel.run(f"%workers stop {name}")
+        kernel.output(f"%workers stop {name}")
     set_spares(kernel, run_root, on=False)
     return {"available": True, "recovery": median(rows), "runs": rows, "warm": warm_counts,
             "teardown": median(p[0] for p in phases), "restart": median(p[1] for p in phases)}

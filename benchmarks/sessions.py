@@ -51,9 +51,9 @@ def _setup_code(workload: Path) -> str:
 def _session_first_step(kernel, run_root: Path, name: str, cell: int, first_steps, wait_first_steps) -> float:
     paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
     t0 = time.time()
-    kernel.run(FIT.format(name=name))
+    kernel.output(FIT.format(name=name))
     steps = wait_first_steps(paths, after=f"--- nbworkers: cell {cell} start ---")
-    kernel.run(f"nbworkers.session({name!r}).cells[-1].wait(300)")
+    kernel.output(f"nbworkers.session({name!r}).cells[-1].wait(300)")
     return max(steps) - t0
 
 
@@ -79,15 +79,15 @@ def bench(kernel, run_root: Path, handdir: Path, env: dict[str, str], reps: int,
         wait_spares_ready(kernel, 2)
         warm, _ = nbworkers_launch(kernel, 2, f"s-warm-{rep}", run_root, [])
         set_spares(kernel, run_root, on=False)
-        kernel.run(SETUP.format(name=name) + setup + "import json\n")
+        kernel.output(SETUP.format(name=name) + setup + "import json\n")
         first = _session_first_step(kernel, run_root, name, 2, first_steps, wait_first_steps)
         second = _session_first_step(kernel, run_root, name, 3, first_steps, wait_first_steps)
         idle = _idle_cpu(kernel, name)
-        kernel.run(ERROR.format(name=name), timeout=120)
+        kernel.output(ERROR.format(name=name), timeout=120)
         cell = f"nbworkers.session({name!r}).cells[-1]"
         raised, worker0_end, kernel_end = kernel.value(
             f"({cell}.ends[1]['t'], {cell}.ends[0]['t'], {cell}.ended)")
-        kernel.run(f"%workers stop {name}")
+        kernel.output(f"%workers stop {name}")
         row = {"hand": hand, "warm": warm, "first_fit": first, "session": second, "idle_cpu": idle,
                "error_worker0": worker0_end - raised, "error_kernel": kernel_end - raised}
         log(f"sessions rep {rep + 1}/{reps}: hand {hand:.2f} s, warm %%worker {warm:.2f} s, session first fit "

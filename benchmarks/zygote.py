@@ -51,7 +51,7 @@ def _zygote_memory(kernel) -> dict:
 
 def _recovery(kernel, run_root: Path, worker_cell, wait_first_steps, log, name: str = "z-recover") -> tuple[float, int]:
     paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
-    kernel.run(worker_cell(2, name, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"))
+    kernel.output(worker_cell(2, name, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"))
     wait_first_steps(paths)
     victim = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")["workers"][1]["pid"]
     t_kill = time.time()
@@ -59,7 +59,7 @@ def _recovery(kernel, run_root: Path, worker_cell, wait_first_steps, log, name: 
     steps = wait_first_steps(paths, timeout=120, after="launch 1,")
     forked = sum(FORKED_LINE in p.read_text(errors="replace").rsplit("launch 1,", 1)[-1] for p in paths)
     restart = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot().get('restart_history')") or []
-    kernel.run(f"%workers stop {name}")
+    kernel.output(f"%workers stop {name}")
     relaunched = restart[-1]["time"] - t_kill if restart else float("nan")
     log(f"{name}: {max(steps) - t_kill:.2f} s from kill -9 to the first resumed step ({forked}/2 forked; "
         f"kill -> relaunch {relaunched:.2f} s, relaunch -> first step {max(steps) - t_kill - relaunched:.2f} s)")
@@ -137,10 +137,10 @@ def bench(tmp: Path, handdir: Path, env: dict[str, str], sizes: list[int], reps:
                     results["memory"] = _zygote_memory(kernel)
                     results["recovery"], results["recovery_forked"] = _recovery(kernel, run_root, worker_cell,
                                                                                 wait_first_steps, log)
-                    kernel.run("nbworkers.settings().zygote = False")  # the same kill -9, spawned restart
+                    kernel.output("nbworkers.settings().zygote = False")  # the same kill -9, spawned restart
                     results["recovery_spawned"], _ = _recovery(kernel, run_root, worker_cell, wait_first_steps, log,
                                                                "z-recover-spawned")
-                    kernel.run("nbworkers.settings().zygote = True")
+                    kernel.output("nbworkers.settings().zygote = True")
             finally:
                 kernel.shutdown()
             log(f"zygote n={workers} rep {rep + 1}: hand {hand:.2f} s, cold {cold:.2f} s ({forked[0]}/{workers} "

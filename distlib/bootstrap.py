@@ -67,7 +67,9 @@ def print_user_traceback(code_path: str) -> str:
     kind, error, tb = sys.exc_info()
     while tb is not None and tb.tb_frame.f_code.co_filename != code_path:
         tb = tb.tb_next
-    lines = traceback.format_exception(kind, error, tb if tb is not None else error.__traceback__)
+    if tb is None and error is not None:
+        tb = error.__traceback__
+    lines = traceback.format_exception(kind, error, tb)
     sys.stderr.write("".join(lines))
     sys.stderr.flush()
     return lines[-1].strip()
@@ -87,7 +89,7 @@ def main() -> int:
         source = file.read()
     module = types.ModuleType("__main__")
     module.__file__ = code_path
-    module.__builtins__ = builtins
+    module.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = module
 
     exit_code = 0

@@ -28,7 +28,8 @@ from nbworkers.distlib.dirs import write_dir
 class TrainingCheckpoint:
     """Checkpoint of ``trackables`` plus ``epoch`` / ``step_in_epoch`` counters (see the module docstring)."""
 
-    def __init__(self, directory: str | os.PathLike, max_to_keep: int = 1, info: TaskInfo | None = None, **trackables: Any):
+    def __init__(self, directory: str | os.PathLike, max_to_keep: int = 1, info: TaskInfo | None = None,
+                 **trackables: Any):
         import tensorflow as tf
 
         if not trackables:

@@ -109,7 +109,8 @@ def parse_tf_config(text: str) -> TaskInfo:
     task_index = task.get("index", 0)
     if task_type == "evaluator" and task_type not in cluster:  # outside the training cluster, as Estimator expects
         if task_index not in (0, "0"):
-            raise TFConfigError(f"TF_CONFIG task index {task_index!r} of the evaluator must be 0: there is at most one.")
+            raise TFConfigError(
+                f"TF_CONFIG task index {task_index!r} of the evaluator must be 0: there is at most one.")
         return TaskInfo("evaluator", 0, sum(len(cluster.get(job, [])) for job in TRAINING_JOBS), False,
                         {k: list(v) for k, v in cluster.items()})
     if task_type not in cluster:
@@ -130,7 +131,7 @@ def parse_tf_config(text: str) -> TaskInfo:
         is_chief = task_type == "chief"
     else:
         is_chief = task_type == "worker" and task_index == 0
-    return TaskInfo(task_type, task_index, num_workers, is_chief, {k: list(v) for k, v in cluster.items()})
+    return TaskInfo(str(task_type), task_index, num_workers, is_chief, {k: list(v) for k, v in cluster.items()})
 
 
 LOCAL_TASK = TaskInfo("worker", 0, 1, True, {})

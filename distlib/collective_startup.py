@@ -16,9 +16,9 @@ so nothing is left on the op path; a cell that never runs a TensorFlow op pays n
 
 Which cells get it (``NBWORKERS_EARLY_COLLECTIVES``): "auto" (default) arms it when the cell's code, or a
 ``.py`` file next to it (the tutorials' ``%%writefile`` modules), mentions a multi-worker strategy or
-``distlib``; a cell that uses TensorFlow without one keeps running locally (with collectives armed, its
-first op would wait for every worker to connect, and hang if some worker never runs TensorFlow). "1" arms
-it always, "0" never.
+``distlib`` (the kernel's scan of the cell, ``magics/cell_scan.py``); a cell that uses TensorFlow without one
+keeps running locally (with collectives armed, its first op would wait for every worker to connect, and hang
+if some worker never runs TensorFlow). "1" arms it always, "0" never.
 """
 
 from __future__ import annotations
@@ -42,38 +42,20 @@ def enabled_for() -> TaskInfo | None:
     return _enabled_for
 
 
-MULTI_WORKER_MARKERS = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy", "distlib")
-MAX_SCANNED_BYTES = 2_000_000  # of .py source looked at by the "auto" check
-
-
 def code_mentions_multi_worker(environ: dict[str, str] | None = None) -> bool:
-    """Whether the cell (``NBWORKERS_CODE``) or a ``.py`` file in its directory mentions a multi-worker
-    strategy. True when there is no cell file to look at (not started by the worker bootstrap)."""
+    """Whether the cell or a ``.py`` file in its directory mentions a multi-worker strategy: the kernel's scan
+    (``NBWORKERS_CELL_SCAN``, ``magics/cell_scan.py``), else a scan of the cell file (``NBWORKERS_CODE``) with
+    the same code. True when there is neither (not started by the worker bootstrap)."""
     from nbworkers.distlib import wire
+    from nbworkers.magics import cell_scan  # standard library only: no kernel machinery
 
     env = os.environ if environ is None else environ
-    code_path = env.get(wire.ENV_CODE)
-    if not code_path:
-        return True
-    candidates = [code_path]
-    directory = env.get(wire.ENV_CWD) or os.getcwd()
-    try:
-        candidates += sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".py"))
-    except OSError:
-        pass
-    budget = MAX_SCANNED_BYTES
-    for path in candidates:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as file:
-                text = file.read(budget)
-        except OSError:
-            continue
-        if any(marker in text for marker in MULTI_WORKER_MARKERS):
-            return True
-        budget -= len(text)
-        if budget <= 0:
-            break
-    return False
+    scan = cell_scan.from_env(env)
+    if scan is None and env.get(wire.ENV_CODE):
+        scan = cell_scan.scan_file(env[wire.ENV_CODE], env.get(wire.ENV_CWD) or os.getcwd())
+        if scan is None:  # the cell file is unreadable: its directory still counts
+            scan = cell_scan.scan("", env.get(wire.ENV_CWD) or os.getcwd())
+    return True if scan is None else scan.multi_worker
 
 
 def wanted(info: TaskInfo, environ: dict[str, str] | None = None) -> bool:

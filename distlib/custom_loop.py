@@ -65,7 +65,8 @@ def scale_loss(per_example_loss, global_batch_size: int, sample_weight=None, reg
     """
     import tensorflow as tf
 
-    loss = tf.nn.compute_average_loss(per_example_loss, sample_weight=sample_weight, global_batch_size=global_batch_size)
+    loss = tf.nn.compute_average_loss(per_example_loss, sample_weight=sample_weight,
+                                      global_batch_size=global_batch_size)
     if regularization_losses:
         loss += tf.nn.scale_regularization_loss(tf.add_n(list(regularization_losses)))
     return loss

@@ -19,7 +19,6 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -32,12 +31,17 @@ class EnvSettingWarning(UserWarning):
     """An environment variable had a value nbworkers cannot use: the default applies instead."""
 
 
-@dataclass(frozen=True)
 class Parser(Generic[T]):
-    """Turns the variable's text into a value; raises ValueError on a bad one. ``expects`` says what to give."""
+    """Turns the variable's text into a value; raises ValueError on a bad one. ``expects`` says what to give.
 
-    parse: Callable[[str], T]
-    expects: str
+    (Plain classes, not dataclasses, here: every worker and host imports this at start, and ``dataclasses``
+    costs ~10 ms to import.)"""
+
+    __slots__ = ("parse", "expects")
+
+    def __init__(self, parse: Callable[[str], T], expects: str):
+        self.parse = parse
+        self.expects = expects
 
 
 def _seconds(text: str) -> float:
@@ -92,15 +96,23 @@ SET_IN_WORKERS = "set in each worker"
 SET_IN_HOSTS = "set in each host"
 
 
-@dataclass(frozen=True)
 class EnvSetting(Generic[T]):
-    name: str
-    default: T
-    parser: Parser[T]
-    where: str
-    description: str
-    set_by_nbworkers: bool = False  # nbworkers sets it for its own processes; users leave it alone
-    default_text: str = ""  # how the README shows the default, when not ``str(default)``
+    """One environment variable: its name, default, parser, where it is read and what it does."""
+
+    __slots__ = ("name", "default", "parser", "where", "description", "set_by_nbworkers", "default_text")
+
+    def __init__(self, name: str, default: T, parser: Parser[T], where: str, description: str,
+                 set_by_nbworkers: bool = False, default_text: str = ""):
+        self.name = name
+        self.default = default
+        self.parser = parser
+        self.where = where
+        self.description = description
+        self.set_by_nbworkers = set_by_nbworkers  # nbworkers sets it for its own processes; users leave it alone
+        self.default_text = default_text  # how the README shows the default, when not ``str(default)``
+
+    def __repr__(self) -> str:
+        return f"EnvSetting({self.name!r}, default={self.default!r})"
 
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         """The value in ``environ`` (``os.environ``), parsed; the default when unset, empty or bad (warned)."""
@@ -128,6 +140,8 @@ class EnvSetting(Generic[T]):
             return self.default_text
         if isinstance(self.default, bool):
             return "1" if self.default else "0"
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
         return "" if self.default is None else str(self.default)
 
 
@@ -279,7 +293,8 @@ TF_CPP_MIN_LOG_LEVEL = _declare(EnvSetting(
     "absl) is not shown in the notebook (the kernel also drops the lines TensorFlow 2.21 prints before it reads "
     "the variable: `magics/noise.py`); the log files keep everything"))
 TF_USE_LEGACY_KERAS = _declare(EnvSetting(
-    "TF_USE_LEGACY_KERAS", "", TEXT, WORKERS + " (`--env`)", "`1`: `tf.keras` is tf_keras (Keras 2; TensorFlow reads it)",
+    "TF_USE_LEGACY_KERAS", "", TEXT, WORKERS + " (`--env`)",
+    "`1`: `tf.keras` is tf_keras (Keras 2; TensorFlow reads it)",
     default_text="unset"))
 TF_CONFIG = _declare(EnvSetting(
     "TF_CONFIG", "", TEXT, SET_IN_WORKERS, "the cluster and this process's task", set_by_nbworkers=True))

@@ -14,7 +14,8 @@ ESTIMATOR_ENV_HOWTO = """\
 tf.estimator was removed in TensorFlow 2.16 (this worker runs TensorFlow {version}). Run Estimator cells in
 a Python 3.11 environment with TensorFlow 2.15 and point %%worker at its interpreter:
     python3.11 -m venv ~/tf215
-    ~/tf215/bin/pip install 'tensorflow-cpu==2.15.*' 'tensorflow-estimator==2.15.*' pyzmq jupyter-client psutil traitlets
+    ~/tf215/bin/pip install 'tensorflow-cpu==2.15.*' 'tensorflow-estimator==2.15.*' \
+        pyzmq jupyter-client psutil traitlets
     ~/tf215/bin/pip install --no-deps nbworkers        # or: --no-deps -e <nbworkers checkout>
 then start the cell with  %%worker -n 2 --python ~/tf215/bin/python
 (in a checkout of nbworkers, `make estimator-env` builds such an environment in .venv-tf215)."""
@@ -62,7 +63,7 @@ def ReportHook(every_n_steps: int = 1, loss=None):  # noqa: N802  (a class to th
 
     from nbworkers.distlib.reporting import flush_reports, report
 
-    class _ReportHook(estimator.SessionRunHook):
+    class _ReportHook(estimator.SessionRunHook):  # type: ignore[name-defined]  # tf.estimator, loaded at run time
         def __init__(self) -> None:
             self._every = max(1, int(every_n_steps))
             self._loss = loss
@@ -86,7 +87,7 @@ def ReportHook(every_n_steps: int = 1, loss=None):  # noqa: N802  (a class to th
             step = int(results["step"])
             self._last_step = step
             if step % self._every == 0:
-                metrics = {"loss": float(results["loss"])} if "loss" in results else {}
+                metrics: dict[str, Any] = {"loss": float(results["loss"])} if "loss" in results else {}
                 report(step=step, **metrics)
 
         def end(self, session) -> None:

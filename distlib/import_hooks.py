@@ -5,6 +5,9 @@ when it is already imported. A failing callback prints a warning and never break
 
 One mechanism for every hook in the workers: a second, hand-made ``sys.meta_path`` finder beside wrapt's
 wrapped the same loaders twice and recursed (wrapt 2.x), so all hooks go through wrapt.
+
+``wrap_once(owner, "name", wrapper)`` wraps a TensorFlow/Keras function or method with a wrapt wrapper
+(``wrapper(wrapped, instance, args, kwargs)``), at most once per wrapper: no hand-made guard flags.
 """
 
 from __future__ import annotations
@@ -34,3 +37,22 @@ def when_imported(name: str, callback: Callback) -> None:
     import wrapt
 
     wrapt.register_post_import_hook(safely(name, callback), name)
+
+
+def wrap_once(owner: object, name: str, wrapper: Callable) -> bool:
+    """Wrap ``owner.<name>`` (a class or module attribute) with the wrapt ``wrapper`` unless ``wrapper`` already
+    wraps it; True when it wrapped now."""
+    import inspect
+
+    import wrapt
+
+    from nbworkers.distlib import internals
+
+    internals.available("import_hooks", "a patch installed twice may wrap its method twice")
+    current = inspect.getattr_static(owner, name)
+    while isinstance(current, wrapt.FunctionWrapper):
+        if getattr(current, "_self_wrapper", None) is wrapper:
+            return False
+        current = current.__wrapped__
+    wrapt.wrap_function_wrapper(owner, name, wrapper)
+    return True

@@ -26,6 +26,7 @@ TF_221 = "tensorflow 2.21.0"
 TF_215_221 = "tensorflow 2.15.1, 2.21.0"
 KERAS3 = "keras 3.15.1 (tensorflow 2.21.0)"
 TF_KERAS = "tf_keras 2.21.0"
+ESTIMATOR = "tensorflow-estimator 2.15.0 (tensorflow 2.15.1, .venv-tf215)"
 
 CARS = "tensorflow.python.distribute.collective_all_reduce_strategy"
 CONTEXT = "tensorflow.python.eager.context"
@@ -65,6 +66,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "_collective_all_reduce_multi_worker", upstream=K20585)
     + _entries("keras3_mwms", "keras.src.trainers.trainer", KERAS3, "what the wrapped build calls",
                "Trainer._symbolic_build", upstream=K20585)
+    + _entries("keras3_mwms", TRAINER, KERAS3, "the model's strategy (steps_per_execution check)",
+               "TensorFlowTrainer._distribute_strategy", kind="instance", upstream=K20585)
     + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "wrapped: non-chief workers write a private directory",
                "BackupAndRestore._save_model BackupAndRestore.on_train_end")
     + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "redirected on non-chief workers",
@@ -82,6 +85,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
     # keras_fit: distlib.fit
     + _entries("keras_fit", "keras.src.trainers.trainer", KERAS3, "creates metric/optimizer variables before tracing",
                "Trainer._symbolic_build")
+    + _entries("keras_fit", TRAINER, KERAS3, "the model's strategy (built under strategy.scope())",
+               "TensorFlowTrainer._distribute_strategy", kind="instance")
     + _entries("keras_fit", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
                "PerReplicaSpec._value_specs", kind="instance")
     + _entries("keras_fit", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
@@ -90,6 +95,9 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "BackupAndRestore._training_state", kind="instance")
     + _entries("keras_fit.tf_keras", "tf_keras.src.distribute.worker_training_state", TF_KERAS, "writes the backup",
                "WorkerTrainingState.back_up")
+    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS,
+               "set by the save-on-SIGTERM callback; read by tf_keras's CallbackList",
+               "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
     # reporting: ReportCallback speaks tf_keras's private callback protocol
     + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "set by ReportCallback; read by tf_keras's CallbackList",
                "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
@@ -106,13 +114,15 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "CollectiveAllReduceExtended._local_device_type", kind="instance")
     + _entries("mwms_patch", CONTEXT, TF_215_221, "has the eager context started", "Context._context_handle",
                kind="instance")
+    + _entries("mwms_patch", CONTEXT, TF_215_221, "the process's context; eager or graph mode", "context executing_eagerly")
     # collective_startup: collectives configured when the first op starts the context
     + _entries("collective_startup", CONTEXT, TF_215_221, "wrapped once on the context object; configuration calls",
                "context Context.ensure_initialized Context.configure_collective_ops "
                "Context.configure_coordination_service Context.enable_collective_ops Context.coordination_service "
                "Context.executing_eagerly Context.config")
     + _entries("collective_startup", CONTEXT, TF_215_221, "read to see whether someone configured the context",
-               "Context._initialize_lock Context._collective_ops_server_def Context._server_def", kind="instance")
+               "Context._initialize_lock Context._collective_ops_server_def Context._server_def "
+               "Context._context_handle", kind="instance")
     + _entries("collective_startup", CARS, TF_215_221, "the same session config and coordination jobs MWMS makes",
                "CollectiveAllReduceExtended._update_config_proto coordination_config_pb2.CoordinatedJob")
     + _entries("collective_startup", MWU, TF_215_221, "the same cluster normalisation and leaders MWMS uses",
@@ -123,10 +133,13 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "the server definition MWMS would build", "ServerDef")
     # worker_facts: the coordination service's key-value store
     + _entries("worker_facts", CONTEXT, TF_215_221, "exchange small facts between workers",
-               "Context.set_config_key_value Context.get_config_key_value Context.wait_at_barrier")
+               "context Context.set_config_key_value Context.get_config_key_value Context.wait_at_barrier "
+               "Context.coordination_service")
+    + _entries("worker_facts", CONTEXT, TF_215_221, "has the context (and its coordination service) started",
+               "Context._context_handle", kind="instance")
     # session_worker (interactive sessions): unblock a cell stuck in a collective
     + _entries("session_worker", CONTEXT, TF_221, "aborts this process's collectives when a peer gave up",
-               "Context.abort_collective_ops")
+               "context Context.abort_collective_ops")
     + _entries("session_worker", CONTEXT, TF_221, "never start a context from the abort thread",
                "Context._context_handle", kind="instance")
     + _entries("session_worker", "tensorflow.python.framework.errors", TF_221, "the abort's status code", "UNAVAILABLE")
@@ -138,6 +151,12 @@ REGISTRY: tuple[Internal, ...] = tuple(
     # roles: MWMS on the evaluator becomes a local strategy
     + _entries("roles", CARS, TF_215_221, "wrapped on the evaluator (outside the training cluster)",
                "CollectiveAllReduceExtended._initialize_strategy CollectiveAllReduceExtended._initialize_local")
+    # roles.estimator: the evaluator reports each Estimator evaluation (TensorFlow 2.15 environments only)
+    + _entries("roles.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
+               "wrapped on the evaluator: each evaluation's metrics reach the notebook", "Estimator.evaluate")
+    # import_hooks: wrap_once asks a wrapt wrapper which function wraps (wrapt ships with TensorFlow)
+    + _entries("import_hooks", "wrapt", "wrapt 2.5.2 (tensorflow 2.21.0), 1.14.2 (tensorflow 2.15.1)",
+               "is this method already wrapped by this wrapper", "FunctionWrapper FunctionWrapper._self_wrapper")
     # preemption: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "

@@ -94,37 +94,38 @@ def _is_parameter_server(strategy) -> bool:
 
 
 def _looks_like_the_upstream_failure(error: BaseException) -> bool:
-    text = str(error)
-    return "PerReplica" in text or "Invalid reduction dimension" in text
+    from nbworkers.distlib import tf_messages
+
+    return tf_messages.mentions(str(error), tf_messages.KERAS3_FIT_UNDER_MWMS)
 
 
 def _guard_trainer_module(module) -> None:
     from nbworkers.distlib import internals
+    from nbworkers.distlib.import_hooks import wrap_once
 
     if not internals.available("keras_compat", "Keras 3's fit failures under the strategies keep upstream's message"):
         return
-    import wrapt
+    if getattr(module, "TensorFlowTrainer", None) is not None:
+        wrap_once(module.TensorFlowTrainer, "fit", _guarded_fit)
 
-    trainer = getattr(module, "TensorFlowTrainer", None)
-    if trainer is None or isinstance(trainer.__dict__.get("fit"), wrapt.FunctionWrapper):
-        return
 
-    def fit(wrapped, instance, args, kwargs):
-        try:
-            return wrapped(*args, **kwargs)
-        except (ValueError, TypeError) as error:
-            strategy = getattr(instance, "_distribute_strategy", None)
-            if strategy is None:
-                import tensorflow as tf
+def _guarded_fit(wrapped, instance, args, kwargs):
+    """wrapt wrapper of Keras 3's ``TensorFlowTrainer.fit``: the upstream failures become clear errors."""
+    from nbworkers.distlib import tf_messages
 
-                strategy = tf.distribute.get_strategy()
-            if _looks_like_the_upstream_failure(error) and _is_multi_worker(strategy):
-                raise KerasFitUnderMultiWorkerError(FIT_UNDER_MWMS_MESSAGE) from None
-            if "create_per_worker_dataset" in str(error) and _is_parameter_server(strategy):
-                raise KerasFitUnderParameterServerError(KERAS3_FIT_UNDER_PSS_MESSAGE) from None
-            raise
+    try:
+        return wrapped(*args, **kwargs)
+    except (ValueError, TypeError) as error:
+        strategy = getattr(instance, "_distribute_strategy", None)
+        if strategy is None:
+            import tensorflow as tf
 
-    wrapt.wrap_function_wrapper(trainer, "fit", fit)
+            strategy = tf.distribute.get_strategy()
+        if _looks_like_the_upstream_failure(error) and _is_multi_worker(strategy):
+            raise KerasFitUnderMultiWorkerError(FIT_UNDER_MWMS_MESSAGE) from None
+        if tf_messages.mentions(str(error), tf_messages.KERAS3_FIT_UNDER_PSS) and _is_parameter_server(strategy):
+            raise KerasFitUnderParameterServerError(KERAS3_FIT_UNDER_PSS_MESSAGE) from None
+        raise
 
 
 def install_fit_guard() -> None:

@@ -18,8 +18,6 @@ from nbworkers.distlib import collective_startup, collectives, leader_wait, work
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 from nbworkers.distlib.status import send_status
 
-_installed = False
-
 
 def _task_of(resolver) -> TaskInfo | None:
     """This task as the strategy's cluster resolver sees it (a strategy may be given a resolver of its own)."""
@@ -64,39 +62,39 @@ def restore_default_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _initialize_multi_worker(wrapped, extended, args, kwargs):
+    """The wrapt wrapper of ``CollectiveAllReduceExtended._initialize_multi_worker(cluster_resolver)``."""
+    from tensorflow.python.eager import context
+
+    cluster_resolver = args[0] if args else kwargs["cluster_resolver"]
+    enabled = collective_startup.enabled_for()
+    if enabled is not None and context.context()._context_handle is not None and _same_cluster(cluster_resolver, enabled):
+        extended._std_server_started = True  # collective_startup started it with this cluster's server def
+        extended._enable_check_health = False  # the coordination service watches peers (as upstream does)
+    counts = collectives.gpu_counts_from_env()  # the launcher's view: checked before anything starts
+    if counts is not None:
+        collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
+    if context.context()._context_handle is None:  # it will connect to the other workers now
+        send_status("waiting", "setting up MultiWorkerMirroredStrategy")
+        seen = _task_of(cluster_resolver)
+        if seen is not None:
+            leader_wait.wait_for_leader(seen)
+    result = wrapped(*args, **kwargs)
+    restore_default_sigterm()
+    if context.executing_eagerly() and getattr(extended, "_num_workers", 1) > 1:
+        check_devices_agree(extended)
+    send_status("running")
+    return result
+
+
 def install() -> None:
-    """Install the wrapper (idempotent)."""
-    global _installed
-    if _installed:
-        return
+    """Install the wrapper (idempotent: ``import_hooks.wrap_once``)."""
     from nbworkers.distlib import internals
 
     if not internals.available("mwms_patch", "no 'waiting' status, leader wait or GPU-count check for the strategy"):
-        _installed = True
         return
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-    from tensorflow.python.eager import context
 
-    original = cars.CollectiveAllReduceExtended._initialize_multi_worker
+    from nbworkers.distlib.import_hooks import wrap_once
 
-    def _initialize_multi_worker(self, cluster_resolver):
-        enabled = collective_startup.enabled_for()
-        if enabled is not None and context.context()._context_handle is not None and _same_cluster(cluster_resolver, enabled):
-            self._std_server_started = True  # collective_startup started it with this cluster's server def
-            self._enable_check_health = False  # the coordination service watches peers (as upstream does)
-        counts = collectives.gpu_counts_from_env()  # the launcher's view: checked before anything starts
-        if counts is not None:
-            collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
-        if context.context()._context_handle is None:  # it will connect to the other workers now
-            send_status("waiting", "setting up MultiWorkerMirroredStrategy")
-            seen = _task_of(cluster_resolver)
-            if seen is not None:
-                leader_wait.wait_for_leader(seen)
-        original(self, cluster_resolver)
-        restore_default_sigterm()
-        if context.executing_eagerly() and getattr(self, "_num_workers", 1) > 1:
-            check_devices_agree(self)
-        send_status("running")
-
-    cars.CollectiveAllReduceExtended._initialize_multi_worker = _initialize_multi_worker
-    _installed = True
+    wrap_once(cars.CollectiveAllReduceExtended, "_initialize_multi_worker", _initialize_multi_worker)

@@ -77,6 +77,8 @@ class Reporter:
         return self._send(fields)
 
     def _send(self, fields: dict[str, Any]) -> bool:
+        if self.sender is None:  # (report() and flush() checked it)
+            return False
         metrics = {}
         values = fields["metrics"]
         if hasattr(values, "fetch") and not isinstance(values, dict):  # a RemoteValue (see ReportCallback._report)
@@ -132,7 +134,8 @@ def report(
     Throttled; ``flush=True`` sends at once (use it for end-of-epoch values). Returns whether a message was
     sent. Does nothing outside %%worker.
     """
-    fields = {"metrics": metrics, "step": step, "epoch": epoch, "steps_total": steps_total, "epochs_total": epochs_total}
+    fields = {"metrics": metrics, "step": step, "epoch": epoch, "steps_total": steps_total,
+              "epochs_total": epochs_total}
     return reporter().report(fields, force=flush)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TaskInfo, task
-from nbworkers.distlib.import_hooks import when_imported
+from nbworkers.distlib.import_hooks import when_imported, wrap_once
 
 ENV_SERVE = env_settings.SERVE.name  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
 ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
@@ -96,20 +96,21 @@ def local_strategy_on_evaluator() -> None:
         return
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 
-    extended = cars.CollectiveAllReduceExtended
-    if getattr(extended._initialize_strategy, "_nbworkers_evaluator", False):
-        return
-    original = extended._initialize_strategy
+    wrap_once(cars.CollectiveAllReduceExtended, "_initialize_strategy", _initialize_strategy_on_evaluator)
 
-    def _initialize_strategy(self, cluster_resolver, devices):
-        if not devices and getattr(cluster_resolver, "task_type", None) == "evaluator":
-            spec = cluster_resolver.cluster_spec().as_dict()
-            if "evaluator" not in spec:
-                return self._initialize_local(cluster_resolver, devices=None)
-        return original(self, cluster_resolver, devices)
 
-    _initialize_strategy._nbworkers_evaluator = True
-    extended._initialize_strategy = _initialize_strategy
+def _initialize_strategy_on_evaluator(wrapped, extended, args, kwargs):
+    """wrapt wrapper of ``CollectiveAllReduceExtended._initialize_strategy(cluster_resolver, devices)``."""
+
+    def arguments(cluster_resolver, devices):
+        return cluster_resolver, devices
+
+    cluster_resolver, devices = arguments(*args, **kwargs)
+    if not devices and getattr(cluster_resolver, "task_type", None) == "evaluator":
+        spec = cluster_resolver.cluster_spec().as_dict()
+        if "evaluator" not in spec:
+            return extended._initialize_local(cluster_resolver, devices=None)
+    return wrapped(*args, **kwargs)
 
 
 def evaluation_metrics(result: dict[str, Any]) -> tuple[int | None, dict[str, float]]:
@@ -132,23 +133,22 @@ def evaluation_metrics(result: dict[str, Any]) -> tuple[int | None, dict[str, fl
 
 def report_evaluations(module: ModuleType) -> None:
     """Wrap ``Estimator.evaluate`` so each evaluation's metrics reach the notebook (evaluator task only)."""
-    estimator_class = getattr(module, "Estimator", None)
-    if estimator_class is None or getattr(estimator_class.evaluate, "_nbworkers_report", False):
+    from nbworkers.distlib import internals
+
+    if getattr(module, "Estimator", None) is None:
         return
-    original = estimator_class.evaluate
+    if not internals.available("roles.estimator", "the evaluator's evaluations are not reported to the notebook"):
+        return
+    wrap_once(module.Estimator, "evaluate", _evaluate_and_report)
 
-    def evaluate(self, *args: Any, **kwargs: Any):
-        result = original(self, *args, **kwargs)
-        try:
-            _report_evaluation(result)
-        except Exception as error:  # reporting must never break the evaluation
-            print(f"nbworkers: could not report the evaluation ({error!r})", file=sys.stderr)
-        return result
 
-    evaluate._nbworkers_report = True
-    evaluate.__doc__ = original.__doc__
-    evaluate.__wrapped__ = original
-    estimator_class.evaluate = evaluate
+def _evaluate_and_report(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    try:
+        _report_evaluation(result)
+    except Exception as error:  # reporting must never break the evaluation
+        print(f"nbworkers: could not report the evaluation ({error!r})", file=sys.stderr)
+    return result
 
 
 def _report_evaluation(result: Any) -> None:

@@ -22,8 +22,9 @@ Commands (``msg_type``; content fields):
 
 Relay kinds added to ``wire.KINDS``:
 
-- ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status (``ok`` | ``error`` | ``interrupted``),
-  error (one line), traceback (text, bounded), aborted (bool: collectives were aborted in this process)
+- ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
+  (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
+  were aborted in this process)
 - ``pull``  request (str), index, count, size (ints: chunk number, number of chunks, total payload bytes),
   data (base64 of at most ``chunk_bytes`` raw bytes), meta (chunk 0: the JSON value tree), error (str or None)
 
@@ -64,7 +65,8 @@ def client_curve(env: Mapping[str, str]) -> tuple[str, str, str] | None:
 
     if not env.get(wire.ENV_RELAY_SERVERKEY):
         return None
-    return env[wire.ENV_RELAY_SERVERKEY], env.get(wire.ENV_RELAY_CLIENTKEY, ""), env.get(wire.ENV_RELAY_CLIENTSECRET, "")
+    server, public, secret = wire.ENV_RELAY_SERVERKEY, wire.ENV_RELAY_CLIENTKEY, wire.ENV_RELAY_CLIENTSECRET
+    return env[server], env.get(public, ""), env.get(secret, "")
 
 
 def _is_int(value: Any) -> bool:

@@ -97,7 +97,7 @@ class SessionWorker:
                 self.abort(str(content.get("reason") or "aborted by nbworkers"))
 
     def interrupt(self) -> None:
-        if self.in_cell:
+        if self.in_cell and self._main_ident is not None:  # (the main thread's ident is always set)
             signal.pthread_kill(self._main_ident, signal.SIGINT)
 
     def abort(self, reason: str) -> None:
@@ -105,7 +105,10 @@ class SessionWorker:
         (they stay unusable in this process afterwards: the kernel restarts the group), then interrupt."""
         if not self.in_cell:
             return
-        if "tensorflow" in sys.modules:
+        from nbworkers.distlib import internals
+
+        if "tensorflow" in sys.modules and internals.available(
+                "session_worker", "a cell stuck in a collective is only interrupted, its collectives not aborted"):
             try:
                 from tensorflow.python.eager import context  # private: listed in distlib/internals.py
                 from tensorflow.python.framework import errors
@@ -243,15 +246,17 @@ def _hook_reports(worker: SessionWorker) -> None:
         worker.step_point()
         return original(self, fields, force)
 
-    reporting.Reporter.report = report
+    reporting.Reporter.report = report  # type: ignore[method-assign]  # every report is a step point
 
 
 def _split_last_expression(code: str, filename: str):
     """The cell compiled as a body, plus its last statement compiled apart when it is an expression."""
     tree = ast.parse(code, filename, "exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr):
+        tree.body.pop()
+        last = compile(ast.Expression(final.value), filename, "eval")
     return compile(tree, filename, "exec"), last
 
 

@@ -91,7 +91,8 @@ def decode_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_metric_value(value: Any) -> bool:
-    return (isinstance(value, _NUMBER) and not isinstance(value, bool)) or (isinstance(value, str) and value in NON_FINITE)
+    return ((isinstance(value, _NUMBER) and not isinstance(value, bool))
+            or (isinstance(value, str) and value in NON_FINITE))
 
 
 def make_session(key: bytes | str):
@@ -161,9 +162,11 @@ def validate(kind: str, content: Any) -> str | None:
             return "lines is not a list of str"
     elif kind == "metrics":
         metrics = content.get("metrics")
-        if isinstance(metrics, dict) and (len(metrics) > MAX_METRICS or any(len(str(k)) > MAX_NAME_CHARS for k in metrics)):
+        too_many = isinstance(metrics, dict) and len(metrics) > MAX_METRICS
+        if too_many or (isinstance(metrics, dict) and any(len(str(k)) > MAX_NAME_CHARS for k in metrics)):
             return f"more than {MAX_METRICS} metrics, or a name over {MAX_NAME_CHARS} characters"
-        if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_metric_value(v) for k, v in metrics.items()):
+        if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_metric_value(v)
+                                                    for k, v in metrics.items()):
             return "metrics is not a dict of numbers"
         for field in ("step", "epoch", "steps_total", "epochs_total"):
             if not isinstance(content.get(field), _OPTIONAL_INT) or isinstance(content.get(field), bool):

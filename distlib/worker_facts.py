@@ -29,6 +29,10 @@ def exchange_timeout_s() -> float:
 
 
 def coordination_service_available() -> bool:
+    from nbworkers.distlib import internals
+
+    if not internals.available("worker_facts", "the workers' GPU counts are not compared"):
+        return False
     from tensorflow.python.eager import context
 
     ctx = context.context()

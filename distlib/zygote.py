@@ -187,7 +187,7 @@ class Zygote:
         os.chmod(path, 0o600)
         self.listener.listen(64)
         self.selector = selectors.DefaultSelector()
-        self.children: dict[int, socket.socket] = {}  # pid -> its host's connection
+        self.children: dict[int, socket.socket | None] = {}  # pid -> its host's connection (None: it hung up)
         self.by_conn: dict[socket.socket, int] = {}
         self.closing = False
 
@@ -206,7 +206,7 @@ class Zygote:
                     if not os.read(sys.stdin.fileno(), 4096):  # the kernel is gone, or it dropped this zygote
                         self._closing()
                 else:
-                    self._host_spoke(key.fileobj)
+                    self._host_spoke(key.fileobj)  # type: ignore[arg-type]  # registered sockets only
             self._reap()
             if self.closing and not self.children:
                 return 0

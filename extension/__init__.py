@@ -6,7 +6,7 @@
 
 __version__ = "0.1.0"
 
-from nbworkers.magics.errors import RunFailed  # noqa: E402  (what a waited-for failed run raises; no heavy imports)
+from nbworkers.magics.errors import RunFailed  # noqa: E402, F401  (what a waited-for failed run raises; light)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -16,11 +16,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from nbworkers.distlib import env_settings
+from nbworkers.kernel_driver import CellFailed, KernelDriver
 
 KERNEL_READY_TIMEOUT = 120.0  # seconds for the kernel to start and answer
 CELL_TIMEOUT = 120.0  # seconds for one short cell in the kernel (loading the extension, a snapshot)
@@ -95,63 +97,32 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-class DemoKernel:
-    """A real ipykernel subprocess (this interpreter's) and a blocking client."""
+class DemoKernel(KernelDriver):
+    """A real ipykernel subprocess (this interpreter's) and a blocking client (nbworkers.kernel_driver); its own
+    output goes to ``kernel.log`` in ``cwd``."""
 
     def __init__(self, cwd: Path, env: dict[str, str]):
-        from jupyter_client import KernelManager
-
-        self.log_path = cwd / "kernel.log"  # the kernel's own stdout/stderr (quoted when something fails)
-        self._log = open(self.log_path, "wb")
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.manager.start_kernel(env=env, cwd=str(cwd), stdout=self._log, stderr=subprocess.STDOUT)
-        self.client = self.manager.client()
-        self.client.start_channels()
         try:
-            self.client.wait_for_ready(timeout=KERNEL_READY_TIMEOUT)
+            super().__init__(cwd, env, ready_timeout=KERNEL_READY_TIMEOUT, log_path=cwd / "kernel.log")
         except RuntimeError as error:
-            raise DemoError(f"the kernel did not start within {KERNEL_READY_TIMEOUT:g} s: {error}\n{self.log_tail()}") from None
+            raise DemoError(f"the kernel did not start within {KERNEL_READY_TIMEOUT:g} s: {error}\n"
+                            f"{self.log_tail()}") from None
 
-    def run(self, code: str, timeout: float = CELL_TIMEOUT) -> str:
+    def run(self, code: str, timeout: float = CELL_TIMEOUT) -> str:  # type: ignore[override]
         """Execute ``code``; return its stdout. Raises DemoError when the cell raised."""
-        out: list[str] = []
-        errors: list[str] = []
-
-        def hook(msg: dict) -> None:
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and content.get("name") == "stdout":
-                out.append(content["text"])
-            elif kind == "stream" and content.get("name") == "stderr":
-                errors.append(content["text"])
-            elif kind == "error":
-                errors.append(f"{content['ename']}: {content['evalue']}")
-
         try:
-            reply = self.client.execute_interactive(code, timeout=timeout, output_hook=hook, allow_stdin=False)
+            return self.output(code, timeout)
         except TimeoutError:
             raise DemoError(f"a kernel cell took longer than {timeout:g} s:\n{code[:300]}") from None
-        if reply["content"]["status"] != "ok":
-            raise DemoError("a kernel cell failed:\n" + "".join(errors)[-3000:] + "\n" + self.log_tail())
-        return "".join(out)
+        except CellFailed as failed:
+            raise DemoError(str(failed)) from None
 
     def json(self, code: str):
         lines = [line for line in self.run(code).splitlines() if line.strip()]
         return json.loads(lines[-1])
 
-    def log_tail(self, lines: int = 20) -> str:
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "kernel log:\n" + "\n".join(text.splitlines()[-lines:]) if text.strip() else ""
-
-    def shutdown(self) -> None:
-        try:
-            self.client.stop_channels()
-        finally:
-            try:
-                self.manager.shutdown_kernel(now=False)
-            except Exception:
-                self.manager.shutdown_kernel(now=True)
-            self._log.close()
+    def shutdown(self, now: bool = False) -> None:
+        super().shutdown(now=now)
 
 
 def _progress_line(snap: dict) -> str:
@@ -171,14 +142,14 @@ def _progress_line(snap: dict) -> str:
 
 def _wait_for_no_processes(run_root: Path) -> list[int]:
     """Wait for the run's processes to go; kill the process groups of any that stay. Returns their pids."""
-    from nbworkers.magics.leftovers import kill_process_groups, processes_under
+    from nbworkers.magics.strays import kill_strays, processes_under
 
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while time.monotonic() < deadline:
         if not processes_under(run_root):
             return []
         time.sleep(0.2)
-    return kill_process_groups(processes_under(run_root))
+    return kill_strays(run_root)
 
 
 def run_demo(real_data: bool) -> int:
@@ -187,12 +158,12 @@ def run_demo(real_data: bool) -> int:
     run_root.mkdir()
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
-    env["NBWORKERS_RUN_ROOT"] = str(run_root)
+    env[env_settings.RUN_ROOT.name] = str(run_root)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if real_data:
-        env.pop("NBWORKERS_MOCK_DATA", None)
+        env.pop(env_settings.MOCK_DATA.name, None)
     else:
-        env["NBWORKERS_MOCK_DATA"] = "1"
+        env[env_settings.MOCK_DATA.name] = "1"
     kernel = None
     ok = False
     started = time.monotonic()

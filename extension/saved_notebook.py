@@ -35,13 +35,14 @@ def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
 
 def run_is_over(name: str) -> bool:
     """True when the run's state file says it ended, or that its kernel is gone (``lost``)."""
-    from nbworkers.magics import leftovers
+    from nbworkers.magics.run_listing import describe
+    from nbworkers.magics.rundir import run_dir_of
 
     try:
-        described = leftovers.describe(leftovers.run_dir_of(name))
+        described = describe(run_dir_of(name))
     except Exception:  # no such run here (another machine, cleaned up): nothing says it is over
         return False
-    return bool(described) and described.get("status") in ("finished", "failed", "stopped", "lost")
+    return described is not None and described.get("status") in ("finished", "failed", "stopped", "lost")
 
 
 def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], bool] = run_is_over) -> int:

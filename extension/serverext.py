@@ -25,7 +25,8 @@ import asyncio
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -33,6 +34,9 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from traitlets import Float, Int, Unicode, default
 from traitlets.config import Configurable
+
+if TYPE_CHECKING:  # the magics are imported when a request needs them
+    from nbworkers.magics.shapes import ClusterSnapshot, RunRow
 
 AUTH_RESOURCE = "nbworkers"
 API_PREFIX = "nbworkers/api"
@@ -45,14 +49,16 @@ class NbworkersAPI(Configurable):
     run_root = Unicode(help="The run root the clusters write to (default: the kernels' default, "
                             "$NBWORKERS_RUN_ROOT or ~/.nbworkers/runs).").tag(config=True)
     stop_timeout = Float(help="Seconds a DELETE waits for the cluster's own supervisor to stop it before it "
-                              "kills the processes directly (default: the workers' stop grace + 5).").tag(config=True)
+                              "kills the processes directly (default: the workers' stop_grace + "
+                              "stop_wait_margin).").tag(config=True)
     kill_grace = Float(3.0, help="Seconds between SIGTERM and SIGKILL when processes are killed directly.").tag(
         config=True)
     log_max_bytes = Int(8 * 1024 * 1024, help="Most bytes of a log returned by one request (its end).").tag(
         config=True)
     stop_threads = Int(4, help="Threads that run stops (DELETE) off the event loop.").tag(config=True)
     read_threads = Int(4, help="Threads that run reads (GET: directory scans, state and log files) off the event "
-                              "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(config=True)
+                              "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(
+                                  config=True)
 
     @default("run_root")
     def _default_run_root(self) -> str:
@@ -62,10 +68,10 @@ class NbworkersAPI(Configurable):
 
     @default("stop_timeout")
     def _default_stop_timeout(self) -> float:
-        from nbworkers.magics.leftovers import STOP_MARGIN
         from nbworkers.magics.settings import WorkerSettings
 
-        return WorkerSettings().stop_grace + STOP_MARGIN
+        worker_settings = WorkerSettings()
+        return worker_settings.stop_grace + worker_settings.stop_wait_margin
 
 
 class ClusterAPIHandler(APIHandler):
@@ -80,18 +86,19 @@ class ClusterAPIHandler(APIHandler):
     async def run_blocking(self, func, *args, pool: ThreadPoolExecutor | None = None) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
 
-    def run_dir(self, name: str):
-        from nbworkers.magics import leftovers
+    def run_dir(self, name: str) -> Path:
+        from nbworkers.magics import rundir
         from nbworkers.magics.names import valid_name
 
         if not valid_name(name or ""):
             raise web.HTTPError(400, f"{name!r} is not a cluster name: letters, digits, '.', '_', '-' (at most 64).")
         try:
-            return leftovers.run_dir_of(name, self.api.run_root)
-        except leftovers.RunNotFound as error:
+            return rundir.run_dir_of(name, self.api.run_root)
+        except rundir.RunNotFound as error:
             raise web.HTTPError(404, str(error)) from None
 
-    def write_json(self, data: Any) -> None:
+    def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
+        """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""
         from nbworkers.magics.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
 
         self.finish(json.dumps(shape(data), default=str))
@@ -101,9 +108,9 @@ class ClustersHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from nbworkers.magics import leftovers
+        from nbworkers.magics import run_listing
 
-        runs = await self.run_blocking(leftovers.list_runs, self.api.run_root)
+        runs = await self.run_blocking(run_listing.list_runs, self.api.run_root)
         self.write_json({"run_root": self.api.run_root, "clusters": runs})
 
 
@@ -111,10 +118,10 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        from nbworkers.magics import leftovers
+        from nbworkers.magics import run_listing
 
         run_dir = self.run_dir(name)
-        data = await self.run_blocking(lambda: leftovers.describe(run_dir, full=True))
+        data = await self.run_blocking(lambda: run_listing.describe(run_dir, full=True))
         if data is None:
             raise web.HTTPError(404, f"cluster {name!r} has no readable state; `%workers` in its notebook lists the "
                                      "kernel's clusters, GET /nbworkers/api/clusters every run")
@@ -123,11 +130,11 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        from nbworkers.magics import leftovers
+        from nbworkers.magics import run_stop
 
         run_dir = self.run_dir(name)
         result = await self.run_blocking(
-            lambda: leftovers.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
+            lambda: run_stop.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
             pool=self.stop_executor,
         )
         self.write_json(result)
@@ -137,10 +144,10 @@ class LogHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str, worker: str) -> None:
-        from nbworkers.magics import leftovers
+        from nbworkers.magics import rundir
 
         run_dir = self.run_dir(name)
-        if not leftovers.WORKER_ID.fullmatch(worker):
+        if not rundir.WORKER_ID.fullmatch(worker):
             raise web.HTTPError(400, f"worker {worker!r}: give the worker's index, 0, 1, ...")
         tail_arg = self.get_argument("tail", None)
         tail = None
@@ -150,9 +157,9 @@ class LogHandler(ClusterAPIHandler):
             tail = int(tail_arg)
         try:
             text = await self.run_blocking(
-                lambda: leftovers.read_log(run_dir, worker, tail, self.api.log_max_bytes)
+                lambda: rundir.read_log(run_dir, worker, tail, self.api.log_max_bytes)
             )
-        except leftovers.RunNotFound as error:
+        except rundir.RunNotFound as error:
             raise web.HTTPError(404, str(error)) from None
         self.finish(text, set_content_type="text/plain; charset=utf-8")
 

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from .liveness import LOST, effective_status, leftover_processes
-from .rundir import RunNotFound, read_log, read_state, run_dir_of
 from .run_listing import describe
 from .run_stop import stop_run
+from .rundir import RunNotFound, read_log, read_state, run_dir_of
 from .settings import settings as current_settings
+from .shapes import ClusterSnapshot
 from .state import DONE_STATES
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
@@ -32,7 +33,7 @@ class AttachedCluster:
         self.settings = current_settings()
         self._stopper: threading.Thread | None = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ClusterSnapshot:
         data = describe(self.run_dir, full=True)
         if data is None:
             raise RunNotFound(f"the state of cluster {self.name!r} is gone from {self.run_dir}.")
@@ -118,7 +119,8 @@ def workers_attach(name: str | None) -> Any:
     from . import registry
 
     if not name:
-        raise RunNotFound("`%workers attach` needs a cluster name; GET /nbworkers/api/clusters or the run root lists them.")
+        raise RunNotFound("`%workers attach` needs a cluster name; "
+                          "GET /nbworkers/api/clusters or the run root lists them.")
     if name in registry.names():
         return registry.get(name)
     cluster = attach(name)

@@ -40,7 +40,7 @@ CHANGES_ENVIRONMENT = re.compile(
     r"|\bputenv\b|\bunsetenv\b|del\s+os\.environ"
 )
 MULTI_WORKER_MARKERS = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy", "distlib")
-IMPORTED = re.compile(r"^\s*(?:from\s+([A-Za-z_]\w*)[\w.]*\s+import|import\s+([A-Za-z_][\w, .]*))", re.M)
+IMPORTED = re.compile(r"^\s*(?:from\s+([A-Za-z_]\w*)[\w.]*\s+import|import\s+([A-Za-z_][\w, .]*))", re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
+
+from .shapes import ClusterSnapshot, WorkerSnapshot
 
 ECHO_LINE_CHARS = 1000
 TRACEBACK_HOLD = 3.0  # seconds a traceback is held back while its worker has not (yet) been seen to fail
@@ -47,14 +49,14 @@ class WorkerEcho:
     def _stream(self) -> TextIO:
         return self._out or sys.stdout
 
-    def tick(self, snapshot: dict[str, Any]) -> None:
+    def tick(self, snapshot: ClusterSnapshot) -> None:
         """Write each worker's complete lines that arrived since the last tick (bounded)."""
         out: list[str] = []
         for worker in snapshot.get("workers") or []:
             out.extend(self._new_lines(worker))
         self._write(out)
 
-    def finish(self, snapshot: dict[str, Any]) -> None:
+    def finish(self, snapshot: ClusterSnapshot) -> None:
         """The last lines, an unfinished last line, and per worker a note of what was cut plus its last lines."""
         out: list[str] = []
         for worker in snapshot.get("workers") or []:
@@ -66,22 +68,22 @@ class WorkerEcho:
             out.extend(self._emit(worker.get("index", 0), state, self._release(state)))
         for worker in snapshot.get("workers") or []:
             index = worker.get("index", 0)
-            state = self._workers.get(index)
-            if state is None or not (state.cut or state.lost):
+            seen = self._workers.get(index)
+            if seen is None or not (seen.cut or seen.lost):
                 continue
             parts = []
-            if state.cut:
-                parts.append(f"{state.cut} lines not shown here")
-            if state.lost:
-                parts.append(f"{state.lost} lines went by too fast to show")
+            if seen.cut:
+                parts.append(f"{seen.cut} lines not shown here")
+            if seen.lost:
+                parts.append(f"{seen.lost} lines went by too fast to show")
             where = f"; full log: {worker['log_path']}" if worker.get("log_path") else ""
-            tail = state.cut_lines[-self.tail_lines:] if self.tail_lines else []
+            tail = seen.cut_lines[-self.tail_lines:] if self.tail_lines else []
             last = f", its last {len(tail)} below" if tail else ""
             out.append(f"[{index}] ... {', '.join(parts)}{last}{where}")
             out.extend(f"[{index}] {line}" for line in tail)
         self._write(out)
 
-    def _new_lines(self, worker: dict[str, Any], final: bool = False) -> list[str]:
+    def _new_lines(self, worker: WorkerSnapshot, final: bool = False) -> list[str]:
         index = worker.get("index", 0)
         state = self._workers.setdefault(index, _WorkerEcho())
         lines = list(worker.get("log_tail") or [])

@@ -1,8 +1,8 @@
 """What went wrong with a worker group, each failure its own exception, and whether a restart may help.
 
 The supervisor classifies what it saw (exit codes, the tail of each worker's log, a silent group) into one
-of these; the restart policy (``should_restart``) then decides: retry the whole group, or stop and show it.
-Modelled on Ray Train v2's failure handling.
+of these; the restart policy (magics/restart_policy.py) then decides: retry the whole group, or stop and show
+it. Modelled on Ray Train v2's failure handling.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import signal
 
+from nbworkers.distlib import tf_messages
 from nbworkers.distlib.wire import PREEMPTION_EXIT_CODE
 
 from .ports import port_taken
@@ -18,11 +19,8 @@ from .ports import port_taken
 OOM_KILLED_CODE = 137  # 128 + SIGKILL, as containers report an out-of-memory kill
 PREEMPTION_EXIT_CODES = (PREEMPTION_EXIT_CODE,)  # tf.distribute PreemptionCheckpointHandler's exit after its save
 # What a surviving worker says when a peer vanished under it: the peer's failure is the cause, not this one.
-PEER_LOST_MARKERS = (
-    "UnavailableError", "Socket closed", "Connection reset by peer", "failed to connect to all addresses",
-    "Collective ops is aborted", "CancelledError", "DEADLINE_EXCEEDED", "Unable to find a heartbeat",
-    "coordination service", "CoordinationService", "peer", "Broken pipe",
-)
+# (Upstream log texts, with where they come from: distlib/tf_messages.py.)
+PEER_LOST_MARKERS = tf_messages.PEER_LOST_MARKERS
 
 
 class WorkerFailure(Exception):
@@ -116,7 +114,8 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
     if code == OOM_KILLED_CODE:
         return WorkerCrashed(f"worker {worker} was killed (exit code 137: out of memory?)", worker, log_tail)
     if code in PREEMPTION_EXIT_CODES:
-        return WorkerPreempted(f"worker {worker} was preempted and saved a checkpoint (exit code {code})", worker, log_tail)
+        return WorkerPreempted(f"worker {worker} was preempted and saved a checkpoint (exit code {code})", worker,
+                               log_tail)
     if port_taken(log_tail):
         return PortCollision(f"worker {worker}'s TensorFlow server could not bind its port", worker, log_tail)
     last = _last_error_line(log_tail)
@@ -135,11 +134,3 @@ def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
                 return failure
     return failures[0]
 
-
-def should_restart(failure: WorkerFailure, restarts_left: int, previous: WorkerFailure | None) -> bool:
-    if not failure.retryable or restarts_left <= 0:
-        return False
-    if isinstance(failure, PortCollision):  # a race, not an error: always worth another try
-        return True
-    # The same error twice in a row (same kind, same worker, same message) is treated as permanent.
-    return previous is None or previous.signature() != failure.signature()

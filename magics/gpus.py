@@ -65,7 +65,8 @@ def assign_gpus(workers: int, per_worker: int | None, available: list[str]) -> l
         per_worker = len(available) // workers if available else 0
         if available and per_worker == 0:
             raise GpuAssignmentError(
-                f"{workers} workers but only {len(available)} GPU(s) ({','.join(available)}): each worker needs its own."
+                f"{workers} workers but only {len(available)} GPU(s) ({','.join(available)}): each worker needs its"
+                " own."
                 " Use fewer workers, or --gpus-per-worker 0 to train on the CPU."
             )
     if per_worker == 0:

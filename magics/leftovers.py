@@ -20,8 +20,8 @@ from typing import Any
 
 from .liveness import is_foreign, kernel_alive, leftover_processes
 from .process_kill import KILL_GRACE, stop_processes
-from .rundir import list_run_dirs, read_state, run_root
 from .run_stop import mark_ended
+from .rundir import list_run_dirs, read_state, run_root
 from .state import DONE_STATES
 
 log = logging.getLogger("nbworkers")

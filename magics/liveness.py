@@ -25,8 +25,9 @@ from .ownership import CREATE_TIME_SLACK, SPARE_ENV, RunMarker, is_ours
 from .process_kill import alive
 from .rundir import state_mtime
 from .state import DONE_STATES
+from .statuses import ClusterStatus
 
-LOST = "lost"  # the status reported for a run whose state says it is running but whose kernel is dead
+LOST = ClusterStatus.LOST.value  # the status of a run whose state says it is running but whose kernel is dead
 
 
 def _int_list(values: Any) -> list[int]:
@@ -124,7 +125,8 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
 
 def effective_status(state: dict[str, Any], kernel_is_alive: bool | None = None) -> str:
     """The recorded status, or ``LOST`` when it says the run is not over but its kernel is dead."""
-    status = state.get("status") if isinstance(state.get("status"), str) else "unknown"
+    recorded = state.get("status")
+    status = recorded if isinstance(recorded, str) else "unknown"
     if status in DONE_STATES:
         return status
     is_alive = kernel_alive(state) if kernel_is_alive is None else kernel_is_alive

@@ -14,6 +14,7 @@ from .cluster import Cluster
 from .errors import LaunchError, RunFailed
 from .launch import build_spec
 from .run_errors import mark_error_below, run_failure
+from .shapes import ClusterSnapshot, WorkerSnapshot
 from .summary import ECHOED_KEY, render_summary_html, render_text
 from .view import HtmlBundle
 
@@ -89,7 +90,8 @@ class WorkerMagics(Magics):
 
             return run_session_cell(self, args, cell)
         try:
-            spec = build_spec(args, cell, self.shell.user_ns, taken=registry.names(), running=_running_names())
+            user_ns = self.shell.user_ns if self.shell is not None else {}
+            spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())
             cluster = Cluster(spec)
             cluster.start()  # raises before anything runs, or leaves nothing behind
             registry.add(cluster)
@@ -141,7 +143,7 @@ class WorkerMagics(Magics):
             for cluster in stopping:
                 cluster.stop()
             for cluster in stopping:
-                cluster.wait(timeout=cluster.settings.stop_grace + 5)
+                cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.stop_wait_margin)
             print(_stopped_text(stopping))
             return None
         if not args.name:
@@ -150,7 +152,8 @@ class WorkerMagics(Magics):
             _tensorboard(args.name)
             return None
         if action == "attach":
-            from .leftovers import RunNotFound, workers_attach
+            from .attach import workers_attach
+            from .rundir import RunNotFound
 
             try:
                 workers_attach(args.name).show()
@@ -174,7 +177,7 @@ class WorkerMagics(Magics):
             return None
         if action == "stop":
             cluster.stop()
-            cluster.wait(timeout=cluster.settings.stop_grace + 5)
+            cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.stop_wait_margin)
             display(HtmlBundle(render_text(cluster.snapshot()), render_summary_html(cluster.snapshot())))
             return None
         echo = _echo()
@@ -186,7 +189,9 @@ class WorkerMagics(Magics):
         snapshot = cluster.snapshot()
         failure = None if args.no_raise else run_failure(snapshot, ended=ended, waited=args.timeout)
         shown = mark_error_below(snapshot) if failure is not None else snapshot
-        shown = {**shown, ECHOED_KEY: True} if echo is not None else shown  # the output is above already
+        if echo is not None:  # the output is above already
+            shown = shown.copy()
+            shown[ECHOED_KEY] = True
         display(HtmlBundle(render_text(shown), render_summary_html(shown)))
         if failure is not None:
             raise failure from None  # shown as its message alone (RunFailed._render_traceback_)
@@ -207,7 +212,7 @@ def _echo():
 def _tensorboard(name: str) -> None:
     """`%workers tensorboard NAME`: TensorBoard on the run's summaries, inline, and its URL (magics/tensorboard.py)."""
     from . import tensorboard
-    from .leftovers import RunNotFound, run_dir_of
+    from .rundir import RunNotFound, run_dir_of
     from .settings import settings
 
     try:
@@ -246,7 +251,7 @@ def _usage(magic, prog: str) -> str:
     return "usage: " + text.split("::", 1)[-1].lstrip("\n ") if text.startswith("::") else text
 
 
-def _worker_label(worker: dict, roles: bool) -> str:
+def _worker_label(worker: WorkerSnapshot, roles: bool) -> str:
     """The worker's index; with roles (--chief, --ps, --evaluator) also its role: ``0 chief``, ``1 worker0``."""
     if not roles:
         return str(worker["index"])
@@ -284,7 +289,7 @@ def _cluster_table() -> tuple[str, str]:
     return (text + "\n" + spares_text if spares_text else text), table + spares_html
 
 
-def _session_column(snapshot: dict) -> str:
+def _session_column(snapshot: ClusterSnapshot) -> str:
     from .session_magic import session_column
 
     return session_column(snapshot)

@@ -12,14 +12,13 @@ a worker (its ``hello``) or kept from a process that has since been reaped may b
   of the kernel that started it instead. State files written before run ids existed: the environment must
   name the run directory (``NBWORKERS_RUN_DIR``).
 
-Imports psutil only (no TensorFlow, no IPython).
+Signalling is ``process_kill``'s job (it checks here first). Imports psutil only (no TensorFlow, no IPython).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +48,8 @@ class RunMarker:
 
     @classmethod
     def from_state(cls, state: dict, run_dir: Path | None) -> "RunMarker":
-        run_id = state.get("run_id") if isinstance(state.get("run_id"), str) else ""
+        value = state.get("run_id")
+        run_id = value if isinstance(value, str) else ""
         started = state.get("started") if isinstance(state.get("started"), (int, float)) else None
         directory = str(run_dir.resolve()) if run_dir is not None else ""
         return cls(run_id, started, directory, str(Path(directory).parent) if directory else "")
@@ -86,37 +86,3 @@ def is_ours(proc: psutil.Process, marker: RunMarker) -> bool:
         return bool(value and marker.run_dir) and str(Path(value).resolve()) == marker.run_dir
     except (OSError, ValueError):
         return False
-
-
-def signal_groups_if_ours(pgids: list[int], marker: RunMarker, sig: int = signal.SIGKILL) -> int:
-    """Signal the members of the process groups ``pgids`` that are ours (a whole group at once when every member
-    is; one by one otherwise). A pid ≤ 1 or a group with nothing of ours is never signalled. One scan of the
-    process table for all groups. Returns how many processes were signalled."""
-    wanted = {g for g in pgids if isinstance(g, int) and not isinstance(g, bool) and g > 1}
-    if not wanted:
-        return 0
-    members: dict[int, list[psutil.Process]] = {g: [] for g in wanted}
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            pgid = os.getpgid(proc.pid)
-            if pgid in wanted and proc.status() != psutil.STATUS_ZOMBIE:
-                members[pgid].append(proc)
-        except (OSError, psutil.Error):
-            continue
-    count = 0
-    for pgid, procs in members.items():
-        ours = [p for p in procs if is_ours(p, marker)]
-        if ours and len(ours) == len(procs):
-            try:
-                os.killpg(pgid, sig)
-                count += len(ours)
-                continue
-            except (ProcessLookupError, PermissionError):
-                continue
-        for proc in ours:
-            try:
-                proc.send_signal(sig)
-                count += 1
-            except psutil.Error:
-                continue
-    return count

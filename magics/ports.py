@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import socket
 
-# What a worker's log says when its TensorFlow server lost the race for its port.
-PORT_TAKEN_MARKERS = ("Could not start gRPC server", "Address already in use", "Failed to add port to server")
+from nbworkers.distlib import tf_messages
+
+# What a worker's log says when its TensorFlow server lost the race for its port (distlib/tf_messages.py).
+PORT_TAKEN_MARKERS = tf_messages.PORT_TAKEN_MARKERS
 
 
 def pick_free_ports(count: int, bind_host: str = "0.0.0.0") -> list[int]:

@@ -138,13 +138,14 @@ def group_alive(pgid: int) -> bool:
     return bool(group_members([pgid]).get(pgid))
 
 
-def kill_group(pgid: int, grace: float, sig_first: int = signal.SIGTERM) -> None:
-    """A group this process started itself (no ownership check): ``sig_first`` (TERM), up to ``grace`` s, then
-    SIGKILL unless it is gone."""
-    try:
-        os.killpg(pgid, sig_first)
-    except (ProcessLookupError, PermissionError):
-        return
+def kill_group(pgid: int, grace: float = 0.0) -> None:
+    """A group this process started itself (no ownership check): SIGTERM, up to ``grace`` s, then SIGKILL unless
+    it is gone. ``grace`` 0: SIGKILL at once."""
+    if grace > 0:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not group_alive(pgid):

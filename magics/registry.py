@@ -44,4 +44,4 @@ def _stop_all_at_exit() -> None:
     for cluster in running():
         cluster.stop()
     for cluster in running():
-        cluster.wait(timeout=cluster.settings.stop_grace + 3)
+        cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.exit_stop_margin)

@@ -57,8 +57,8 @@ class RelayReceiver:
     """Binds a PULL socket (ZMQ picks the port atomically: no bind-then-close race)."""
 
     def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
-                 max_message_bytes: int | None = None, receive_hwm: int | None = None, replay_history: int | None = None,
-                 curve: bool = False):
+                 max_message_bytes: int | None = None, receive_hwm: int | None = None,
+                 replay_history: int | None = None, curve: bool = False):
         from .settings import settings
 
         config = settings()

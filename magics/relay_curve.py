@@ -5,8 +5,9 @@ workers: ``NBWORKERS_RELAY_SERVERKEY``). Each Ray worker host actor makes a clie
 (``ray_node.where``); only the public half travels back through Ray, the secret half reaches the node's host and
 worker through their environment there and never crosses the network. The kernel allows exactly those public
 keys (ZAP, ``allow``): whoever learns the run's HMAC key from Ray's traffic still cannot connect to the relay,
-and nobody on the path can read what workers send. The local backend does not use it (its relay listens on
-loopback only, and encryption would cost every message CPU for nothing).
+and nobody on the path can read what workers send. A session's command socket (``session_channel``) is the
+relay's twin: ``CurveServer(..., like=relay.curve)``, the same server key and allowed keys. The local backend
+does not use it (its relay listens on loopback only, and encryption would cost every message CPU for nothing).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class CurveServer:
     only ``allow``-ed client keys. ``like``: another server whose keypair and allowed keys this one shares (a
     session's command socket is the relay's twin: the workers know one server key, each node's one client
     keypair serves both sockets)."""
+
+    _public: bytes
+    _secret: bytes
+    keys: AllowedKeys
 
     def __init__(self, context: zmq.Context, socket: zmq.Socket, like: "CurveServer | None" = None):
         from zmq.auth.thread import ThreadAuthenticator

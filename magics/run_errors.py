@@ -1,24 +1,25 @@
 """From a run's snapshot to the ``RunFailed`` a blocking wait raises: one short message, the worker's own frames.
 
 ``run_failure(snapshot)`` is the exception (or None when the run finished or the user stopped it);
-``failure_message(snapshot)`` its text. Both take the plain dict of ``ClusterState.snapshot()`` (or any dict of
-that shape, e.g. a session cell's), so the waits of ``%%worker --block``, ``%workers wait`` and session cells
+``failure_message(snapshot)`` its text. Both take a ``ClusterSnapshot`` (magics/shapes.py: ``ClusterState.snapshot()``,
+or a session cell's), so the waits of ``%%worker --block``, ``%workers wait`` and session cells
 share them. The text never holds nbworkers' own kernel-side frames: ``RunFailed`` renders as this text alone
 in IPython (``_render_traceback_``), as ipyparallel's remote errors do.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final
 
 from .errors import RunFailed
+from .shapes import ClusterSnapshot, WorkerSnapshot
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
 # The snapshot key views read: the traceback is raised below the summary, so the summary leaves it out.
-ERROR_BELOW_KEY = "error_below"
+ERROR_BELOW_KEY: Final = "error_below"
 
 
-def worker_label(worker: dict[str, Any]) -> str:
+def worker_label(worker: WorkerSnapshot) -> str:
     """``worker 1``, or with roles ``worker 0 (chief)``."""
     role = worker.get("role") or "worker"
     label = f"worker {worker.get('index', '?')}"
@@ -41,11 +42,11 @@ def last_traceback(lines: list[str] | None, max_lines: int = TRACEBACK_MAX_LINES
     return block
 
 
-def failed_workers(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
     return [w for w in snapshot.get("workers") or [] if w.get("status") == "failed"]
 
 
-def failure_message(snapshot: dict[str, Any], *, timed_out_after: float | None = None, what: str = "run",
+def failure_message(snapshot: ClusterSnapshot, *, timed_out_after: float | None = None, what: str = "run",
                     logs_hint: str = "") -> str:
     """The text of a failed run: what failed, each distinct worker traceback once, where the full logs are.
 
@@ -59,7 +60,7 @@ def failure_message(snapshot: dict[str, Any], *, timed_out_after: float | None =
     error = (snapshot.get("error") or "").strip().splitlines()
     head = f"{what} {name!r} failed" + (f": {error[0]}" if error else "")
     lines = [head]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[WorkerSnapshot]] = {}
     for worker in failed_workers(snapshot):
         groups.setdefault(tuple(last_traceback(worker.get("log_tail"))), []).append(worker)
     for traceback_lines, workers in groups.items():
@@ -77,7 +78,7 @@ def failure_message(snapshot: dict[str, Any], *, timed_out_after: float | None =
     return "\n".join(lines)
 
 
-def run_failure(snapshot: dict[str, Any], *, ended: bool = True, waited: float | None = None,
+def run_failure(snapshot: ClusterSnapshot, *, ended: bool = True, waited: float | None = None,
                 what: str = "run", logs_hint: str = "") -> RunFailed | None:
     """The ``RunFailed`` for a run that ended failed (or, ``ended=False``, a wait that gave up after
     ``waited`` seconds); None for a finished run or one the user stopped."""
@@ -92,8 +93,9 @@ def run_failure(snapshot: dict[str, Any], *, ended: bool = True, waited: float |
                      status="failed")
 
 
-def mark_error_below(snapshot: dict[str, Any]) -> dict[str, Any]:
+def mark_error_below(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot a summary shows above a raised ``RunFailed``: it leaves the tracebacks to the exception."""
     if snapshot.get("status") == "failed":
-        snapshot = {**snapshot, ERROR_BELOW_KEY: True}
+        snapshot = snapshot.copy()
+        snapshot[ERROR_BELOW_KEY] = True
     return snapshot

@@ -8,14 +8,21 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 from .liveness import LOST, effective_status, kernel_alive, leftover_processes
 from .rundir import list_run_dirs, read_state, state_mtime, stop_requested
+from .shapes import ClusterSnapshot, RunRow
 from .state import DONE_STATES
 
 
-def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = False) -> dict[str, Any] | None:
+@overload
+def describe(run_dir: Path, state: dict[str, Any] | None = None, *, full: Literal[True]) -> ClusterSnapshot | None: ...
+@overload
+def describe(run_dir: Path, state: dict[str, Any] | None = None, full: Literal[False] = False) -> RunRow | None: ...
+
+
+def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = False) -> ClusterSnapshot | RunRow | None:
     """The run as shown from outside its kernel.
 
     ``full`` False: the summary row (name, kernel, backend, workers, status, started, restarts, ...);
@@ -44,8 +51,8 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         data["name"] = run_dir.name
         data["workers"] = workers
         data.setdefault("error", "")
-        return data
-    return {
+        return cast(ClusterSnapshot, data)
+    return cast(RunRow, {
         "name": run_dir.name,
         "kernel": {"id": state.get("kernel_id") or "", "pid": state.get("kernel_pid")},
         "backend": state.get("backend", ""),
@@ -58,10 +65,10 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "error": liveness.pop("error", None) or state.get("error") or "",
         "run_dir": str(run_dir),
         **liveness,
-    }
+    })
 
 
-def list_runs(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+def list_runs(root: str | os.PathLike | None = None) -> list[RunRow]:
     """Every run under the run root, newest first, as ``describe`` shows it."""
     runs = []
     for run_dir in list_run_dirs(root):

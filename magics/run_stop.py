@@ -16,12 +16,11 @@ from typing import Any
 
 from .liveness import is_foreign, kernel_alive, leftover_processes
 from .process_kill import KILL_GRACE, stop_processes
-from .rundir import read_state, request_stop, write_state
 from .run_listing import describe
+from .rundir import read_state, request_stop, write_state
 from .settings import settings as current_settings
 from .state import DONE_STATES
 
-STOP_MARGIN = 5.0  # seconds a stop request gets beyond the stop grace before processes are killed directly
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for a run to stop
 SETTLE_TIMEOUT = 3.0  # seconds a live kernel gets to record the end of a run whose processes were killed
 
@@ -57,7 +56,7 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
     Returns the run as ``describe(..., full=False)`` shows it, plus ``killed``: processes killed directly.
     """
     if stop_timeout is None:
-        stop_timeout = current_settings().stop_grace + STOP_MARGIN
+        stop_timeout = current_settings().stop_grace + current_settings().stop_wait_margin
     state = read_state(run_dir) or {}
     killed = 0
     if state.get("status") not in DONE_STATES and not is_foreign(state):
@@ -76,6 +75,6 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
                 time.sleep(poll_interval)
         else:
             mark_ended(run_dir, "stopped", "stopped by request after its kernel died", "stopped")
-    result = describe(run_dir) or {"name": run_dir.name}
+    result: dict[str, Any] = dict(describe(run_dir) or {"name": run_dir.name})
     result["killed"] = killed
     return result

@@ -9,7 +9,8 @@ A run directory (made private by ``rundir_prepare``: mode 0700, every file 0600)
   whoever records the end of a run whose kernel died (``run_stop``, ``leftovers``);
 - ``stop-requested``: a stop asked from outside the kernel (the server extension, an attached handle); the
   supervisor thread obeys it even while the kernel is busy;
-- ``tensorboard/``: the workers' TensorBoard event files (``magics/tensorboard.py``).
+- ``tensorboard/``: the workers' TensorBoard event files, ``tensorboard.log``: the output of the TensorBoard
+  that ``%workers tensorboard`` started (``magics/tensorboard.py``).
 
 It also finds runs by name under the run root (never a path outside it) and reads their logs.
 Imports neither psutil nor TensorFlow (the Ray node imports the file names).
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,8 @@ STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"
 CELL_FILE = "cell.py"
 PUSH_FILE = "push.pkl"
-TENSORBOARD_DIR = "tensorboard"
+TENSORBOARD_DIR = "tensorboard"  # the workers write it too: distlib/tensorboard.py (SUBDIR)
+TENSORBOARD_LOG_FILE = "tensorboard.log"
 TAIL_READ_BYTES = 64 * 1024  # the end of a log read for its last lines (a failed worker's error)
 LOG_MAX_BYTES = 8 * 1024 * 1024  # most bytes of a log returned at once (the end of the log)
 WORKER_ID = re.compile(r"[0-9]{1,6}")  # ASCII digits only (str.isdigit() also takes "²")
@@ -76,6 +79,11 @@ def tensorboard_dir(run_dir: Path) -> Path:
     return Path(run_dir) / TENSORBOARD_DIR
 
 
+def tensorboard_log_path(run_dir: Path) -> Path:
+    """The output of the TensorBoard a kernel started on the run (``%workers tensorboard``)."""
+    return Path(run_dir) / TENSORBOARD_LOG_FILE
+
+
 # ------------------------------------------------------------------------------------------- finding runs
 def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
     """The run directory of an existing run ``name``, refusing anything that could point outside the run root.
@@ -90,7 +98,8 @@ def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
     if not directory.is_relative_to(base) or directory == base or directory.parent != base:
         raise RunNotFound(f"{name!r} does not name a run directory inside {base}.")
     if not state_path(directory).is_file():
-        raise RunNotFound(f"no cluster named {name!r} under {base}. `%workers` or GET /nbworkers/api/clusters lists them.")
+        raise RunNotFound(f"no cluster named {name!r} under {base}. "
+                          "`%workers` or GET /nbworkers/api/clusters lists them.")
     return directory
 
 
@@ -126,7 +135,7 @@ def state_mtime(run_dir: Path) -> float | None:
         return None
 
 
-def write_state(run_dir: Path, state: dict[str, Any]) -> None:
+def write_state(run_dir: Path, state: Mapping[str, Any]) -> None:
     """Replace the state file atomically (0600). Raises OSError."""
     tmp = Path(run_dir) / f"{STATE_FILE}.{os.getpid()}.tmp"
     write_private(tmp, json.dumps(state).encode("utf-8"))

@@ -28,10 +28,12 @@ from typing import Any
 from nbworkers.distlib import session_wire
 
 from .cluster import Cluster
+from .events import Progress, RestartRequested
 from .failures import UserRestart, WorkerFailure
 from .relay import Message
 from .session_cell import LogRouter, SessionCell
 from .session_channel import CommandChannel
+from .shapes import ClusterSnapshot
 
 
 class SessionEnded(RuntimeError):
@@ -39,8 +41,8 @@ class SessionEnded(RuntimeError):
 
 
 class Session(Cluster):
-    def __init__(self, spec, config=None, backend=None, view_factory=None):
-        super().__init__(spec, config, backend, view_factory)
+    def _new_run(self) -> None:  # Cluster.__init__, and restart() of a session that ended
+        super()._new_run()
         self._channel: CommandChannel | None = None
         self.cells: list[SessionCell] = []
         self._queue: deque[SessionCell] = deque()
@@ -56,7 +58,7 @@ class Session(Cluster):
     def submit(self, code: str, timeout: float | None = None) -> SessionCell:
         """Queue a cell; it runs once the cells before it have ended (returns at once)."""
         with self._lock:
-            if self._done.is_set() or self._stopping_since is not None:
+            if self._done.is_set() or self._core.stopping:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
             cell = SessionCell(self, len(self.cells) + 1, code, timeout)
@@ -114,12 +116,12 @@ class Session(Cluster):
         """Wait for the last submitted cell (``RunFailed`` if it failed); once stopping, for the session's end."""
         with self._lock:
             last = self.cells[-1] if self.cells else None
-            ending = self._done.is_set() or self._stop_event.is_set() or self._stopping_since is not None
+            ending = self._done.is_set() or self._stop_event.is_set() or self._core.stopping
         if ending or last is None:
             return super().wait(timeout, **kwargs)
         return last.wait(timeout, raise_on_failure=raise_on_failure, echo=kwargs.get("echo"))
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ClusterSnapshot:
         with self._lock:
             data = self.state.snapshot()
             data["session"] = self._summary()
@@ -152,7 +154,8 @@ class Session(Cluster):
 
     def _launch_group(self) -> None:
         if self._channel is None:  # bound where the relay is, encrypted as it is (--backend ray: CurveZMQ)
-            self._channel = CommandChannel(self._key, *self.backend.relay_hosts(), curve=self._relay.curve)
+            curve = getattr(self._relay, "curve", None)
+            self._channel = CommandChannel(self._key, *self.backend.relay_hosts(), curve=curve)
         self._channel.new_generation(self.state.generation)
         self._logs = LogRouter()
         super()._launch_group()
@@ -184,11 +187,8 @@ class Session(Cluster):
                 current._flushed = time.monotonic()
                 current.refresh_views()
 
-    def _check_progress(self) -> None:
-        if self._current is None:  # an idle session is not stalled
-            self._last_progress = time.monotonic()
-            return
-        super()._check_progress()
+    def _idle(self) -> bool:
+        return self._current is None  # an idle session is not stalled
 
     def _check_requests(self) -> None:
         super()._check_requests()
@@ -202,12 +202,12 @@ class Session(Cluster):
 
     def _dispatch_next(self) -> None:
         """Send the next queued cell to every worker once the session is idle and all workers are ready."""
-        if (self._current is None and self._queue and self._pending_restart is None and self._stopping_since is None
+        if (self._current is None and self._queue and not self._core.restart_pending and not self._core.stopping
                 and self._channel.ready(len(self.state.workers))):
             cell = self._queue.popleft()
             self._current = cell
             cell.begin()
-            self._last_progress = time.monotonic()
+            self._handle(Progress())
             self._dirty = True
             self._channel.send("run", cell=cell.number, code=cell.code)
 
@@ -308,13 +308,12 @@ class Session(Cluster):
     def _restart_processes(self, reason: str, cell_state: str = "failed", error: str = "",
                            failed: tuple[int, ...] = ()) -> None:
         """Restart the group on purpose (collectives unusable, a stuck cell): the processes' state is lost."""
-        if self._pending_restart is not None or self._stopping_since is not None:
+        if self._core.restart_pending or self._core.stopping:
             return
         self._cell_outcome = (cell_state, error, failed)
-        self._schedule_restart(UserRestart(reason), backoff=0.0)
+        self._handle(RestartRequested(UserRestart(reason)))
 
-    def _schedule_restart(self, cause: WorkerFailure, backoff: float) -> None:
-        super()._schedule_restart(cause, backoff)
+    def _restart_scheduled(self, cause: WorkerFailure) -> None:
         ran = [c.number for c in self.cells if c.number >= self._alive_from and c.started is not None]
         lost = f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
         self.lost_note = (f"the session's processes restart ({cause}): the state of {lost} is gone (variables, models, "
@@ -329,8 +328,7 @@ class Session(Cluster):
         for request in self._pulls.values():
             request.fail(f"not answered: {self.lost_note}")
 
-    def _fail(self, failure: WorkerFailure) -> None:
-        super()._fail(failure)
+    def _run_failed(self, failure: WorkerFailure) -> None:
         if self._current is not None:
             self._conclude_cell(self._current, "failed", f"the session failed: {self.state.error}")
         self._cancel_queue(f"not run: the session failed: {self.state.error}")
@@ -374,7 +372,7 @@ class Session(Cluster):
             cell.worker_ended(index, content)
             if len(cell.ends) == len(self.state.workers):
                 cell.all_ended_at = time.monotonic()
-        self._last_progress = time.monotonic()
+        self._handle(Progress(index))
         self._dirty = True
 
     def _route_log(self, index: int, text: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from nbworkers.distlib import session_wire
 
 from .errors import RunFailed
+from .shapes import ClusterSnapshot
 from .state import WorkerState
 
 CELL_STATES = ("queued", "running", "finished", "failed", "stopped", "cancelled")
@@ -68,11 +69,11 @@ class SessionCell:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ClusterSnapshot:
         with self.session._lock:
             return self._snapshot()
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self) -> ClusterSnapshot:
         first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
         end = self.ended or time.time()
         return {

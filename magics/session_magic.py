@@ -2,7 +2,8 @@
 
 ``%%worker -n 2 --session train`` starts session ``train`` with this cell as its cell 1 (run again while the
 session lives, it runs the cell in it: the launch flags then do not apply); ``%%worker --session train``
-runs the next cell in the same processes. Each returns the cell's handle at once (its live view), or with
+runs the next cell in the same processes (``--backend ray`` too: the session's workers are Ray-hosted, its
+command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view), or with
 ``--block`` waits, leaves the final summary, and raises ``RunFailed`` when the cell failed.
 """
 
@@ -18,6 +19,7 @@ from . import registry
 from .errors import LaunchError, RunFailed
 from .launch import build_spec, check_syntax
 from .names import valid_name
+from .shapes import ClusterSnapshot
 
 LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"), ("push", "--push"))
 
@@ -40,9 +42,6 @@ def check_session_args(args: Namespace) -> None:
         raise LaunchError(f"--session {args.session!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if args.name and args.name != args.session:
         raise LaunchError("--session NAME is the cluster's name too: leave --name out.")
-    if getattr(args, "backend", "local") != "local":
-        raise LaunchError("--session works with the local backend only for now; --backend ray runs one cell per "
-                          "launch (plain %%worker --backend ray).")
     used = [flag for attr, flag in LAUNCH_ONLY if getattr(args, attr, None)]
     if used:
         raise LaunchError(f"{', '.join(used)}: not available with --session (a session's workers are all "
@@ -96,7 +95,7 @@ def stop_cell(name: str) -> str:
     }.get(done, done)
 
 
-def session_column(snapshot: dict[str, Any]) -> str:
+def session_column(snapshot: ClusterSnapshot) -> str:
     """`%workers` status suffix of a session: its cell count and idle/busy."""
     info = snapshot.get("session")
     if not info:

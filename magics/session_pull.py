@@ -89,7 +89,8 @@ class PullRequest:
 def decode(meta: dict[str, Any], payload: bytes, worker: int = 0) -> Any:
     """The value of a reply: JSON values as they are, ``{TAG: "array"}`` as numpy arrays (never pickle)."""
     sizes = meta.get("blobs")
-    if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes) or sum(sizes) != len(payload):
+    if (not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes)
+            or sum(sizes) != len(payload)):
         raise PullError(f"refused worker {worker}'s reply: its array sizes do not add up")
     blobs, at = [], 0
     for n in sizes:
@@ -149,11 +150,12 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
     deadline = time.monotonic() + session.settings.pull_timeout
     while True:  # the workers may still be starting (or restarting)
         with session._lock:
-            if session._done.is_set() or session._stopping_since is not None:
+            if session._done.is_set() or session._core.stopping:
                 raise PullError(f"session {session.name!r} is {session.status}: nothing to pull from")
-            ready = session._pending_restart is None and worker in session._channel.ready_workers()
+            ready = not session._core.restart_pending and worker in session._channel.ready_workers()
             if ready:
-                request = PullRequest(uuid.uuid4().hex, worker, session.state.generation, session.settings.pull_max_bytes)
+                request = PullRequest(uuid.uuid4().hex, worker, session.state.generation,
+                                      session.settings.pull_max_bytes)
                 session._pulls[request.request] = request
                 reached = session._channel.send(
                     "pull", workers=[worker], request=request.request, expression=expression,

@@ -23,6 +23,7 @@ def session_view_factory(cell: Any) -> Any:
 def _widget_view(cell: Any) -> Any:
     import traitlets as t
 
+    from .shapes import ClusterSnapshot
     from .widget import ClusterWidget, ClusterWidgetView, answer_on_frontend_subshell
 
     class SessionWidget(ClusterWidget):
@@ -36,14 +37,14 @@ def _widget_view(cell: Any) -> Any:
             self.widget.on_msg(self._on_custom_msg)
             answer_on_frontend_subshell(self.widget.comm)
 
-        def _apply(self, snapshot: dict[str, Any]) -> None:
+        def _apply(self, snapshot: ClusterSnapshot) -> None:
             session = snapshot.get("session") or {}
             with self._lock:
                 if session != self.widget.session:
                     self.widget.session = session
             super()._apply(snapshot)
 
-        def finish(self, snapshot: dict[str, Any]) -> None:
+        def finish(self, snapshot: ClusterSnapshot) -> None:
             super().finish(snapshot)
             with self._lock:
                 self.widget.send_state(key=["session"])

@@ -6,11 +6,12 @@ Set them from Jupyter/IPython config (``c.WorkerSettings.stop_grace = 10``) or a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import Configurable
+
+from nbworkers.distlib import env_settings
 
 
 class WorkerSettings(Configurable):
@@ -26,40 +27,43 @@ class WorkerSettings(Configurable):
     stop_grace = Float(5.0, help="Seconds between SIGTERM and SIGKILL when a worker group is stopped.").tag(
         config=True
     )
-    failure_grace = Float(2.0, help="Seconds the other workers get after one failed, before they are stopped.").tag(
-        config=True
-    )
+    stop_kill_margin = Float(2.0, help="Seconds beyond stop_grace the supervisor waits for a stopped group's hosts "
+                             "to exit before it kills their process groups itself.").tag(config=True)
+    stop_wait_margin = Float(5.0, help="Seconds beyond stop_grace that `%workers stop` (and the REST API's DELETE) "
+                             "wait for a group to end.").tag(config=True)
+    exit_stop_margin = Float(3.0, help="Seconds beyond stop_grace a kernel that shuts down waits for each of its "
+                             "clusters to stop.").tag(config=True)
+    relay_drain_time = Float(0.3, help="Seconds the supervisor keeps reading the relay after a group ended, for the "
+                             "hosts' last log lines and exit codes.").tag(config=True)
+    relay_drain_poll = Float(0.05, help="Seconds one read of that drain waits for a message.").tag(config=True)
     port_retries = Int(3, help="Relaunches of a group whose TensorFlow server could not bind its port.").tag(
         config=True
     )
-    max_restarts = Int(3, help="Group restarts after retryable failures (crash, OOM, preemption, stall); --max-restarts.").tag(
-        config=True
-    )
+    max_restarts = Int(3, help="Group restarts after retryable failures (crash, OOM, preemption, stall); "
+                       "--max-restarts.").tag(config=True)
     restart_backoff = Float(1.0, help="Seconds before the first restart; doubles with each further restart.").tag(
         config=True
     )
     restart_backoff_max = Float(30.0, help="The longest wait before a restart, in seconds.").tag(config=True)
-    stall_timeout = Float(1800.0, help="Seconds without any progress (logs, metrics) before the watchdog acts; 0: off.").tag(
-        config=True
-    )
+    stall_timeout = Float(1800.0, help="Seconds without any progress (logs, metrics) before the watchdog acts; "
+                          "0: off.").tag(config=True)
     stack_dump_wait = Float(3.0, help="Seconds the watchdog gives workers to write their stacks before acting.").tag(
         config=True
     )
-    evaluator_grace = Float(60.0, help="Seconds the evaluator may keep running after training ended before it is stopped.").tag(
-        config=True
-    )
+    evaluator_grace = Float(60.0, help="Seconds the evaluator may keep running after training ended before it is "
+                            "stopped.").tag(config=True)
     log_tail_lines = Int(300, help="Log lines per worker kept in the kernel and shown; the full log is on disk.").tag(
         config=True
     )
-    python_check_timeout = Float(60.0, help="Seconds allowed to check that a --python interpreter can run workers.").tag(
-        config=True
-    )
+    python_check_timeout = Float(60.0, help="Seconds allowed to check that a --python interpreter can run "
+                                 "workers.").tag(config=True)
     state_file_interval = Float(1.0, help="Seconds between writes of a running cluster's state.json.").tag(config=True)
     spares = Int(-1, help="Warm spare workers (TensorFlow imported) kept after a run for the next one: -1 as many as "
-                 "the last cluster had workers, 0 off, N that many (at most spares_max). Default: $NBWORKERS_SPARES or -1.").tag(
-                     config=True)
+                 "the last cluster had workers, 0 off, N that many (at most spares_max). Default: "
+                 "$NBWORKERS_SPARES or -1.").tag(config=True)
     spares_max = Int(4, help="Most warm spares kept at once (each holds about 0.5 GB).").tag(config=True)
-    spare_idle_timeout = Float(600.0, help="Seconds an unused warm spare is kept before it is stopped.").tag(config=True)
+    spare_idle_timeout = Float(600.0, help="Seconds an unused warm spare is kept before it is stopped.").tag(
+        config=True)
     spare_memory_mb = Int(600, help="Memory one warm spare is expected to take, in MB.").tag(config=True)
     spare_min_available_mb = Int(2048, help="Available memory (MB) spares must leave; below it they are dropped.").tag(
         config=True
@@ -80,6 +84,8 @@ class WorkerSettings(Configurable):
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
         config=True)
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
+    widget_chart_points = Int(300, help="Points per worker and metric the widget's charts keep (older history is "
+                              "merged by step).").tag(config=True)
     # sessions (issue 16, magics/session.py): %%worker --session NAME
     session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
                                "cell raised, before their collectives are aborted.").tag(config=True)
@@ -95,38 +101,40 @@ class WorkerSettings(Configurable):
     pull_chunk_bytes = Int(2**20, help="Raw bytes per pull reply message (sent base64 in JSON).").tag(config=True)
     # trust (issue 19): what a blocking wait leaves in the cell, and how the widget notices a dead kernel
     echo_lines = Int(200, help="Lines per worker a blocking wait (--block, %workers wait) writes into the cell as "
-                     "they come, prefixed [i]; then only a count, and the last echo_tail_lines at the end. 0: none.").tag(
-                         config=True)
+                     "they come, prefixed [i]; then only a count, and the last echo_tail_lines at the end. "
+                     "0: none.").tag(config=True)
     echo_tail_lines = Int(40, help="Last lines per worker shown when a blocking wait ends, if its output was cut.").tag(
         config=True)
-    tensorboard_start_timeout = Float(90.0, help="Seconds `%workers tensorboard NAME` waits for TensorBoard to serve.").tag(
+    tensorboard_start_timeout = Float(90.0, help="Seconds `%workers tensorboard NAME` waits for TensorBoard to "
+                                      "serve.").tag(config=True)
+    tensorboard_reload_interval = Float(5.0, help="Seconds between TensorBoard's reads of new event files.").tag(
         config=True)
-    tensorboard_reload_interval = Float(5.0, help="Seconds between TensorBoard's reads of new event files.").tag(config=True)
     # hardening (issue 15): every limit on what workers (or anyone who reaches the relay) can make the kernel hold
     relay_max_message_bytes = Int(8 * 2**20, help="Largest relay message (bytes) the kernel accepts; a bigger frame "
                                   "closes the sender's connection. Room for `pull` chunks (1 MiB base64 in JSON).").tag(
                                       config=True)
-    relay_receive_hwm = Int(100, help="Relay messages queued per sender in the kernel before senders wait.").tag(config=True)
-    relay_replay_history = Int(65536, help="Signatures the relay remembers to refuse replayed messages.").tag(config=True)
-    max_line_chars = Int(64 * 1024, help="Longest output line kept in the kernel, the widget and state.json; the "
+    relay_receive_hwm = Int(100, help="Relay messages queued per sender in the kernel before senders wait.").tag(
+        config=True)
+    relay_replay_history = Int(65536, help="Signatures the relay remembers to refuse replayed messages.").tag(
+        config=True)
+    max_line_chars = Int(env_settings.MAX_LINE_CHARS.default, help="Longest output line kept in the kernel, the "
+                         "widget and state.json; the "
                          "rest is cut (noted); the log file on disk keeps it all.").tag(config=True)
     max_workers = Int(64, help="Largest -n (plus --ps/--chief/--evaluator tasks) a %%worker run may ask for.").tag(
         config=True)
 
+    # The defaults environment variables give (distlib/env_settings.py: a bad value warns and uses the default)
     @default("spares")
     def _default_spares(self) -> int:
-        try:
-            return int(os.environ.get("NBWORKERS_SPARES", "-1"))
-        except ValueError:
-            return -1
+        return env_settings.SPARES.get()
 
     @default("zygote")
     def _default_zygote(self) -> bool:
-        return os.environ.get("NBWORKERS_ZYGOTE", "1").strip().lower() not in ("0", "false", "no", "off")
+        return env_settings.ZYGOTE.get()
 
     @default("run_root")
     def _default_run_root(self) -> str:
-        return os.environ.get("NBWORKERS_RUN_ROOT") or str(Path.home() / ".nbworkers" / "runs")
+        return str(Path(env_settings.RUN_ROOT.get()).expanduser())
 
 
 _settings: WorkerSettings | None = None

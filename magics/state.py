@@ -1,7 +1,8 @@
 """What the kernel knows about a cluster and its workers, built from relay messages and process exits.
 
 ``ClusterState.snapshot()`` is the one plain, JSON-able picture of a run that every view reads: the live
-text/HTML output, the widget, ``%workers``, the state file the server extension serves.
+text/HTML output, the widget, ``%workers``, the state file the server extension serves. Its shape is declared
+in ``magics/shapes.py`` (``ClusterSnapshot``, ``WorkerSnapshot``); statuses are ``magics/statuses.py``'s.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .logtail import LogTail
+from .shapes import ClusterSnapshot, RestartEntry, WorkerSnapshot
+from .statuses import ClusterStatus
 
-CLUSTER_STATES = ("starting", "running", "stopping", "finished", "failed", "stopped", "restarting")
-DONE_STATES = ("finished", "failed", "stopped")
+CLUSTER_STATES = tuple(status.value for status in ClusterStatus)
+# the ends a run's own kernel records (LOST, also terminal, is what others conclude when that kernel died)
+DONE_STATES = (ClusterStatus.FINISHED.value, ClusterStatus.FAILED.value, ClusterStatus.STOPPED.value)
 
 
 @dataclass
@@ -81,7 +85,7 @@ class WorkerState:
             self.detail = detail or ""
         self.status = state
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WorkerSnapshot:
         return {
             "index": self.index,
             "role": self.role,
@@ -120,7 +124,7 @@ class ClusterState:
     restarts: int = 0
     restart_causes: list[str] = field(default_factory=list)
     # one entry per restart: generation, cause, kind, worker, time, resumed_from {epoch, step} (once known)
-    restart_history: list[dict[str, Any]] = field(default_factory=list)
+    restart_history: list[RestartEntry] = field(default_factory=list)
     failure_kind: str = ""  # the WorkerFailure class behind a failed run (magics/failures.py)
     generation: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
@@ -134,7 +138,7 @@ class ClusterState:
     def wall_time(self) -> float:
         return (self.ended or time.time()) - self.started
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ClusterSnapshot:
         return {
             "name": self.name,
             "backend": self.backend,
@@ -145,7 +149,7 @@ class ClusterState:
             "wall_time": self.wall_time(),
             "restarts": self.restarts,
             "restart_causes": list(self.restart_causes),
-            "restart_history": [dict(entry) for entry in self.restart_history],
+            "restart_history": [RestartEntry(**entry) for entry in self.restart_history],  # copies
             "failure_kind": self.failure_kind,
             "generation": self.generation,
             "run_dir": self.run_dir,

@@ -20,7 +20,7 @@ class ClusterStatus(str, Enum):
     FINISHED = "finished"  # every awaited worker exited 0
     FAILED = "failed"  # a failure the policy did not restart (the error says which)
     STOPPED = "stopped"  # stopped by request (not a failure)
-    LOST = "lost"  # the state file says it runs but its kernel is dead (magics/leftovers.py)
+    LOST = "lost"  # the state file says it runs but its kernel is dead (magics/liveness.py)
 
     def __str__(self) -> str:
         return self.value

@@ -1,7 +1,7 @@
 """Plain-text and HTML renderings of a cluster snapshot: the live fallback and the final summary.
 
 These are what static renderers (nbconvert, GitHub, a headless nbclient run) and front ends without widget
-support show. Every function takes the dict of ``ClusterState.snapshot()`` and returns a string; they never
+support show. Every function takes a ``ClusterSnapshot`` (magics/shapes.py) and returns a string; they never
 raise on missing fields (a snapshot from an older or partial run still renders).
 """
 
@@ -10,11 +10,13 @@ from __future__ import annotations
 import html
 import math
 import signal
-from typing import Any
+from typing import Any, Final
 
 from .run_errors import ERROR_BELOW_KEY
+from .shapes import ClusterSnapshot, WorkerSnapshot
 from .state import DONE_STATES
 
+# One label and one colour for every status of a run and of a worker (magics/statuses.py; a test holds that).
 STATUS_LABELS = {
     "starting": "starting",
     "waiting": "waiting for peers",
@@ -23,6 +25,8 @@ STATUS_LABELS = {
     "failed": "failed",
     "stopped": "stopped",
     "restarting": "restarting",
+    "stopping": "stopping",
+    "lost": "lost (its kernel died)",
 }
 STATUS_COLORS = {  # badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
     "starting": "#6b7280",
@@ -32,12 +36,15 @@ STATUS_COLORS = {  # badge colours, shared with widget.css in spirit (inline her
     "failed": "#b91c1c",
     "stopped": "#6b21a8",
     "restarting": "#c2410c",
+    "stopping": "#7c3aed",
+    "lost": "#374151",
 }
 TRACEBACK_TAIL_LINES = 20
 LIVE_TAIL_LINES = 3
 OUTPUT_TAIL_LINES = 10  # per worker, in a final summary no blocking wait wrote the output beside (saved notebooks)
 OUTPUT_LINE_CHARS = 300
-ECHOED_KEY = "output_echoed"  # a blocking wait wrote the workers' output into the cell (magics/echo.py): no tails
+# a blocking wait wrote the workers' output into the cell (magics/echo.py): no tails
+ECHOED_KEY: Final = "output_echoed"
 
 
 def status_label(status: str | None) -> str:
@@ -72,12 +79,12 @@ def format_metrics(metrics: dict[str, Any] | None) -> str:
     return ", ".join(f"{name}={format_number(value)}" for name, value in (metrics or {}).items())
 
 
-def worker_name(worker: dict[str, Any]) -> str:
+def worker_name(worker: WorkerSnapshot) -> str:
     role = worker.get("role") or "worker"
     return f"#{worker.get('index', '?')} {role}:{worker.get('role_index', 0)}"
 
 
-def epoch_text(worker: dict[str, Any]) -> str:
+def epoch_text(worker: WorkerSnapshot) -> str:
     """``epoch 2/5 step 30/100``; empty parts are left out. Reports are 1-based, as Keras prints them."""
     parts = []
     epoch, epochs_total = worker.get("epoch"), worker.get("epochs_total")
@@ -101,7 +108,7 @@ def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -
     return tail[-limit:]
 
 
-def exit_text(worker: dict[str, Any]) -> str:
+def exit_text(worker: WorkerSnapshot) -> str:
     """How a worker's process ended, in words: ``exit code 1``, ``killed by SIGKILL``; nothing for a clean exit
     or for a worker nbworkers stopped (its SIGTERM/SIGKILL is not news: the status says "stopped")."""
     code = worker.get("exit_code")
@@ -115,7 +122,7 @@ def exit_text(worker: dict[str, Any]) -> str:
     return f"exit code {code}"
 
 
-def headline(snapshot: dict[str, Any]) -> str:
+def headline(snapshot: ClusterSnapshot) -> str:
     status = snapshot.get("status") or "unknown"
     workers = snapshot.get("workers") or []
     label = "stopped by you" if status == "stopped" else status_label(status)
@@ -143,7 +150,7 @@ def resume_text(resumed: dict[str, Any] | None) -> str:
     return f"resumed from a checkpoint at {where}"
 
 
-def restart_lines(snapshot: dict[str, Any]) -> list[str]:
+def restart_lines(snapshot: ClusterSnapshot) -> list[str]:
     """One line per restart: its kind, its cause and whether it resumed from a checkpoint (once known)."""
     history = snapshot.get("restart_history") or []
     if not history:
@@ -159,7 +166,7 @@ def restart_lines(snapshot: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- text
 
 
-def render_text(snapshot: dict[str, Any]) -> str:
+def render_text(snapshot: ClusterSnapshot) -> str:
     """A few lines for ``text/plain``: one per worker; log paths and the error when the run is over."""
     done = snapshot.get("status") in DONE_STATES
     lines = [headline(snapshot)]
@@ -221,7 +228,7 @@ def _row(cells: list[str], tag: str = "td") -> str:
     return "<tr>" + "".join(f"<{tag} {_CELL}>{c}</{tag}>" for c in cells) + "</tr>"
 
 
-def _worker_rows(snapshot: dict[str, Any], with_logs: bool) -> str:
+def _worker_rows(snapshot: ClusterSnapshot, with_logs: bool) -> str:
     header = ["worker", "host", "status", "progress", "metrics", "steps/s", "restarts"]
     if with_logs:
         header.append("log")
@@ -246,7 +253,7 @@ def _worker_rows(snapshot: dict[str, Any], with_logs: bool) -> str:
     return f'<table class="nbw-workers" {_TABLE}>{"".join(rows)}</table>'
 
 
-def _error_html(snapshot: dict[str, Any]) -> str:
+def _error_html(snapshot: ClusterSnapshot) -> str:
     parts = []
     if snapshot.get("error"):
         parts.append(f'<p style="color:#b91c1c"><b>Error:</b> {_esc(snapshot["error"])}</p>')
@@ -263,7 +270,7 @@ def _error_html(snapshot: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_html(snapshot: dict[str, Any]) -> str:
+def render_html(snapshot: ClusterSnapshot) -> str:
     """The live ``text/html`` view: a worker table and each worker's last log lines.
 
     Once the run is over this is the final summary (:func:`render_summary_html`).
@@ -275,7 +282,8 @@ def render_html(snapshot: dict[str, Any]) -> str:
         last = (worker.get("log_tail") or [])[-LIVE_TAIL_LINES:]
         if last:
             tails.append(f"{worker_name(worker)}: " + "\n  ".join(last))
-    logs = f'<pre style="font-size:0.85em;max-height:12em;overflow:auto">{_esc(chr(10).join(tails))}</pre>' if tails else ""
+    logs = (f'<pre style="font-size:0.85em;max-height:12em;overflow:auto">{_esc(chr(10).join(tails))}</pre>'
+            if tails else "")
     where = f'<p style="font-size:0.85em">Logs: <code>{_esc(snapshot.get("run_dir") or "")}</code></p>'
     return (
         f'<div class="nbw-fallback"><p><b>{_esc(headline(snapshot))}</b></p>'
@@ -283,7 +291,7 @@ def render_html(snapshot: dict[str, Any]) -> str:
     )
 
 
-def _output_tails(snapshot: dict[str, Any]) -> list[str]:
+def _output_tails(snapshot: ClusterSnapshot) -> list[str]:
     """The last lines each worker printed (not the failed ones: their traceback is shown), prefixed ``[i]``, so a
     saved notebook keeps the workers' output; none when a blocking wait already wrote it into the cell."""
     if snapshot.get(ECHOED_KEY):
@@ -296,12 +304,12 @@ def _output_tails(snapshot: dict[str, Any]) -> list[str]:
         if not tail:
             continue
         out.append(f"--- last lines of {worker_name(worker)}'s output ---")
-        out.extend(f"[{worker.get('index', '?')}] {x if len(x) <= OUTPUT_LINE_CHARS else x[:OUTPUT_LINE_CHARS] + ' ...'}"
-                   for x in tail)
+        index = worker.get("index", "?")
+        out.extend(f"[{index}] {x if len(x) <= OUTPUT_LINE_CHARS else x[:OUTPUT_LINE_CHARS] + ' ...'}" for x in tail)
     return out
 
 
-def render_summary_html(snapshot: dict[str, Any]) -> str:
+def render_summary_html(snapshot: ClusterSnapshot) -> str:
     """The final summary: status, epochs, last metrics, wall time, log paths, the error when it failed."""
     tails = _output_tails(snapshot)
     output = (f"<details><summary>The workers' last output lines</summary>"
@@ -319,5 +327,5 @@ def render_summary_html(snapshot: dict[str, Any]) -> str:
     )
 
 
-def _failed(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+def _failed(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
     return [w for w in snapshot.get("workers") or [] if w.get("status") == "failed"]

@@ -8,7 +8,9 @@ is unit-tested in milliseconds (tests/test_supervisor_*.py).
 
 It owns every status change of the run (``ClusterState.status``) and of its workers (``WorkerState.status``),
 and the restart bookkeeping of the state (generation, restarts, history). Whether a failure is restarted is
-the policy's (magics/restart_policy.py); each launch of the group is an ``Attempt``.
+the policy's (magics/restart_policy.py); each launch of the group is an ``Attempt``. Statuses are named by
+``ClusterStatus``/``WorkerStatus`` (magics/statuses.py) and stored as their plain string values, so a snapshot
+is plain data (JSON, ``repr``) everywhere it goes.
 """
 
 from __future__ import annotations
@@ -17,17 +19,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import events as ev
 from . import roles
-from .events import (
-    Action, DumpStacks, Ended, Exited, Failed, KillGroup, LaunchFailed, Metrics, Progress, Relaunch, RestartRequested,
-    RestartScheduled, RetireWorker, StatusReported, StopGroup, StopRequested, SupervisorCrashed, Tick,
-)
 from .failures import GroupStalled, RelaunchFailed, RunTimedOut, WorkerFailure, classify_exit, root_cause
 from .restart_policy import RestartPolicy
 from .state import ClusterState
 from .statuses import ClusterStatus, WorkerStatus
-
-KILL_MARGIN = 2.0  # seconds after the stop grace before SIGKILL (the hosts SIGKILL their worker at stop_grace)
 
 
 @dataclass(frozen=True)
@@ -39,16 +36,18 @@ class Timings:
     stack_dump_wait: float = 3.0
     evaluator_grace: float = 60.0
     run_timeout: float = 0.0  # --timeout; 0: none
-    kill_margin: float = KILL_MARGIN
+    kill_margin: float = 2.0  # stop_kill_margin: beyond stop_grace, the supervisor kills what is left
 
     @classmethod
-    def from_settings(cls, settings: Any, stall_timeout: float | None = None, run_timeout: float | None = None) -> "Timings":
+    def from_settings(cls, settings: Any, stall_timeout: float | None = None,
+                      run_timeout: float | None = None) -> "Timings":
         return cls(
             stop_grace=settings.stop_grace,
             stall_timeout=stall_timeout if stall_timeout is not None else settings.stall_timeout,
             stack_dump_wait=settings.stack_dump_wait,
             evaluator_grace=roles.evaluator_grace(settings),
             run_timeout=run_timeout or 0.0,
+            kill_margin=settings.stop_kill_margin,
         )
 
 
@@ -102,44 +101,47 @@ class Supervisor:
         return self.all_exited and self.pending is None
 
     # ------------------------------------------------------------------------------------- events
-    def handle(self, event: Any) -> list[Action]:
+    def handle(self, event: Any) -> list[ev.Action]:
+        """Apply one event (magics/events.py; each has its ``_on_<Event>`` below); the actions the cluster must
+        carry out, in order."""
         handler = getattr(self, "_on_" + type(event).__name__, None)
         if handler is None:
             raise TypeError(f"the supervisor has no handler for {event!r}")
         return handler(event) or []
 
-    def _on_Progress(self, event: Progress) -> None:
+    def _on_Progress(self, event: ev.Progress) -> None:
         self.attempt.last_progress = self.clock()
 
-    def _on_Metrics(self, event: Metrics) -> None:
+    def _on_Metrics(self, event: ev.Metrics) -> None:
         self.attempt.last_progress = self.clock()
         self.state.workers[event.worker].apply_metrics(event.content)
         self._note_resume(event.content)
         if self.state.status == ClusterStatus.STARTING:
-            self.state.status = ClusterStatus.RUNNING
+            self.state.status = ClusterStatus.RUNNING.value
         self.dirty = True
 
-    def _on_StatusReported(self, event: StatusReported) -> None:
+    def _on_StatusReported(self, event: ev.StatusReported) -> None:
         self.attempt.last_progress = self.clock()
         worker = self.state.workers[event.worker]
         if worker.exit_code is None and self.pending is None:
             worker.apply_status(_worker_status(event.state), event.detail)
-            if event.state in (WorkerStatus.RUNNING, WorkerStatus.WAITING) and self.state.status == ClusterStatus.STARTING:
-                self.state.status = ClusterStatus.RUNNING
+            started = event.state in (WorkerStatus.RUNNING, WorkerStatus.WAITING)
+            if started and self.state.status == ClusterStatus.STARTING:
+                self.state.status = ClusterStatus.RUNNING.value
         self.dirty = True
 
-    def _on_StopRequested(self, event: StopRequested) -> list[Action]:
+    def _on_StopRequested(self, event: ev.StopRequested) -> list[ev.Action]:
         if self.stopping:
             return []
         self.pending = None
         return self._begin_stop(ClusterStatus.STOPPED)
 
-    def _on_RestartRequested(self, event: RestartRequested) -> list[Action]:
+    def _on_RestartRequested(self, event: ev.RestartRequested) -> list[ev.Action]:
         if self.stopping or self.pending is not None:
             return []
         return self._on_failure(event.cause)
 
-    def _on_Exited(self, event: Exited) -> list[Action]:
+    def _on_Exited(self, event: ev.Exited) -> list[ev.Action]:
         failures = []
         for index, code, log_tail in event.exits:
             worker = self.state.workers[index]
@@ -148,26 +150,26 @@ class Supervisor:
             worker.exit_code = code
             self.dirty = True
             if self.pending is not None:
-                worker.status = WorkerStatus.RESTARTING
+                worker.status = WorkerStatus.RESTARTING.value
             elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
-                worker.status = WorkerStatus.FINISHED
+                worker.status = WorkerStatus.FINISHED.value
             elif self.stopping:
                 stopped = self.final_status == ClusterStatus.STOPPED or worker.status != WorkerStatus.FAILED
-                worker.status = WorkerStatus.STOPPED if stopped else WorkerStatus.FAILED
+                worker.status = (WorkerStatus.STOPPED if stopped else WorkerStatus.FAILED).value
             else:
-                worker.status = WorkerStatus.FAILED
+                worker.status = WorkerStatus.FAILED.value
                 failures.append(classify_exit(index, code, log_tail))
                 worker.detail = worker.detail or str(failures[-1])
         return self._on_failure(root_cause(failures)) if failures else []
 
-    def _on_Tick(self, event: Tick) -> list[Action]:
+    def _on_Tick(self, event: ev.Tick) -> list[ev.Action]:
         now = self.clock()
-        actions: list[Action] = []
+        actions: list[ev.Action] = []
         if not self.stopping and self.timings.run_timeout and now - self.started > self.timings.run_timeout:
             actions += self._fail(RunTimedOut(f"the run timed out after {self.timings.run_timeout:g} s (--timeout)"))
         if self.kill_deadline is not None and now > self.kill_deadline:
             self.kill_deadline = None
-            actions.append(KillGroup())
+            actions.append(ev.KillGroup())
         if event.idle:  # an idle session is not stalled
             self.attempt.last_progress = now
         else:
@@ -178,61 +180,62 @@ class Supervisor:
             actions += self._relaunch()
         return actions
 
-    def _on_LaunchFailed(self, event: LaunchFailed) -> list[Action]:
+    def _on_LaunchFailed(self, event: ev.LaunchFailed) -> list[ev.Action]:
         return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
 
-    def _on_Ended(self, event: Ended) -> list[Action]:
+    def _on_Ended(self, event: ev.Ended) -> list[ev.Action]:
         self.state.ended = self.wall()
         self.dirty = True
         if self.state.status != ClusterStatus.FAILED:
             if self.stopping:
-                self.state.status = ClusterStatus(self.final_status)
+                self.state.status = self.final_status
             elif all(w.exit_code == 0 or w.index in self.attempt.retired for w in self.state.workers):
-                self.state.status = ClusterStatus.FINISHED
+                self.state.status = ClusterStatus.FINISHED.value
             else:
-                self.state.status = ClusterStatus.FAILED
-        return [KillGroup()]
+                self.state.status = ClusterStatus.FAILED.value
+        return [ev.KillGroup()]
 
-    def _on_SupervisorCrashed(self, event: SupervisorCrashed) -> list[Action]:
-        self.state.status = ClusterStatus.FAILED
+    def _on_SupervisorCrashed(self, event: ev.SupervisorCrashed) -> list[ev.Action]:
+        self.state.status = ClusterStatus.FAILED.value
         self.state.error = "nbworkers supervisor crashed:\n" + event.traceback
         self.dirty = True
-        return [KillGroup()]
+        return [ev.KillGroup()]
 
     # ------------------------------------------------------------------------------------- transitions
-    def _on_failure(self, failure: WorkerFailure) -> list[Action]:
+    def _on_failure(self, failure: WorkerFailure) -> list[ev.Action]:
         """Restart the whole group when the policy allows it, else stop it and show why."""
         decision = self.policy.decide(failure)
         if not decision.restart:
             return self._fail(decision.failure)
         self.pending = failure
         self.restart_due = self.clock() + decision.backoff
-        self.state.status = ClusterStatus.RESTARTING
+        self.state.status = ClusterStatus.RESTARTING.value
         for worker in self.state.workers:
-            worker.status = WorkerStatus.RESTARTING
-        return [self._stop_group(), RestartScheduled(failure)]
+            worker.status = WorkerStatus.RESTARTING.value
+        return [self._stop_group(), ev.RestartScheduled(failure)]
 
-    def _fail(self, failure: WorkerFailure) -> list[Action]:
+    def _fail(self, failure: WorkerFailure) -> list[ev.Action]:
         self.pending = None  # a failed run is not restarted
-        self.state.status = ClusterStatus.FAILED
+        self.state.status = ClusterStatus.FAILED.value
         self.state.failure_kind = failure.kind
         # a short message: the worker's traceback is shown from its log tail, once (views, RunFailed)
         self.state.error = f"{str(failure).rstrip('.')}."
-        return self._begin_stop(ClusterStatus.FAILED) + [Failed(failure)]
+        return self._begin_stop(ClusterStatus.FAILED) + [ev.Failed(failure)]
 
-    def _begin_stop(self, final_status: ClusterStatus) -> list[Action]:
+    def _begin_stop(self, final_status: ClusterStatus) -> list[ev.Action]:
         self.stopping_since = self.clock()
         if self.state.status != ClusterStatus.FAILED:
-            self.state.status = ClusterStatus.STOPPING if final_status == ClusterStatus.STOPPED else final_status
-        self.final_status = final_status
+            stopping = ClusterStatus.STOPPING if final_status == ClusterStatus.STOPPED else final_status
+            self.state.status = stopping.value
+        self.final_status = final_status.value
         return [self._stop_group()]
 
-    def _stop_group(self) -> StopGroup:
+    def _stop_group(self) -> ev.StopGroup:
         self.kill_deadline = self.clock() + self.timings.stop_grace + self.timings.kill_margin
         self.dirty = True
-        return StopGroup()
+        return ev.StopGroup()
 
-    def _check_stall(self, now: float) -> list[Action]:
+    def _check_stall(self, now: float) -> list[ev.Action]:
         """The no-progress watchdog: dump every worker's stacks into its log, then restart or fail the group."""
         stall, attempt = self.timings.stall_timeout, self.attempt
         if not stall or self.stopping or self.pending is not None:
@@ -242,7 +245,7 @@ class Supervisor:
                 return []
             # The stack dumps themselves are log output: from here on, silence is not measured again.
             attempt.stacks_dumped_at = now
-            return [DumpStacks()]
+            return [ev.DumpStacks()]
         if now - attempt.stacks_dumped_at < self.timings.stack_dump_wait:
             return []
         attempt.stacks_dumped_at = None
@@ -250,7 +253,7 @@ class Supervisor:
             f"no worker reported progress for {stall:g} s (--stall-timeout); their stacks are in their logs"
         ))
 
-    def _retire_unawaited(self, now: float) -> list[Action]:
+    def _retire_unawaited(self, now: float) -> list[ev.Action]:
         """Servers (ParameterServerStrategy's workers and ps) never exit, an evaluator may watch for checkpoints
         forever: once every awaited task exited well, stop them (servers at once, the evaluator after
         evaluator_grace); the run then ends as finished."""
@@ -260,17 +263,18 @@ class Supervisor:
             return []
         attempt = self.attempt
         attempt.training_ended_at = attempt.training_ended_at or now
-        actions: list[Action] = []
+        actions: list[ev.Action] = []
         for i in roles.due_for_retirement(self.tasks, now - attempt.training_ended_at, self.timings.evaluator_grace):
             if i not in attempt.retired and self.state.workers[i].exit_code is None:
                 attempt.retired.add(i)
                 self.state.workers[i].detail = roles.retirement_detail(self.tasks[i])
-                actions.append(RetireWorker(i))
+                actions.append(ev.RetireWorker(i))
                 self.dirty = True
         return actions
 
-    def _relaunch(self) -> list[Action]:
+    def _relaunch(self) -> list[ev.Action]:
         cause, self.pending = self.pending, None
+        assert cause is not None
         state = self.state
         state.generation += 1
         state.restarts += 1
@@ -279,16 +283,16 @@ class Supervisor:
             "generation": state.generation, "cause": str(cause), "kind": cause.kind,
             "worker": cause.worker, "time": self.wall(), "resumed_from": None,
         })
-        state.status = ClusterStatus.STARTING
+        state.status = ClusterStatus.STARTING.value
         for worker in state.workers:
-            worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING, None, None, ""
+            worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING.value, None, None, ""
             worker.restarts += 1
             worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
         now = self.clock()
         self.attempt = Attempt(state.generation, cause, now, now)
         self.kill_deadline = None
         self.dirty = True
-        return [Relaunch(self.attempt)]
+        return [ev.Relaunch(self.attempt)]
 
     def _note_resume(self, content: dict[str, Any]) -> None:
         """The first progress after a restart is the point the run resumed from."""
@@ -301,6 +305,6 @@ class Supervisor:
 
 def _worker_status(state: str) -> str:
     try:
-        return WorkerStatus(state)
+        return WorkerStatus(state).value
     except ValueError:  # the relay checks it (distlib/wire.py); kept as sent all the same
         return state

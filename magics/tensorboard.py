@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import rundir
 from .errors import LaunchError
 
 SERVING = re.compile(r"TensorBoard \S+ at (http://\S+?)/? \(Press CTRL\+C to quit\)")
-LOG_FILE = "tensorboard.log"
+LOG_FILE = rundir.TENSORBOARD_LOG_FILE
 
 
 @dataclass
@@ -62,13 +63,13 @@ def start(run_dir: Path, start_timeout: float, reload_interval: float = 5.0) -> 
     if not tensorboard_available():
         raise LaunchError("TensorBoard is not installed in the kernel's environment: "
                           "`pip install \"nbworkers[tensorboard]\"` (or `pip install tensorboard`), then try again.")
-    logdir = Path(run_dir) / "tensorboard"
+    logdir = rundir.tensorboard_dir(run_dir)
     logdir.mkdir(parents=True, exist_ok=True)
     with _lock:
         known = _running.get(str(logdir))
         if known is not None and known.alive():
             return known
-        log_path = Path(run_dir) / LOG_FILE
+        log_path = rundir.tensorboard_log_path(run_dir)
         log = open(log_path, "wb")
         command = [sys.executable, "-m", "nbworkers.magics.tied", "--", sys.executable, "-m", "tensorboard.main",
                    "--logdir", str(logdir), "--port", "0", "--host", "localhost",
@@ -93,7 +94,8 @@ def _wait_for_url(log_path: Path, proc: subprocess.Popen, timeout: float) -> str
         if proc.poll() is not None:
             raise LaunchError(f"TensorBoard exited at start (code {proc.returncode}):\n{text[-2000:]}")
         time.sleep(0.2)
-    proc.stdin.close()
+    if proc.stdin is not None:
+        proc.stdin.close()
     raise LaunchError(f"TensorBoard did not start within {timeout:g} s (settings().tensorboard_start_timeout); "
                       f"its output is in {log_path}.")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import select
+import signal
 import subprocess
 import sys
 
@@ -21,16 +21,14 @@ POLL_INTERVAL = 0.5  # seconds between checks that CMD still runs
 
 
 def stop_group(pgid: int, child: subprocess.Popen, grace: float) -> None:
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            child.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """TERM CMD's group, up to ``grace`` s, KILL (``process_kill``), then reap CMD."""
+    from nbworkers.magics.process_kill import kill_group
+
+    kill_group(pgid, grace)
+    try:
+        child.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

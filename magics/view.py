@@ -1,7 +1,7 @@
 """Live views of a cluster in a cell's output.
 
-A view has ``show()`` (display it in the current output), ``update(snapshot)`` (called at most every
-``flush_interval`` seconds, from the supervisor thread or from a main-thread ``wait()``) and
+A view (``shapes.View``) has ``show()`` (display it in the current output), ``update(snapshot)`` (called at
+most every ``flush_interval`` seconds, from the supervisor thread or from a main-thread ``wait()``) and
 ``finish(snapshot)`` (the run ended: leave a final summary). ``TextView`` is the plain text/HTML one, shown
 where no widget can be (and beside the widget, as its fallback).
 """
@@ -13,14 +13,16 @@ from typing import Any
 
 from IPython.display import display
 
+from .shapes import ClusterSnapshot, View
 
-def render_text(snapshot: dict[str, Any]) -> str:
+
+def render_text(snapshot: ClusterSnapshot) -> str:
     from .summary import render_text as render
 
     return render(snapshot)
 
 
-def render_html(snapshot: dict[str, Any], final: bool = False) -> str:
+def render_html(snapshot: ClusterSnapshot, final: bool = False) -> str:
     from . import summary
 
     return summary.render_summary_html(snapshot) if final else summary.render_html(snapshot)
@@ -42,24 +44,24 @@ class TextView:
         self._handle = None
         self._lock = threading.Lock()
 
-    def _bundle(self, snapshot: dict[str, Any], final: bool = False) -> HtmlBundle:
+    def _bundle(self, snapshot: ClusterSnapshot, final: bool = False) -> HtmlBundle:
         return HtmlBundle(render_text(snapshot), render_html(snapshot, final=final))
 
     def show(self) -> None:
         self._handle = display(self._bundle(self.cluster.snapshot()), display_id=True)
 
-    def update(self, snapshot: dict[str, Any]) -> None:
+    def update(self, snapshot: ClusterSnapshot) -> None:
         with self._lock:
             if self._handle is not None:
                 self._handle.update(self._bundle(snapshot))
 
-    def finish(self, snapshot: dict[str, Any]) -> None:
+    def finish(self, snapshot: ClusterSnapshot) -> None:
         with self._lock:
             if self._handle is not None:
                 self._handle.update(self._bundle(snapshot, final=True))
 
 
-def default_view_factory(cluster: Any):
+def default_view_factory(cluster: Any) -> View:
     from .settings import settings
 
     if settings().widget:

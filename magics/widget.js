@@ -1,94 +1,11 @@
-// nbworkers live training widget (anywidget ESM, no build step, no network).
+// nbworkers live training widget (anywidget ESM, no build step, no network), part 3 of 3: the view.
 // State comes from four synced traits: cluster (header + cards), logs, series (chart), notice.
+// widget.py puts uPlot, widget_cards.js and widget_chart.js in front of this file: one module.
 
-const STATUS_LABELS = {
-  starting: "starting",
-  waiting: "waiting for peers",
-  running: "running",
-  finished: "finished",
-  failed: "failed",
-  stopped: "stopped",
-  restarting: "restarting",
-};
-const DONE = new Set(["finished", "failed", "stopped"]);
-const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
-const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
-const SVG_NS = "http://www.w3.org/2000/svg";
 const BUTTON_PENDING_MS = 8000;
-const TRACEBACK_LINES = 20;
 const DEAD_KERNEL_STATES = new Set(["restarting", "autorestarting", "dead"]);
 const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
 const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
-const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM" };
-
-function h(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) node.append(child);
-  return node;
-}
-
-function s(tag, attrs = {}) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  return node;
-}
-
-function fmtNumber(value) {
-  if (typeof value !== "number") return String(value);
-  if (Number.isInteger(value)) return String(value);
-  const abs = Math.abs(value);
-  if (abs !== 0 && (abs >= 1e5 || abs < 1e-3)) return value.toExponential(3);
-  return String(Number(value.toPrecision(4)));
-}
-
-function fmtDuration(seconds) {
-  if (typeof seconds !== "number" || !isFinite(seconds) || seconds < 0) return "-";
-  if (seconds < 60) return `${seconds.toFixed(1)} s`;
-  const total = Math.round(seconds);
-  const hours = Math.floor(total / 3600);
-  const minutes = Math.floor((total % 3600) / 60);
-  const secs = String(total % 60).padStart(2, "0");
-  return hours ? `${hours}h ${String(minutes).padStart(2, "0")}m ${secs}s` : `${minutes}m ${secs}s`;
-}
-
-function workerName(w) {
-  return `#${w.index} ${w.role || "worker"}:${w.role_index ?? 0}`;
-}
-
-function chiefIndex(workers) {
-  const chief = workers.find((w) => w.role === "chief");
-  return chief ? chief.index : workers.length ? workers[0].index : 0;
-}
-
-function badge(status, label) {
-  return h("span", { class: `nbw-badge nbw-status-${status}`, text: label || STATUS_LABELS[status] || status || "unknown" });
-}
-
-// How a worker's process ended, in words (as magics/summary.py exit_text): nothing for a clean exit or for a
-// worker nbworkers stopped; "killed by SIGKILL" for a signal; "exit code 1" otherwise.
-function exitText(w) {
-  const code = w.exit_code;
-  if (code === null || code === undefined || code === 0) return "";
-  if (["stopped", "finished", "restarting"].includes(w.status)) return "";
-  if (code < 0) return `killed by ${SIGNALS[-code] || "signal " + -code}`;
-  return `exit code ${code}`;
-}
-
-// Where a restarted group went on (as magics/summary.py resume_text).
-function resumeText(from) {
-  if (!from) return "not resumed yet: its first step tells whether it resumes from a checkpoint";
-  const { epoch, step } = from;
-  if ((epoch === null || epoch === undefined || epoch <= 1) && (step === null || step === undefined || step <= 1)) {
-    return "started from scratch (no checkpoint to resume from)";
-  }
-  const where = [epoch !== null && epoch !== undefined ? `epoch ${epoch}` : "", step !== null && step !== undefined ? `step ${step}` : ""];
-  return `resumed from a checkpoint at ${where.filter(Boolean).join(", ")}`;
-}
 
 // The Jupyter server's base URL (JupyterLab and Notebook 7 put it in the page's config data).
 function baseUrl() {
@@ -98,155 +15,6 @@ function baseUrl() {
     return url && url.endsWith("/") ? url : `${url || ""}/`;
   } catch (e) {
     return "/";
-  }
-}
-
-function tracebackTail(lines, limit = TRACEBACK_LINES) {
-  let start = -1;
-  for (let i = lines.length - 1; i >= 0; i--) {
-    if (lines[i].includes("Traceback (most recent call last)")) {
-      start = i;
-      break;
-    }
-  }
-  return (start >= 0 ? lines.slice(start) : lines).slice(-limit);
-}
-
-// ------------------------------------------------------------------------------------ cards
-
-function progressRow(label, fraction) {
-  if (fraction === null) return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }));
-  const fill = h("div", { class: "nbw-bar-fill" });
-  fill.style.width = `${Math.max(0, Math.min(1, fraction)) * 100}%`;
-  return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }), h("div", { class: "nbw-bar" }, fill));
-}
-
-function renderCard(w) {
-  const card = h("div", { class: `nbw-card nbw-card-${w.status}`, "data-index": w.index, "data-status": w.status });
-  card.append(
-    h("div", { class: "nbw-card-head" }, h("span", { class: "nbw-card-title", text: workerName(w) }), badge(w.status)),
-  );
-  const where = [w.host || "", w.pid ? `pid ${w.pid}` : ""].filter(Boolean).join(" · ");
-  card.append(h("div", { class: "nbw-card-host", text: where || "\u00a0" }));
-
-  const done = w.status === "finished";
-  if (w.epoch !== null && w.epoch !== undefined) {
-    // Reported epochs and steps are 1-based positions, as Keras prints them ("Epoch 2/3").
-    const total = w.epochs_total;
-    const within = w.steps_total && w.step !== null ? w.step / w.steps_total : 0;
-    const fraction = done ? 1 : total ? (Math.max(w.epoch - 1, 0) + within) / total : null;
-    card.append(progressRow(total ? `epoch ${w.epoch}/${total}` : `epoch ${w.epoch}`, fraction));
-  }
-  if (w.step !== null && w.step !== undefined) {
-    const fraction = w.steps_total ? w.step / w.steps_total : null;
-    card.append(progressRow(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`, fraction));
-  }
-
-  const names = Object.keys(w.metrics || {});
-  if (names.length) {
-    const table = h("table", { class: "nbw-metrics" });
-    for (const name of names) {
-      table.append(h("tr", {}, h("td", { text: name }), h("td", { class: "nbw-num", text: fmtNumber(w.metrics[name]) })));
-    }
-    card.append(table);
-  }
-
-  const foot = [];
-  if (typeof w.steps_per_sec === "number") foot.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
-  foot.push(`restarts ${w.restarts || 0}`);
-  if (exitText(w)) foot.push(exitText(w));
-  card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
-  if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
-  return card;
-}
-
-// ------------------------------------------------------------------------------------ chart
-
-function niceTicks(lo, hi, count = 5, minStep = 0) {
-  if (!(hi > lo)) return [lo];
-  const raw = Math.max((hi - lo) / count, minStep);
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((v) => v >= raw) || raw;
-  const ticks = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
-  return ticks;
-}
-
-function drawChart(svg, legend, series, metric, only, workers) {
-  const width = Math.max(240, Math.floor(svg.parentNode.clientWidth || 600));
-  const height = 220;
-  const pad = { left: 56, right: 12, top: 10, bottom: 34 };
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.replaceChildren();
-  legend.replaceChildren();
-
-  const lines = [];
-  for (const entry of series || []) {
-    if (only !== null && entry.index !== only) continue;
-    const ys = (entry.metrics || {})[metric] || [];
-    const pts = [];
-    for (let i = 0; i < entry.x.length; i++) {
-      const y = ys[i];
-      if (typeof y === "number" && isFinite(y)) pts.push([entry.x[i], y]);
-    }
-    lines.push({ index: entry.index, pts });
-  }
-  const all = lines.flatMap((l) => l.pts);
-  svg.dataset.points = String(all.length);
-  if (!all.length) {
-    const t = s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "nbw-chart-empty" });
-    t.textContent = metric ? `no ${metric} values yet` : "no metrics reported yet";
-    svg.append(t);
-    return;
-  }
-  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
-  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
-  if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) [y0, y1] = [y0 - Math.abs(y0 || 1) * 0.05, y1 + Math.abs(y1 || 1) * 0.05];
-  const margin = (y1 - y0) * 0.05;
-  y0 -= margin;
-  y1 += margin;
-  const X = (x) => pad.left + ((x - x0) / (x1 - x0)) * (width - pad.left - pad.right);
-  const Y = (y) => height - pad.bottom - ((y - y0) / (y1 - y0)) * (height - pad.top - pad.bottom);
-
-  const axes = s("g", { class: "nbw-axes" });
-  for (const v of niceTicks(y0, y1)) {
-    axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: Y(v), y2: Y(v), class: "nbw-grid" }));
-    const label = s("text", { x: pad.left - 6, y: Y(v) + 4, "text-anchor": "end" });
-    label.textContent = fmtNumber(v);
-    axes.append(label);
-  }
-  for (const v of niceTicks(x0, x1, 6, 1)) {
-    if (v < x0 || v > x1) continue;
-    const label = s("text", { x: X(v), y: height - pad.bottom + 14, "text-anchor": "middle" });
-    label.textContent = fmtNumber(v);
-    axes.append(label);
-  }
-  axes.append(s("line", { x1: pad.left, x2: pad.left, y1: pad.top, y2: height - pad.bottom, class: "nbw-axis" }));
-  axes.append(s("line", { x1: pad.left, x2: width - pad.right, y1: height - pad.bottom, y2: height - pad.bottom, class: "nbw-axis" }));
-  const xlabel = s("text", { x: width - pad.right, y: height - 3, "text-anchor": "end", class: "nbw-axis-label" });
-  xlabel.textContent = "step";
-  axes.append(xlabel);
-  svg.append(axes);
-
-  for (const line of lines) {
-    if (!line.pts.length) continue;
-    const color = COLORS[line.index % COLORS.length];
-    // A step going backwards is a restart: start a new segment instead of drawing back across the chart.
-    const d = line.pts
-      .map((p, i) => `${i && p[0] >= line.pts[i - 1][0] ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`)
-      .join("");
-    svg.append(s("path", { d, stroke: color, class: "nbw-line", "data-worker": line.index, "data-points": line.pts.length }));
-    const [lx, ly] = line.pts[line.pts.length - 1];
-    svg.append(s("circle", { cx: X(lx), cy: Y(ly), r: 3, fill: color }));
-    const w = workers.find((x) => x.index === line.index);
-    const item = h("span", { class: "nbw-legend-item" });
-    const swatch = h("span", { class: "nbw-swatch" });
-    swatch.style.background = color;
-    item.append(swatch, `${w ? workerName(w) : "#" + line.index}: ${fmtNumber(ly)} @ ${fmtNumber(lx)}`);
-    legend.append(item);
   }
 }
 
@@ -269,13 +37,14 @@ function render({ model, el }) {
   const metricSelect = h("select", { class: "nbw-metric", title: "Metric to plot" });
   const scopeSelect = h("select", { class: "nbw-scope", title: "Workers to plot" });
   scopeSelect.append(h("option", { value: "all", text: "all workers" }), h("option", { value: "chief", text: "chief only" }));
-  const svg = s("svg", { class: "nbw-chart", role: "img" });
+  const chartBox = h("div", { class: "nbw-chart", role: "img", "aria-label": "metrics chart" });
+  const chartEmpty = h("div", { class: "nbw-chart-empty" });
   const legend = h("div", { class: "nbw-legend" });
   const chartPanel = h(
     "div",
     { class: "nbw-panel nbw-chart-panel" },
     h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Metrics" }), h("label", {}, "metric ", metricSelect), h("label", {}, "show ", scopeSelect)),
-    h("div", { class: "nbw-chart-box" }, svg),
+    h("div", { class: "nbw-chart-box" }, chartBox, chartEmpty),
     legend,
   );
 
@@ -300,6 +69,7 @@ function render({ model, el }) {
 
   let closed = false;
   let attachTimer = null;
+  let plot = null; // the uPlot chart, once there is something to draw
   const local = {
     follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
     detached: "", attached: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
@@ -361,7 +131,7 @@ function render({ model, el }) {
       const reply = await fetch(`${baseUrl()}nbworkers/api/clusters/${encodeURIComponent(name)}`, { credentials: "same-origin" });
       if (!reply.ok) return; // no server extension, or no such run: the text without its state says enough
       const data = await reply.json();
-      ended = DONE.has(data.status) || data.status === "lost";
+      ended = DONE.has(data.status);
       local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
       renderHeader();
     } catch (e) {
@@ -404,7 +174,7 @@ function render({ model, el }) {
     if (local.metric) metricSelect.value = local.metric;
     metricSelect.disabled = !names.length;
     const only = local.scope === "chief" ? chiefIndex(workers) : null;
-    drawChart(svg, legend, series, local.metric, only, workers);
+    plot = drawChart(chartBox, chartEmpty, legend, plot, series, local.metric, only, workers);
   }
 
   function renderLogs() {
@@ -528,6 +298,7 @@ function render({ model, el }) {
     clearInterval(ticker);
     clearTimeout(local.pendingTimer);
     if (resize) resize.disconnect();
+    if (plot) plot.destroy();
     model.off("change:cluster", onCluster);
     model.off("change:series", renderChart);
     model.off("change:logs", renderLogs);

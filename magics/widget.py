@@ -4,10 +4,14 @@
 
 - ``show()`` displays the widget in the current cell output, in ONE output bundle together with a
   ``text/plain``/``text/html`` fallback (what static renderers and widget-less front ends show);
-- ``update(snapshot)`` pushes a snapshot to the front end: at most one comm message per
-  ``settings().flush_interval``, only the parts that changed, chart history downsampled;
+- ``update(snapshot)`` pushes a snapshot to the front end in one comm message holding only the parts that
+  changed, chart history downsampled (the cluster paces the calls: at most one per ``flush_interval``);
 - ``finish(snapshot)`` pushes the final state and rewrites the display's fallback with the final summary
   (called from the main thread during ``--block``/``%workers wait`` it lands in a headless run's output).
+
+The front end is one ES module joined from four files (``ESM_PARTS``): uPlot (``vendor-uplot/``, MIT; the chart),
+widget_cards.js (labels, formatting, cards), widget_chart.js (the chart) and widget.js (the view). Its CSS is
+uPlot's followed by widget.css. All of it ships in the package: nothing is fetched at run time.
 
 The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``notice``), so a page
 reload restores it from the kernel. Stop/Restart clicks arrive as custom messages, possibly on a subshell
@@ -18,16 +22,17 @@ from __future__ import annotations
 
 import math
 import threading
-import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import anywidget
 import traitlets as t
 
 from .settings import settings
-from .summary import render_html, render_text
+from .shapes import ClusterSnapshot
 from .state import DONE_STATES
+from .summary import render_html, render_text
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 MAX_CHART_POINTS = 300  # per worker; history is bucketed by step so older points stay put
@@ -45,12 +50,17 @@ ACTIONS = ("stop", "restart")
 STATE_TRAITS = ("cluster", "logs", "series", "notice", "updates")
 
 _HERE = Path(__file__).parent
+UPLOT_DIR = _HERE / "vendor-uplot"  # not a Python name: a data folder, no package
+UPLOT_VERSION = "1.6.32"
+# in this order (one module scope: each part uses what the parts before it declare)
+ESM_PARTS = (UPLOT_DIR / "uPlot.iife.min.js", _HERE / "widget_cards.js", _HERE / "widget_chart.js", _HERE / "widget.js")
+CSS_PARTS = (UPLOT_DIR / "uPlot.min.css", _HERE / "widget.css")
 
 
 class ClusterLike(Protocol):
     name: str
 
-    def snapshot(self) -> dict[str, Any]: ...
+    def snapshot(self) -> ClusterSnapshot: ...
     def stop(self) -> Any: ...
     def restart(self) -> Any: ...
 
@@ -69,14 +79,14 @@ def clean_number(value: Any) -> Any:
     return float(f"{value:.6g}")
 
 
-def card_payload(worker: dict[str, Any]) -> dict[str, Any]:
+def card_payload(worker: Mapping[str, Any]) -> dict[str, Any]:
     card = {name: worker.get(name) for name in CARD_FIELDS}
     card["metrics"] = {k: clean_number(v) for k, v in (worker.get("metrics") or {}).items()}
     card["steps_per_sec"] = clean_number(worker.get("steps_per_sec"))
     return card
 
 
-def cluster_payload(snapshot: dict[str, Any]) -> dict[str, Any]:
+def cluster_payload(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """Everything but logs and chart history: the header and one card per worker."""
     payload = {name: snapshot.get(name) for name in CLUSTER_FIELDS}
     payload["wall_time"] = clean_number(snapshot.get("wall_time"))
@@ -85,7 +95,7 @@ def cluster_payload(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 
 def logs_payload(
-    snapshot: dict[str, Any], max_lines: int, max_chars: int = MAX_LINE_CHARS, max_total: int = MAX_LOG_CHARS
+    snapshot: Mapping[str, Any], max_lines: int, max_chars: int = MAX_LINE_CHARS, max_total: int = MAX_LOG_CHARS
 ) -> list[list[str]]:
     """Each worker's log tail (newest last), bounded in lines, line length and total size."""
     out = []
@@ -143,14 +153,14 @@ def downsample(history: list, max_points: int = MAX_CHART_POINTS) -> dict[str, A
     }
 
 
-def series_payload(snapshot: dict[str, Any], max_points: int = MAX_CHART_POINTS) -> list[dict[str, Any]]:
+def series_payload(snapshot: Mapping[str, Any], max_points: int = MAX_CHART_POINTS) -> list[dict[str, Any]]:
     return [
         {"index": w.get("index"), **downsample(w.get("history") or [], max_points)}
         for w in snapshot.get("workers") or []
     ]
 
 
-def bundle(widget: "ClusterWidget", snapshot: dict[str, Any]) -> dict[str, Any]:
+def bundle(widget: "ClusterWidget", snapshot: ClusterSnapshot) -> dict[str, Any]:
     """The output bundle: the widget view plus its text/HTML fallback."""
     return {
         "text/plain": render_text(snapshot),
@@ -159,84 +169,24 @@ def bundle(widget: "ClusterWidget", snapshot: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------------ throttle
-
-
-class Throttle:
-    """Calls ``send(item)`` at most once per ``interval`` with the newest item offered (trailing edge).
-
-    Thread-safe; a timer thread delivers an item offered too soon. ``flush()`` delivers now.
-    """
-
-    def __init__(
-        self,
-        interval: float,
-        send: Callable[[Any], None],
-        clock: Callable[[], float] = time.monotonic,
-        timer: Callable[[float, Callable[[], None]], Any] | None = None,
-    ):
-        self.interval = interval
-        self._send = send
-        self._clock = clock
-        self._make_timer = timer or _start_timer
-        self._lock = threading.RLock()
-        self._pending: Any = None
-        self._has_pending = False
-        self._last = -math.inf
-        self._timer: Any = None
-
-    def offer(self, item: Any) -> None:
-        with self._lock:
-            self._pending, self._has_pending = item, True
-            wait = self._last + self.interval - self._clock()
-            if wait <= 0 and self._timer is None:
-                self._deliver()
-            elif self._timer is None:
-                self._timer = self._make_timer(wait, self._on_timer)
-
-    def flush(self, item: Any = None, *, replace: bool = False) -> None:
-        """Deliver ``item`` (when replace) or whatever is pending, now, and cancel a waiting timer."""
-        with self._lock:
-            if replace:
-                self._pending, self._has_pending = item, True
-            if self._timer is not None:
-                getattr(self._timer, "cancel", lambda: None)()
-                self._timer = None
-            if self._has_pending:
-                self._deliver()
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._has_pending:
-                self._deliver()
-
-    def _deliver(self) -> None:
-        item, self._pending, self._has_pending = self._pending, None, False
-        self._last = self._clock()
-        self._send(item)
-
-
-def _start_timer(delay: float, fn: Callable[[], None]) -> threading.Timer:
-    timer = threading.Timer(max(delay, 0.0), fn)
-    timer.daemon = True
-    timer.name = "nbworkers-widget-flush"
-    timer.start()
-    return timer
-
-
 # -------------------------------------------------------------------------------------------- widget
+
+
+def joined(parts: tuple[Path, ...]) -> str:
+    """One self-contained ES module (or style sheet) for anywidget: it loads ``_esm`` from a blob URL, where a
+    module cannot import a sibling file."""
+    return "\n".join(part.read_text(encoding="utf-8") for part in parts)
 
 
 class ClusterWidget(anywidget.AnyWidget):
     """The dashboard's model. All state is in these traits (a reloaded page gets it back from the kernel)."""
 
-    _esm = _HERE / "widget.js"
-    _css = _HERE / "widget.css"
+    _esm = joined(ESM_PARTS)
+    _css = joined(CSS_PARTS)
 
     cluster = t.Dict().tag(sync=True)  # header + cards (cluster_payload)
-    logs = t.List().tag(sync=True)  # per worker: list of log lines (logs_payload)
-    series = t.List().tag(sync=True)  # per worker: downsampled chart history (series_payload)
+    logs: t.List[list[str]] = t.List().tag(sync=True)  # per worker: list of log lines (logs_payload)
+    series: t.List[dict[str, Any]] = t.List().tag(sync=True)  # per worker: downsampled chart history (series_payload)
     notice = t.Unicode("").tag(sync=True)  # feedback on a Stop/Restart click
     updates = t.Int(0).tag(sync=True)  # messages sent so far (tests and debugging)
 
@@ -247,10 +197,9 @@ class ClusterWidget(anywidget.AnyWidget):
 class ClusterWidgetView:
     """The widget view of one cluster (see the module docstring for the protocol)."""
 
-    def __init__(self, cluster: ClusterLike, *, max_points: int | None = None, interval: float | None = None):
+    def __init__(self, cluster: ClusterLike, *, max_points: int | None = None):
         self.cluster = cluster
-        # optional settings (WorkerSettings may grow them); the constants are the defaults
-        self.max_points = max_points or getattr(settings(), "widget_chart_points", MAX_CHART_POINTS)
+        self.max_points = max_points or settings().widget_chart_points
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)
         answer_on_frontend_subshell(self.widget.comm)
@@ -258,8 +207,6 @@ class ClusterWidgetView:
         self._sent: dict[str, Any] = {}
         self._handle: Any = None
         self._last_status: str | None = None
-        interval = settings().flush_interval if interval is None else interval
-        self._throttle = Throttle(interval, self._apply)
 
     # ---- the view protocol
 
@@ -267,14 +214,14 @@ class ClusterWidgetView:
         from IPython.display import display
 
         snapshot = self.cluster.snapshot()
-        self._throttle.flush(snapshot, replace=True)
+        self._apply(snapshot)
         self._handle = display(bundle(self.widget, snapshot), raw=True, display_id=True)
 
-    def update(self, snapshot: dict[str, Any]) -> None:
-        self._throttle.offer(snapshot)
+    def update(self, snapshot: ClusterSnapshot) -> None:
+        self._apply(snapshot)
 
-    def finish(self, snapshot: dict[str, Any]) -> None:
-        self._throttle.flush(snapshot, replace=True)
+    def finish(self, snapshot: ClusterSnapshot) -> None:
+        self._apply(snapshot)
         with self._lock:  # resend it all: a headless run records only the messages of the cell being run
             self.widget.send_state(key=list(STATE_TRAITS))
         if self._handle is not None:
@@ -288,15 +235,15 @@ class ClusterWidgetView:
 
     # ---- sending state
 
-    def _apply(self, snapshot: dict[str, Any]) -> None:
-        """Set every trait that changed, in one comm message."""
+    def _apply(self, snapshot: ClusterSnapshot) -> None:
+        """Set every trait that changed, in one comm message (calls from several threads go out one by one)."""
         max_lines = settings().log_tail_lines
-        new = {
-            "cluster": cluster_payload(snapshot),
-            "logs": logs_payload(snapshot, max_lines),
-            "series": series_payload(snapshot, self.max_points),
-        }
         with self._lock:
+            new: dict[str, Any] = {
+                "cluster": cluster_payload(snapshot),
+                "logs": logs_payload(snapshot, max_lines),
+                "series": series_payload(snapshot, self.max_points),
+            }
             changed = {k: v for k, v in new.items() if not _same(k, self._sent.get(k), v)}
             status = new["cluster"].get("status")
             clear_notice = self.widget.notice and status != self._last_status

@@ -385,6 +385,38 @@ def chart_points(page: Any) -> int:
     )
 
 
+def chart_lines(page: Any) -> int:
+    """How many workers' lines the chart draws."""
+    return page.evaluate(
+        "() => { const s = document.querySelector('.nbw-chart'); return s ? Number(s.dataset.lines || 0) : 0; }"
+    )
+
+
+def chart_segments(page: Any) -> int:
+    """How many pieces those lines are in (a worker's line starts a new piece where its step goes back)."""
+    return page.evaluate(
+        "() => { const s = document.querySelector('.nbw-chart'); return s ? Number(s.dataset.segments || 0) : 0; }"
+    )
+
+
+def chart_pixels(page: Any, color: str) -> int:
+    """How many pixels of the chart's canvas are (nearly) ``color`` (``#rrggbb``): a drawn line's colour."""
+    return page.evaluate(
+        """(hex) => {
+            const canvas = document.querySelector('.nbw-chart canvas');
+            if (!canvas || !canvas.width) return 0;
+            const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+            const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+            let n = 0;
+            for (let i = 0; i < data.length; i += 4) {
+                if (data[i + 3] > 200 && want.every((v, k) => Math.abs(data[i + k] - v) < 24)) n++;
+            }
+            return n;
+        }""",
+        color,
+    )
+
+
 def log_text(page: Any) -> str:
     return page.evaluate("() => { const p = document.querySelector('.nbw-log'); return p ? p.textContent : ''; }")
 

@@ -5,102 +5,23 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from jupyter_client import KernelManager
 
-from nbworkers.magics.leftovers import kill_process_groups
-from nbworkers.magics.leftovers import processes_under as processes_of_run_root  # noqa: F401 (tests import it from here)
+from nbworkers.kernel_driver import CellResult, KernelDriver  # noqa: F401 (tests import CellResult from here)
+from nbworkers.magics.strays import kill_strays
+from nbworkers.magics.strays import processes_under as processes_of_run_root  # noqa: F401 (tests import it from here)
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
 
 
-@dataclass
-class CellResult:
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""  # ename: evalue plus the traceback text, when the cell raised
-    displays: list[dict] = field(default_factory=list)  # display_data/update_display_data/execute_result data
-    msg_types: list[str] = field(default_factory=list)
-    status: str = ""  # the execute_reply's status: ok, error or aborted
-
-    @property
-    def failure(self) -> str:
-        """What the user saw of a failed cell: a traceback, or a UsageError's message (shown on stderr)."""
-        return self.error or (self.stderr if self.status == "error" else "")
-
-    @property
-    def text(self) -> str:
-        """Everything shown, as plain text: streams, errors and the last of every display."""
-        shown = [d.get("text/plain", "") for d in self.displays]
-        return "\n".join([self.stdout, self.stderr, self.error, *shown])
-
-
-class Kernel:
-    """A real ipykernel subprocess with helpers to run cells and read what they output."""
+class Kernel(KernelDriver):
+    """A real ipykernel subprocess with helpers to run cells and read what they output (nbworkers.kernel_driver)."""
 
     def __init__(self, cwd: Path, env: dict[str, str], kernel_cmd: list[str] | None = None):
-        self.manager = KernelManager(kernel_name="python3")
-        if kernel_cmd is not None:
-            self.manager.kernel_cmd = kernel_cmd
-        self.manager.start_kernel(env=env, cwd=str(cwd))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=KERNEL_READY_TIMEOUT)
-        self.pid = self.manager.provisioner.process.pid
-
-    def run(self, code: str, timeout: float = CELL_TIMEOUT) -> CellResult:
-        msg_id = self.client.execute(code)
-        result = CellResult()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"cell did not finish in {timeout} s:\n{code}\n--- so far:\n{result.text}")
-            try:
-                msg = self.client.get_iopub_msg(timeout=left)
-            except Exception:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            result.msg_types.append(kind)
-            if kind == "status" and content["execution_state"] == "idle":
-                result.status = self._reply_status(msg_id)
-                return result
-            if kind == "stream":
-                if content["name"] == "stdout":
-                    result.stdout += content["text"]
-                else:
-                    result.stderr += content["text"]
-            elif kind in ("display_data", "update_display_data", "execute_result"):
-                result.displays.append(content["data"])
-            elif kind == "error":
-                result.error = f"{content['ename']}: {content['evalue']}\n" + "\n".join(content["traceback"])
-
-    def _reply_status(self, msg_id: str) -> str:
-        while True:
-            reply = self.client.get_shell_msg(timeout=30)
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"]["status"]
-
-    def value(self, expression: str):
-        """Evaluate ``expression`` in the kernel and return it (through repr/literal_eval)."""
-        import ast
-
-        result = self.run(f"print(repr({expression}))")
-        assert not result.error, result.error
-        return ast.literal_eval(result.stdout.strip())
-
-    def shutdown(self) -> None:
-        try:
-            self.client.stop_channels()
-            self.manager.shutdown_kernel(now=True)
-        except Exception:
-            pass
+        super().__init__(cwd, env, kernel_cmd=kernel_cmd, ready_timeout=KERNEL_READY_TIMEOUT)
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
@@ -113,7 +34,7 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
 
 
 def kill_leftovers(run_root: Path) -> list[int]:
-    return kill_process_groups(processes_of_run_root(run_root))
+    return kill_strays(run_root)
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,10 @@ from browser_helpers import (  # noqa: E402
     card_statuses,
     cell_running,
     cell_executed,
+    chart_lines,
+    chart_pixels,
     chart_points,
+    chart_segments,
     chromium_page,
     lab_server,
     log_text,
@@ -31,6 +34,7 @@ from browser_helpers import (  # noqa: E402
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_MS = 90_000
+WORKER_COLORS = ("#2563eb", "#dc2626")  # the chart's colours of workers 0 and 1 (COLORS in widget.js)
 
 SETUP = f"""
 import sys
@@ -66,18 +70,45 @@ def test_fake_run_goes_from_starting_to_finished(lab):
         page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'finished'", timeout=RUN_TIMEOUT_MS)
         assert card_statuses(page) == ["finished", "finished"]
         assert seen & {"starting", "waiting", "running"}
-        assert chart_points(page) > 10
+        assert chart_points(page) > 10 and chart_lines(page) == 2
+        assert chart_pixels(page, WORKER_COLORS[0]) > 20 and chart_pixels(page, WORKER_COLORS[1]) > 20
         assert "worker 0 finished" in log_text(page)
         assert page.locator(".nbw-stop").is_disabled()
         # the metric picker switches the chart
         page.select_option(".nbw-metric", "accuracy")
         assert chart_points(page) > 10
         page.select_option(".nbw-scope", "chief")
-        assert page.locator(".nbw-line").count() == 1
+        assert page.locator(".nbw-legend-item").count() == 1 and chart_lines(page) == 1
+        assert chart_pixels(page, WORKER_COLORS[0]) > 20 and chart_pixels(page, WORKER_COLORS[1]) == 0
         # finish() replaced the fallback in the same output with the final summary; the widget still shows
         assert page.locator(".jp-OutputArea-output .nbw").count() == 1
         screenshot(page, "widget-fake-finished.png")
         assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
+
+
+def test_chart_starts_empty_and_draws_a_restarted_run_as_new_segments(lab):
+    cells = [SETUP, "cluster = FakeCluster(name='fake-restart', epochs=50, steps=20, step_time=0.05)\nview = cluster.show()",
+             "cluster.start();"]  # fmt: skip
+    write_notebook(lab.root / "fake_restart.ipynb", cells)
+    with chromium_page() as page:
+        open_notebook(page, lab, "fake_restart.ipynb")
+        run_cell(page, 0)
+        cell_executed(page, 0)
+        run_cell(page, 1)
+        page.wait_for_selector(".nbw .nbw-card")
+        assert page.inner_text(".nbw-chart-empty") == "no metrics reported yet" and chart_points(page) == 0
+        run_cell(page, 2)
+        page.wait_for_function("() => Number(document.querySelector('.nbw-chart').dataset.points) > 10")
+        assert chart_segments(page) == 2 and not page.is_visible(".nbw-chart-empty")
+        page.click(".nbw-restart")
+        # the steps start again from 0: each worker's line goes on as a new segment in its colour
+        page.wait_for_function("() => document.querySelector('.nbw-chart').dataset.segments === '4'", timeout=30_000)
+        assert chart_lines(page) == 2 and page.locator(".nbw-legend-item").count() == 2
+        assert chart_pixels(page, WORKER_COLORS[0]) > 20 and chart_pixels(page, WORKER_COLORS[1]) > 20
+        page.wait_for_timeout(1500)  # a few steps into the new segment, for the picture
+        screenshot(page, "widget-fake-restarted.png")
+        page.click(".nbw-stop")
+        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'", timeout=30_000)
 
 
 def test_stop_button_works_while_the_kernel_is_busy(lab):

@@ -7,6 +7,8 @@ imports is in the registry, and a missing symbol gives one clear warning.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -16,8 +18,18 @@ import pytest
 
 from nbworkers.distlib import internals
 
-DISTLIB = Path(__file__).resolve().parents[1] / "distlib"
-PRIVATE_IMPORT = re.compile(r"(?:from|import)\s+((?:tensorflow\.(?:python|core|compiler)|keras\.src|tf_keras\.src)[\w.]*)")
+REPO = Path(__file__).resolve().parents[1]
+DISTLIB = REPO / "distlib"
+TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"  # `make estimator-env`: TensorFlow 2.15 + tf.estimator
+PRIVATE_MODULE = r"(?:tensorflow\.(?:python|core|compiler)|keras\.src|tf_keras\.src|tensorflow_estimator\.python)[\w.]*"
+PRIVATE_IMPORT = re.compile(rf"(?:from|import)\s+({PRIVATE_MODULE})|[\"']({PRIVATE_MODULE})[\"']")
+# Private names distlib uses that are not TensorFlow's/Keras's: the standard library's, and the state nbworkers'
+# own subclasses of upstream classes keep (estimator.ReportHook, keras_fit's save-on-SIGTERM callback).
+NOT_UPSTREAM = {"_exit", "_every", "_loss", "_guard", "_batch"}
+
+
+def installed(entry: internals.Internal) -> bool:
+    return importlib.util.find_spec(entry.module.split(".")[0]) is not None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,7 +42,21 @@ def packages_imported():
 
 @pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
 def test_symbol_is_present_in_the_installed_packages(entry):
+    if not installed(entry):
+        pytest.skip(f"{entry.module.split('.')[0]} is not installed here (checked in .venv-tf215 below)")
     assert internals.problem(entry) is None, (entry.name, internals.problem(entry))
+
+
+@pytest.mark.skipif(not TF215_PYTHON.exists(), reason="no .venv-tf215 (make estimator-env)")
+def test_symbols_of_the_tensorflow_215_environment_are_present_there():
+    """The entries checked on TensorFlow 2.15 (tf.estimator, and everything else distlib patches there too)."""
+    names = [e.name for e in internals.REGISTRY if "2.15" in e.checked]
+    assert any(name.startswith("tensorflow_estimator") for name in names)
+    code = ("from nbworkers.distlib import internals\n"
+            f"gone = [(e.name, internals.problem(e)) for e in internals.REGISTRY if e.name in {names!r}]\n"
+            "print([g for g in gone if g[1] is not None])")
+    out = subprocess.run([str(TF215_PYTHON), "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:] + out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
@@ -43,7 +69,9 @@ def test_entry_is_documented_and_used_by_its_module(entry):
 def test_every_private_module_distlib_imports_is_registered():
     registered = {e.module for e in internals.REGISTRY}
     for path in sorted(DISTLIB.glob("*.py")):
-        for module in PRIVATE_IMPORT.findall(path.read_text()):
+        if path.name == "internals.py":
+            continue
+        for module in (a or b for a, b in PRIVATE_IMPORT.findall(path.read_text())):
             parents = {module.rsplit(".", n)[0] for n in range(module.count(".") + 1)}
             assert registered & (parents | {m for m in registered if m.startswith(module + ".")}), (
                 f"{path.name} imports the private module {module}: register what it touches in distlib/internals.py")
@@ -70,3 +98,98 @@ def test_importing_the_registry_and_the_fix_does_not_import_tensorflow():
             " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _private_names_used(tree: ast.AST) -> set[str]:
+    """``x._name`` (not on ``self`` in nbworkers' own classes) and ``getattr(x, "_name")`` in a module."""
+    own_classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                   and all(isinstance(b, ast.Name) and b.id in ("object", "Exception", "RuntimeError", "ValueError")
+                           for b in node.bases)}
+    on_own_self: set[int] = set()
+    for klass in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name in own_classes):
+        on_own_self |= {id(n) for n in ast.walk(klass) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in on_own_self:
+            names.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.add(node.args[1].value)
+    return {n for n in names if n.startswith("_") and not n.startswith("__") and not n.startswith("_nbworkers")}
+
+
+def _names_defined_by_nbworkers() -> set[str]:
+    """Functions, classes, module-level names and attributes nbworkers' own classes set (not upstream's)."""
+    defined = set()
+    for path in [*DISTLIB.glob("*.py"), *(REPO / "magics").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+        for klass in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and not n.bases):
+            defined |= {n.attr for n in ast.walk(klass) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                        and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    return defined
+
+
+def test_every_private_upstream_symbol_distlib_touches_is_registered_for_its_module():
+    """A private name used on an upstream object in distlib/X.py must be in the registry under group X (or X.*),
+    so that X checks it before patching and this file tests it."""
+    ours = _names_defined_by_nbworkers() | NOT_UPSTREAM
+    unregistered = {}
+    for path in sorted(DISTLIB.glob("*.py")):
+        registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY if e.group.split(".")[0] == path.stem}
+        names = _private_names_used(ast.parse(path.read_text())) - ours - registered
+        if names:
+            unregistered[path.name] = sorted(names)
+    assert not unregistered, f"register these in distlib/internals.py (module: names): {unregistered}"
+
+
+def test_the_check_finds_an_unregistered_private_symbol():
+    tree = ast.parse("def patch(ctx):\n    return ctx._brand_new_handle, getattr(ctx, '_another')\n")
+    assert _private_names_used(tree) - _names_defined_by_nbworkers() == {"_brand_new_handle", "_another"}
+
+
+def test_every_patch_checks_its_symbols_before_installing():
+    """Each module with registered symbols asks the registry (``available`` / ``missing``) for its group(s)."""
+    for group in internals.GROUPS:
+        module = group.split(".")[0]
+        if module == "reporting":  # implements tf_keras's callback protocol; patches nothing
+            continue
+        source = (DISTLIB / f"{module}.py").read_text()
+        assert re.search(rf"internals\.(available|missing)\(\s*(group=)?\"{re.escape(group)}\"", source), (
+            f"{module}.py never checks the group {group!r} before using it")
+
+
+def test_wrap_once_wraps_with_wrapt_and_never_twice():
+    from nbworkers.distlib.import_hooks import wrap_once
+
+    class Upstream:
+        def method(self, x, y=1):
+            return x + y
+
+    calls = []
+
+    def wrapper(wrapped, instance, args, kwargs):
+        calls.append(type(instance).__name__)
+        return wrapped(*args, **kwargs) * 10
+
+    assert wrap_once(Upstream, "method", wrapper)
+    assert not wrap_once(Upstream, "method", wrapper)  # installed twice: wrapped once
+    assert Upstream().method(1, y=2) == 30 and Upstream.method(Upstream(), 1) == 20
+    assert calls == ["Upstream", "Upstream"]
+
+
+def test_log_texts_the_kernel_classifies_by_live_in_one_place():
+    from nbworkers.distlib import tf_messages
+    from nbworkers.magics import failures, ports
+
+    assert failures.PEER_LOST_MARKERS is tf_messages.PEER_LOST_MARKERS
+    assert ports.PORT_TAKEN_MARKERS is tf_messages.PORT_TAKEN_MARKERS
+    assert failures.classify_exit(0, 1, "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed").kind == "PeerLost"
+    import tensorflow.python.distribute.coordinator.coordinator_context as coordinator_context
+
+    assert tf_messages.mentions(Path(coordinator_context.__file__).read_text(), tf_messages.KERAS3_FIT_UNDER_PSS)

@@ -9,12 +9,12 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from nbworkers.kernel_driver import KernelDriver
 from nbworkers.kernelspec.launch import ALL_GPUS, MACHINE_GPUS_ENV, kernel_gpu_environ, worker_gpu_pool
 
 PY = sys.executable
@@ -171,34 +171,7 @@ def _kill_run_processes(run_root: Path) -> None:
             continue
 
 
-def _run_cell(client, code: str, timeout: float = CELL_TIMEOUT) -> tuple[str, str, list[dict]]:
-    """(stdout, error, displays) of one cell."""
-    msg_id = client.execute(code)
-    stdout, error, displays = "", "", []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-        except Exception:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "status" and content["execution_state"] == "idle":
-            return stdout, error, displays
-        if kind == "stream":
-            stdout += content["text"]
-        elif kind == "error":
-            error = f"{content['ename']}: {content['evalue']}"
-        elif kind in ("display_data", "update_display_data", "execute_result"):
-            displays.append(content["data"])
-    raise TimeoutError(f"cell did not finish in {timeout} s: {code}")
-
-
 def test_kernel_from_the_spec_runs_a_worker_cell_without_load_ext(tmp_path: Path, prefix: Path):
-    from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-
     env = isolated_jupyter_env(tmp_path)
     result = kernelspec_cli("install", "--prefix", str(prefix), env=env)
     assert result.returncode == 0, result.stderr
@@ -207,27 +180,21 @@ def test_kernel_from_the_spec_runs_a_worker_cell_without_load_ext(tmp_path: Path
     notebook_dir.mkdir()
     env["NBWORKERS_RUN_ROOT"] = str(run_root)
     env["CUDA_VISIBLE_DEVICES"] = ""  # what the server was started with: no GPU (kept for the workers)
-    manager = KernelManager(
-        kernel_name="nbworkers",
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(prefix / "share/jupyter/kernels")]),
-    )
-    manager.start_kernel(env=env, cwd=str(notebook_dir))
-    kernel_pid = manager.provisioner.process.pid
-    client = manager.client()
+    kernel = KernelDriver(notebook_dir, env, kernel_name="nbworkers", kernel_dirs=[str(prefix / "share/jupyter/kernels")],
+                          ready_timeout=KERNEL_READY_TIMEOUT)
+    kernel_pid = kernel.pid
     try:
-        client.start_channels()
-        client.wait_for_ready(timeout=KERNEL_READY_TIMEOUT)
-        out, error, _ = _run_cell(client, "import os, sys\n"
-                                          "print(os.environ['CUDA_VISIBLE_DEVICES'], repr(os.environ['NBWORKERS_VISIBLE_GPUS']))\n"
-                                          "print('nbworkers' in get_ipython().extension_manager.loaded)\n"
-                                          "print('tensorflow' in sys.modules)")
-        assert not error, error
-        assert out.split() == ["-1", "''", "True", "False"]
+        ran = kernel.run("import os, sys\n"
+                         "print(os.environ['CUDA_VISIBLE_DEVICES'], repr(os.environ['NBWORKERS_VISIBLE_GPUS']))\n"
+                         "print('nbworkers' in get_ipython().extension_manager.loaded)\n"
+                         "print('tensorflow' in sys.modules)", CELL_TIMEOUT)
+        assert not ran.error, ran.error
+        assert (ran.stdout + ran.stderr).split() == ["-1", "''", "True", "False"]
 
-        out, error, displays = _run_cell(
-            client, "%%worker -n 2 --block --name hello\nimport os\nprint('hello from worker', os.environ['TF_CONFIG'])")
-        assert not error, error
-        shown = "\n".join(d.get("text/plain", "") for d in displays)
+        ran = kernel.run("%%worker -n 2 --block --name hello\nimport os\nprint('hello from worker', os.environ['TF_CONFIG'])",
+                         CELL_TIMEOUT)
+        assert not ran.error, ran.error
+        shown = ran.shown
         assert "finished" in shown, shown
         for index in (0, 1):
             log = (run_root / "hello" / f"worker-{index}.log").read_text()
@@ -235,9 +202,8 @@ def test_kernel_from_the_spec_runs_a_worker_cell_without_load_ext(tmp_path: Path
         state = json.loads((run_root / "hello" / "state.json").read_text())
         assert state["status"] == "finished" and state["kernel_pid"] == kernel_pid
     finally:
-        client.stop_channels()
         try:
-            manager.shutdown_kernel(now=True)
+            kernel.shutdown()
         finally:
             try:
                 os.killpg(kernel_pid, signal.SIGKILL)

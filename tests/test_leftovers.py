@@ -14,7 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nbworkers.magics import leftovers
+from nbworkers.kernel_driver import KernelDriver
+from nbworkers.magics import attach, leftovers, liveness, run_listing, rundir
+from nbworkers.magics.strays import kill_strays
 
 PY = sys.executable
 TEST_RUN_ID = "run-of-the-tests"  # NBWORKERS_RUN_ID: the marker every process of a run carries (ownership.py)
@@ -112,8 +114,8 @@ def test_a_dead_kernels_run_is_found_and_reaped(root, procs):
     write_run(root, "finished-run", dead_pid(), [], started, status="finished")
 
     assert leftovers.find_leftovers(root) == [run_dir]
-    row = {r["name"]: r for r in leftovers.list_runs(root)}["left-behind"]
-    assert row["status"] == leftovers.LOST and row["processes_alive"] == 4 and row["recorded_status"] == "running"
+    row = {r["name"]: r for r in run_listing.list_runs(root)}["left-behind"]
+    assert row["status"] == liveness.LOST and row["processes_alive"] == 4 and row["recorded_status"] == "running"
 
     assert leftovers.reap_leftovers(root, kill_grace=1.0) == ["left-behind"]
     assert all(gone(p) for p in group)  # they ignore SIGTERM: SIGKILL followed
@@ -132,7 +134,7 @@ def test_processes_that_name_the_run_dir_are_reaped_too(root, procs):
     unrecorded = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "half-started")})
     other_run = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "another-run")})
     run_dir = write_run(root, "half-started", dead_pid(), recorded, started)
-    found = {p.pid for p in leftovers.leftover_processes(leftovers.read_state(run_dir), run_dir)}
+    found = {p.pid for p in liveness.leftover_processes(rundir.read_state(run_dir), run_dir)}
     assert found == {p.pid for p in recorded + unrecorded}
     leftovers.reap(run_dir, kill_grace=0.5)
     assert all(gone(p) for p in recorded + unrecorded)
@@ -143,19 +145,19 @@ def test_runs_of_a_live_kernel_are_left_alone(root, procs):
     group = procs(2)
     # this test process plays the kernel: alive, started before the run
     run_dir = write_run(root, "alive", os.getpid(), group, time.time())
-    assert leftovers.kernel_alive(json.loads((run_dir / "state.json").read_text()))
+    assert liveness.kernel_alive(json.loads((run_dir / "state.json").read_text()))
     assert leftovers.find_leftovers(root) == []
     assert leftovers.reap(run_dir)["status"] == "running"
     assert all(p.poll() is None for p in group)
-    assert leftovers.list_runs(root)[0]["status"] == "running"
+    assert run_listing.list_runs(root)[0]["status"] == "running"
 
 
 def test_a_pid_reused_after_the_run_started_is_not_its_kernel(root, procs):
     started = time.time() - 10
     [impostor] = procs(1)  # a process created after the run started, holding "the kernel's" pid
     state = {"status": "running", "started": started, "kernel_pid": impostor.pid}
-    assert not leftovers.kernel_alive(state)
-    assert leftovers.kernel_alive({**state, "started": time.time()})
+    assert not liveness.kernel_alive(state)
+    assert liveness.kernel_alive({**state, "started": time.time()})
 
 
 def test_processes_newer_than_the_run_are_spared(root, procs):
@@ -164,11 +166,11 @@ def test_processes_newer_than_the_run_are_spared(root, procs):
     run_dir = write_run(root, "old-run", dead_pid(), group, started=time.time() - 100)
     old = time.time() - 90
     os.utime(run_dir / "state.json", (old, old))  # the dead kernel's last write, long before these processes
-    state = leftovers.read_state(run_dir)
-    assert leftovers.leftover_processes(state, run_dir) == []
+    state = rundir.read_state(run_dir)
+    assert liveness.leftover_processes(state, run_dir) == []
     leftovers.reap(run_dir, kill_grace=0.5)
     assert all(p.poll() is None for p in group)
-    assert leftovers.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "failed"
 
 
 def test_runs_of_another_machine_are_never_reaped(root, procs):
@@ -176,7 +178,7 @@ def test_runs_of_another_machine_are_never_reaped(root, procs):
     run_dir = write_run(root, "remote", dead_pid(), group, time.time(), hostname="some-other-machine")
     assert leftovers.find_leftovers(root) == []
     assert leftovers.reap_leftovers(root) == []
-    assert leftovers.read_state(run_dir)["status"] == "running"
+    assert rundir.read_state(run_dir)["status"] == "running"
     assert all(p.poll() is None for p in group)
 
 
@@ -186,15 +188,15 @@ def test_scan_at_load_reaps_in_the_background(root, procs):
     thread = leftovers.scan_at_load(root)
     thread.join(STOP_TIMEOUT)
     assert not thread.is_alive()
-    assert leftovers.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "failed"
     assert all(gone(p) for p in group)
 
 
 def test_attach_is_read_only_and_can_stop(root, procs):
     group = procs(4)
     write_run(root, "orphan", dead_pid(), group, time.time())
-    cluster = leftovers.attach("orphan", root)
-    assert cluster.name == "orphan" and cluster.status == leftovers.LOST and not cluster.done
+    cluster = attach.attach("orphan", root)
+    assert cluster.name == "orphan" and cluster.status == liveness.LOST and not cluster.done
     snapshot = cluster.snapshot()
     assert snapshot["attached"] and [w["metrics"] for w in snapshot["workers"]] == [{"loss": 0.25}] * 2
     assert cluster.logs(1, tail=1) == "last line of 1"
@@ -209,57 +211,33 @@ def test_attach_is_read_only_and_can_stop(root, procs):
     assert all(gone(p) for p in group)
 
     for bad in ("..", "../runs", "/etc", "no-such-run", ".hidden", ""):
-        with pytest.raises(leftovers.RunNotFound):
-            leftovers.attach(bad, root)
+        with pytest.raises(rundir.RunNotFound):
+            attach.attach(bad, root)
 
 
 def test_a_symlink_out_of_the_run_root_is_not_a_run(root, tmp_path):
     outside = tmp_path / "outside"
     write_run(tmp_path, "outside", dead_pid(), [], time.time())
     (root / "sneaky").symlink_to(outside, target_is_directory=True)
-    assert leftovers.list_run_dirs(root) == []
-    with pytest.raises(leftovers.RunNotFound):
-        leftovers.attach("sneaky", root)
+    assert rundir.list_run_dirs(root) == []
+    with pytest.raises(rundir.RunNotFound):
+        attach.attach("sneaky", root)
     assert leftovers.reap_leftovers(root) == []
-    assert leftovers.read_state(outside)["status"] == "running"
+    assert rundir.read_state(outside)["status"] == "running"
 
 
 # ------------------------------------------------------------------------------------ a real kernel, killed
-class NbworkersKernel:
+class NbworkersKernel(KernelDriver):
+    """nbworkers' own kernel, from the kernelspec installed under ``prefix`` (nbworkers.kernel_driver)."""
+
     def __init__(self, prefix: Path, env: dict[str, str], cwd: Path):
-        from jupyter_client import KernelManager
-        from jupyter_client.kernelspec import KernelSpecManager
+        super().__init__(cwd, env, kernel_name="nbworkers", kernel_dirs=[str(prefix / "share/jupyter/kernels")],
+                         ready_timeout=KERNEL_READY_TIMEOUT)
 
-        self.manager = KernelManager(
-            kernel_name="nbworkers",
-            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(prefix / "share/jupyter/kernels")]))
-        self.manager.start_kernel(env=env, cwd=str(cwd))
-        self.pid = self.manager.provisioner.process.pid
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=KERNEL_READY_TIMEOUT)
-
-    def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
-        msg_id = self.client.execute(code)
-        out, error = "", ""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except Exception:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "status" and content["execution_state"] == "idle":
-                return out, error
-            if kind == "stream" and content["name"] == "stdout":
-                out += content["text"]
-            elif kind == "error":
-                error = f"{content['ename']}: {content['evalue']}"
-            elif kind in ("display_data", "execute_result"):
-                out += content["data"].get("text/plain", "") + "\n"
-        raise TimeoutError(code)
+    def run_text(self, code: str, timeout: float = 120) -> tuple[str, str]:
+        """(stdout and the text of what it displayed, "ename: evalue" when it raised)."""
+        result = self.run(code, timeout)
+        return result.stdout + "".join(d.get("text/plain", "") + "\n" for d in result.displays), result.error_line
 
     def kill(self) -> None:
         try:
@@ -285,15 +263,6 @@ def _wait_until(predicate, timeout: float, interval: float = 0.1):
     return predicate()
 
 
-def _kill_run_processes(run_root: Path) -> None:
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid != os.getpid() and proc.environ().get("NBWORKERS_RUN_DIR", "").startswith(str(run_root)):
-                os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
-        except (psutil.Error, OSError):
-            continue
-
-
 def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
     prefix, run_root, cwd = tmp_path / "prefix", tmp_path / "runs", tmp_path / "nb"
     cwd.mkdir()
@@ -305,7 +274,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
     first = second = None
     try:
         first = NbworkersKernel(prefix, env, cwd)
-        out, error = first.run("%%worker -n 2 --name doomed\nimport time\nprint('worker up', flush=True)\n"
+        out, error = first.run_text("%%worker -n 2 --name doomed\nimport time\nprint('worker up', flush=True)\n"
                                "time.sleep(60)\n")
         assert not error, error
         state_file = run_root / "doomed" / "state.json"
@@ -323,21 +292,25 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         first.manager.provisioner.process.wait()
 
         second = NbworkersKernel(prefix, env, cwd)
-        out, error = second.run(
-            "from nbworkers.magics import leftovers\n"
+        out, error = second.run_text(
+            # the kernel's scan at load (``leftovers.scan_at_load``) reaps it: nothing else does
+            "import time\n"
+            "from nbworkers.magics import attach, leftovers, rundir\n"
+            "deadline = time.monotonic() + 30\n"
+            "while leftovers.find_leftovers() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.1)\n"
             "print(sorted(p.name for p in leftovers.find_leftovers()))\n"
-            "leftovers.scan_at_load().join(30)\n"
-            "print(sorted(p.name for p in leftovers.find_leftovers()))\n"
-            "attached = leftovers.workers_attach('doomed')\n"
+            "print('reaped' in rundir.read_state(rundir.run_dir_of('doomed')))\n"
+            "attached = attach.workers_attach('doomed')\n"
             "print(attached.status, attached.done)\n")
         assert not error, error
-        assert out.split() == ["['doomed']", "[]", "failed", "True"], out
+        assert out.split() == ["[]", "True", "failed", "True"], out
         # the attached run works with %workers like one of the kernel's own
-        out, error = second.run("%workers logs doomed -w 1 --tail 1")
+        out, error = second.run_text("%workers logs doomed -w 1 --tail 1")
         assert not error and out.strip() == "worker up", (out, error)
-        out, error = second.run("%workers")
+        out, error = second.run_text("%workers")
         assert not error and "doomed" in out and "failed" in out, (out, error)
-        out, error = second.run("%workers wait doomed --timeout 10")
+        out, error = second.run_text("%workers wait doomed --timeout 10")
         # a failed run's wait raises RunFailed since issue 19; either way the cause is shown
         assert "its kernel died" in out + error and (not error or error.startswith("RunFailed")), (out, error)
         assert _wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
@@ -346,4 +319,4 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         for kernel in (first, second):
             if kernel is not None:
                 kernel.kill()
-        _kill_run_processes(run_root)
+        kill_strays(run_root)

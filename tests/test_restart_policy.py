@@ -8,8 +8,9 @@ import signal
 from conftest import processes_of_run_root, wait_until
 
 from nbworkers.magics.failures import (
-    PeerLost, PortCollision, WorkerCrashed, WorkerPreempted, WorkerRaised, classify_exit, root_cause, should_restart,
+    PeerLost, PortCollision, RestartsExhausted, WorkerCrashed, WorkerPreempted, WorkerRaised, classify_exit, root_cause,
 )
+from nbworkers.magics.restart_policy import RestartPolicy
 
 # Generation 0 waits to be killed; the restarted generation finishes.
 KILLABLE_CELL = """%%worker -n 2 --name {name} {flags}
@@ -23,6 +24,14 @@ print("done", flush=True)
 
 def worker_pid(kernel, name: str, index: int) -> int | None:
     return kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()['workers'][{index}]['pid']")
+
+
+def assert_wait_raises_run_failed(kernel, name: str, timeout: int, *says: str) -> None:
+    """`%workers wait` on a run that failed fails the cell with RunFailed (issue 19), saying why."""
+    result = kernel.run(f"%workers wait {name} --timeout {timeout}")
+    assert result.status == "error" and result.error.startswith(f"RunFailed: run {name!r} failed: "), result.text
+    for text in says:
+        assert text in result.error, result.error
 
 
 def test_killed_worker_restarts_the_whole_group(kernel, run_root):
@@ -48,7 +57,7 @@ def test_exception_in_user_code_is_not_retried(kernel, run_root):
 raise RuntimeError("a bug, not bad luck")
 """
     assert not kernel.run(cell).error
-    assert not kernel.run("%workers wait broken --timeout 60").error
+    assert_wait_raises_run_failed(kernel, "broken", 60, "RuntimeError: a bug, not bad luck")
     snap = kernel.value("nbworkers.get_cluster('broken').snapshot()")
     assert snap["status"] == "failed" and snap["restarts"] == 0
     assert snap["failure_kind"] == "WorkerRaised"
@@ -59,7 +68,7 @@ def test_restart_limit_turns_a_crash_into_a_failure(kernel, run_root):
     assert not kernel.run(KILLABLE_CELL.format(name="fragile", flags="--max-restarts 0")).error
     assert wait_until(lambda: worker_pid(kernel, "fragile", 0) is not None, 60)
     os.kill(worker_pid(kernel, "fragile", 0), signal.SIGKILL)
-    assert not kernel.run("%workers wait fragile --timeout 60").error
+    assert_wait_raises_run_failed(kernel, "fragile", 60, "no restarts left: --max-restarts 0", "SIGKILL")
     snap = kernel.value("nbworkers.get_cluster('fragile').snapshot()")
     assert snap["status"] == "failed" and snap["restarts"] == 0
     assert snap["failure_kind"] == "RestartsExhausted" and "--max-restarts 0" in snap["error"]
@@ -75,7 +84,7 @@ print("about to hang", flush=True)
 wait_for_a_peer_that_never_comes()
 """
     assert not kernel.run(cell).error
-    assert not kernel.run("%workers wait hung --timeout 90").error
+    assert_wait_raises_run_failed(kernel, "hung", 90, "no worker reported progress for 3 s")
     snap = kernel.value("nbworkers.get_cluster('hung').snapshot()")
     assert snap["status"] == "failed", snap
     assert "no worker reported progress for 3 s" in snap["error"]
@@ -105,10 +114,14 @@ def test_classification_of_exits():
     assert isinstance(peer, PeerLost)
     crash = classify_exit(1, -9, "")
     assert root_cause([peer, crash]) is crash
+    # the restart policy's part (every rule: tests/test_supervisor_policy.py)
     raised = classify_exit(0, 1, "ValueError: x")
-    assert not should_restart(raised, 3, None)
-    assert should_restart(crash, 1, None) and not should_restart(crash, 0, None)
-    assert not should_restart(classify_exit(1, -9, ""), 3, crash), "the same error twice is permanent"
+    assert not RestartPolicy(3, 3, 1.0, 30.0).decide(raised).restart
+    assert RestartPolicy(1, 3, 1.0, 30.0).decide(crash).restart
+    assert isinstance(RestartPolicy(0, 3, 1.0, 30.0).decide(crash).failure, RestartsExhausted)
+    policy = RestartPolicy(3, 3, 1.0, 30.0)
+    assert policy.decide(crash).restart
+    assert not policy.decide(classify_exit(1, -9, "")).restart, "the same error twice is permanent"
 
 
 def test_restart_after_the_end_runs_the_cell_again(kernel, run_root):
@@ -131,4 +144,4 @@ def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():
                              "worker": 1, "resumed_from": {"epoch": 2, "step": 0}}],
     }
     for shown in (render_text(snapshot), render_summary_html(snapshot)):
-        assert "WorkerCrashed: worker 1 was killed by SIGKILL; resumed at epoch 2, step 0" in shown
+        assert "WorkerCrashed: worker 1 was killed by SIGKILL; resumed from a checkpoint at epoch 2, step 0" in shown

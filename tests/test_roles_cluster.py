@@ -184,7 +184,9 @@ def test_a_parameter_server_that_dies_fails_the_run_and_takes_the_others_down(ke
     assert wait_until(lambda: "coordinator connected" in kernel.run("%workers logs pss-crash -w 0").stdout, 180)
     ps_pid = kernel.value("nbworkers.get_cluster('pss-crash').snapshot()['workers'][2]['pid']")
     os.kill(ps_pid, signal.SIGKILL)
-    assert not kernel.run("%workers wait pss-crash --timeout 60").error
+    waited = kernel.run("%workers wait pss-crash --timeout 60")  # a failed run fails the waiting cell (issue 19)
+    assert waited.status == "error" and waited.error.startswith("RunFailed: run 'pss-crash' failed: "), waited.text
+    assert "worker 2 was killed by SIGKILL" in waited.error and "no restarts left" in waited.error, waited.error
     snap = kernel.value("nbworkers.get_cluster('pss-crash').snapshot()")
     assert snap["status"] == "failed" and "worker 2 was killed by SIGKILL" in snap["error"], snap["error"]
     assert snap["workers"][2]["status"] == "failed" and snap["workers"][0]["status"] == "stopped"

@@ -259,24 +259,24 @@ def forged_run(root: Path, name: str, kernel_pid: int, pids: list[int], started:
 
 
 def test_a_forged_state_file_never_gets_an_unrelated_process_killed(tmp_path):
-    from nbworkers.magics import leftovers
+    from nbworkers.magics import leftovers, liveness, rundir, run_stop
 
     victims = [sleeper(), sleeper({"NBWORKERS_RUN_ID": "some-other-run"}), sleeper({"NBWORKERS_RUN_ID": "r1"})]
     try:
         before = time.time() + 60  # the run "started" after the last one: a pid reused since is not the run's
         run_dir = forged_run(tmp_path, "forged", dead_pid(), [v.pid for v in victims[:2]], time.time() - 5)
         old_run = forged_run(tmp_path, "oldrun", dead_pid(), [victims[2].pid], before)
-        assert leftovers.leftover_processes(leftovers.read_state(run_dir), run_dir) == []
-        assert leftovers.leftover_processes(leftovers.read_state(old_run), old_run) == []
+        assert liveness.leftover_processes(rundir.read_state(run_dir), run_dir) == []
+        assert liveness.leftover_processes(rundir.read_state(old_run), old_run) == []
         assert sorted(leftovers.reap_leftovers(tmp_path, kill_grace=0.5)) == ["forged", "oldrun"]
-        assert leftovers.stop_run(run_dir, stop_timeout=1, kill_grace=0.5)["killed"] == 0
+        assert run_stop.stop_run(run_dir, stop_timeout=1, kill_grace=0.5)["killed"] == 0
         time.sleep(0.3)
         assert all(v.poll() is None for v in victims)
         # the same process, carrying the run's marker and started after it: that one is the run's own
         marked = sleeper({"NBWORKERS_RUN_ID": "r2"})
         victims.append(marked)
         mine = forged_run(tmp_path, "mine", dead_pid(), [marked.pid], time.time() - 5, run_id="r2")
-        assert [p.pid for p in leftovers.leftover_processes(leftovers.read_state(mine), mine)] == [marked.pid]
+        assert [p.pid for p in liveness.leftover_processes(rundir.read_state(mine), mine)] == [marked.pid]
     finally:
         for victim in victims:
             victim.kill()
@@ -286,7 +286,8 @@ def test_a_forged_state_file_never_gets_an_unrelated_process_killed(tmp_path):
 def test_a_pid_a_worker_reports_is_only_signalled_when_it_is_ours(tmp_path):
     """A compromised worker's hello names another process (or the host's pid is reused): _kill_all spares it."""
     from nbworkers.magics.backends.local import WorkerProcess
-    from nbworkers.magics.ownership import RunMarker, signal_groups_if_ours
+    from nbworkers.magics.ownership import RunMarker
+    from nbworkers.magics.process_kill import kill_groups
 
     victim = sleeper()
     host = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE, start_new_session=True)
@@ -295,7 +296,7 @@ def test_a_pid_a_worker_reports_is_only_signalled_when_it_is_ours(tmp_path):
         proc = WorkerProcess(index=0, host=host, log_path=tmp_path / "log", worker_pid=victim.pid,
                              marker=RunMarker("run-x", time.time() - 1))
         proc.kill()
-        assert signal_groups_if_ours([0, 1, -1, victim.pid], RunMarker("run-x", None)) == 0
+        assert kill_groups([0, 1, -1, victim.pid], RunMarker("run-x", None)) == 0
         time.sleep(0.3)
         assert victim.poll() is None
         ours = sleeper({"NBWORKERS_RUN_ID": "run-x"})
@@ -345,7 +346,7 @@ def test_a_host_that_dies_before_its_workers_hello_takes_the_worker_with_it(tmp_
 # ---------------------------------------------------------------------------------------------- 5. run dirs
 def test_a_live_run_of_another_kernel_is_never_removed(tmp_path):
     from nbworkers.magics.errors import ClusterNameError
-    from nbworkers.magics.rundirs import prepare_run_dir
+    from nbworkers.magics.rundir_prepare import prepare_run_dir
 
     other_kernel = sleeper()  # alive, started before its run
     try:
@@ -367,15 +368,15 @@ def test_a_live_run_of_another_kernel_is_never_removed(tmp_path):
 
 
 def test_run_directories_and_their_files_are_private(tmp_path, monkeypatch):
-    from nbworkers.magics import leftovers
-    from nbworkers.magics.rundirs import prepare_run_dir
+    from nbworkers.magics import rundir
+    from nbworkers.magics.rundir_prepare import prepare_run_dir
 
     old = os.umask(0o022)
     try:
         run_dir = tmp_path / "runs" / "private"
         prepare_run_dir(run_dir, "print(1)", b"pushed", [run_dir / "worker-0.log", run_dir / "worker-1.log"])
-        leftovers.request_stop(run_dir)
-        leftovers.write_state(run_dir, {"status": "running"})
+        rundir.request_stop(run_dir)
+        rundir.write_state(run_dir, {"status": "running"})
     finally:
         os.umask(old)
     assert os.stat(run_dir).st_mode & 0o777 == 0o700

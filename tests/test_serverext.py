@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from nbworkers.magics import leftovers
+from nbworkers.magics.liveness import LOST
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[1]
@@ -453,7 +454,7 @@ def test_delete_kills_the_processes_of_a_dead_kernel_directly(server):
     try:
         write_fake_run(server.run_root, "orphaned", _dead_pid(), hosts=procs[:2], workers=procs[2:], started=started)
         status, data = server.json("GET", "/nbworkers/api/clusters/orphaned")
-        assert status == 200 and data["status"] == leftovers.LOST and data["kernel_alive"] is False
+        assert status == 200 and data["status"] == LOST and data["kernel_alive"] is False
         assert data["processes_alive"] == 4
         status, data = server.json("DELETE", "/nbworkers/api/clusters/orphaned")
         assert status == 200, data
@@ -479,7 +480,7 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
             status, data = server.json("GET", "/nbworkers/api/clusters")
             return next((c for c in data["clusters"] if c["name"] == "doomed"), None)
 
-        lost = _wait_until(lambda: (r := row()) and r["status"] == leftovers.LOST and r, STOP_TIMEOUT)
+        lost = _wait_until(lambda: (r := row()) and r["status"] == LOST and r, STOP_TIMEOUT)
         assert lost and lost["kernel_alive"] is False and lost["recorded_status"] == "running"
         assert "died" in lost["error"]
         # the hosts see their kernel's pipe close and stop the workers on their own

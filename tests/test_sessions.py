@@ -61,7 +61,8 @@ def session_kernel(tmp_path_factory):
     notebook = base / "notebook"
     notebook.mkdir()
     env = dict(os.environ)
-    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2", "NBWORKERS_SPARES": "0"})
+    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2", "NBWORKERS_SPARES": "0",
+                "NBWORKERS_ZYGOTE": "0"})  # no zygote: it outlives the session (conftest.kernel_env does the same)
     env.pop("TF_CONFIG", None)
     kernel = Kernel(notebook, env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
     kernel.run_root = run_root
@@ -104,7 +105,7 @@ def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel)
 
 def test_flags_a_session_cannot_take_are_refused_before_anything_starts(session_kernel):
     k = session_kernel
-    for flags, words in (("--backend ray", "local backend only"), ("--ps 1", "not available with --session"),
+    for flags, words in (("--chief", "not available with --session"), ("--ps 1", "not available with --session"),
                          ("--name different", "leave --name out")):
         result = k.run(f"%%worker -n 2 --session other {flags}\nx = 1")
         assert words in result.failure, (flags, result.text)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cells import CHECKSUM, FIT, KERAS_TRAINING, worker_cell
 from conftest import wait_until
 
 from nbworkers.distlib import wire
@@ -25,23 +26,8 @@ WARM_LINE = "--- nbworkers: warm start"
 SPARES_READY_TIMEOUT = 120  # seconds for spares to import TensorFlow on a busy 2-core machine
 
 # The Keras tutorial's code on tf_keras; each worker trains on its own data, so equal checksums mean MWMS ran.
-TRAIN_CELL = """%%worker -n 2 --block --name {name} --env TF_USE_LEGACY_KERAS=1
-import os
-import numpy as np
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))
-x = rng.rand(256, 8).astype("float32")
-y = (x.sum(axis=1) > 4).astype("float32")
-with strategy.scope():
-    tf.keras.utils.set_random_seed(1)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
-    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
-model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=2)
-print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))
-print("CWD", os.getcwd(), "TF_CONFIG" in os.environ, "NBWORKERS_SPARE" in os.environ)
-"""
+TRAIN_CELL = worker_cell("-n 2 --block --name {name} --env TF_USE_LEGACY_KERAS=1", KERAS_TRAINING, FIT, CHECKSUM,
+                         'print("CWD", os.getcwd(), "TF_CONFIG" in os.environ, "NBWORKERS_SPARE" in os.environ)\n')
 
 # One light TensorFlow worker: enough to exercise the pool without loading the shared machine.
 TF_CELL = """%%worker -n 1 --block --name {name} {flags}

@@ -1,11 +1,14 @@
-"""The widget's Python side without a browser: summary rendering, payload shaping, throttling, buttons."""
+"""The widget's Python side without a browser: summary rendering, payload shaping, sending, buttons, assets."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
+import re
 import sys
 import threading
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,17 +16,35 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import FakeCluster  # noqa: E402
 
-from nbworkers.magics import summary  # noqa: E402
+from nbworkers.magics import summary, widget  # noqa: E402
 from nbworkers.magics.state import ClusterState, WorkerState  # noqa: E402
+from nbworkers.magics.statuses import ClusterStatus, WorkerStatus  # noqa: E402
 from nbworkers.magics.widget import (  # noqa: E402
     WIDGET_MIMETYPE,
+    ClusterWidget,
     ClusterWidgetView,
-    Throttle,
     bundle,
     clean_number,
     downsample,
     logs_payload,
 )
+
+REPO = Path(__file__).resolve().parent.parent
+MAGICS = REPO / "magics"
+
+
+@pytest.fixture(autouse=True)
+def plain_comms(monkeypatch):
+    """Widgets made here get the `comm` package's own comm, whatever ran before in this process.
+
+    Importing ``ipykernel.kernelapp`` (a ``Cluster`` does, in ``_kernel_id``) makes ipykernel the provider of
+    every later comm; outside a running kernel such a comm has no kernel and ipywidgets drops its messages
+    without a word, so the message recorder below would see none.
+    """
+    import comm
+
+    monkeypatch.setattr(comm, "create_comm", comm._create_comm)
+    monkeypatch.setattr(comm, "get_comm_manager", comm._get_comm_manager)
 
 
 def make_state(status: str = "running", lines: int = 3, history: int = 0) -> ClusterState:
@@ -63,8 +84,8 @@ class RecordingCluster:
         self.called.set()
 
 
-def recorded_view(cluster, interval: float = 3600.0) -> tuple[ClusterWidgetView, list[dict]]:
-    view = ClusterWidgetView(cluster, interval=interval)
+def recorded_view(cluster) -> tuple[ClusterWidgetView, list[dict]]:
+    view = ClusterWidgetView(cluster)
     messages: list[dict] = []
     view.widget.comm.send = lambda data=None, buffers=None, **kw: messages.append(data)
     return view, messages
@@ -174,61 +195,13 @@ def test_logs_payload_bounds_lines_and_line_length():
     assert 25 <= len(kept) <= 32 and kept[-1].startswith("0299")
 
 
-# ----------------------------------------------------------------------------------------- throttle
-
-
-class FakeTimers:
-    def __init__(self):
-        self.pending: list = []
-
-    def __call__(self, delay, fn):
-        timer = type("T", (), {"cancel": lambda self_: self.pending.remove(entry) if entry in self.pending else None})()
-        entry = (delay, fn)
-        self.pending.append(entry)
-        return timer
-
-    def fire(self):
-        _, fn = self.pending.pop(0)
-        fn()
-
-
-def test_throttle_sends_the_newest_item_on_the_trailing_edge():
-    now = [0.0]
-    sent: list = []
-    timers = FakeTimers()
-    throttle = Throttle(0.25, sent.append, clock=lambda: now[0], timer=timers)
-    throttle.offer(1)
-    assert sent == [1]
-    now[0] = 0.1
-    throttle.offer(2)
-    throttle.offer(3)
-    assert sent == [1] and len(timers.pending) == 1 and timers.pending[0][0] == pytest.approx(0.15)
-    now[0] = 0.25
-    timers.fire()
-    assert sent == [1, 3]
-    now[0] = 1.0
-    throttle.offer(4)  # long after: at once
-    assert sent == [1, 3, 4]
-
-
-def test_throttle_flush_replaces_and_cancels_the_timer():
-    now = [0.0]
-    sent: list = []
-    timers = FakeTimers()
-    throttle = Throttle(0.25, sent.append, clock=lambda: now[0], timer=timers)
-    throttle.offer("a")
-    throttle.offer("b")
-    throttle.flush("final", replace=True)
-    assert sent == ["a", "final"] and timers.pending == []
-
-
 # ----------------------------------------------------------------------------------------- the view
 
 
 def test_update_sends_one_message_with_only_what_changed():
     state = make_state("running", history=3)
     cluster = RecordingCluster(state)
-    view, messages = recorded_view(cluster, interval=0.0)
+    view, messages = recorded_view(cluster)
     view.update(state.snapshot())
     assert len(messages) == 1
     assert set(messages[0]["state"]) == {"cluster", "logs", "series", "updates"}
@@ -243,35 +216,50 @@ def test_update_sends_one_message_with_only_what_changed():
     assert set(messages[2]["state"]) == {"cluster", "series", "updates"}
 
 
-def test_updates_are_coalesced_within_the_flush_interval():
+def test_updates_from_several_threads_go_out_whole_one_at_a_time():
+    """The cluster paces the updates (one per flush_interval); the view sends each at once, never two mixed."""
     state = make_state("running")
     cluster = RecordingCluster(state)
-    view, messages = recorded_view(cluster, interval=3600.0)
+    view, messages = recorded_view(cluster)
+    lock = threading.Lock()
     threads = []
     for t in range(4):
         def feed(t=t):
-            for n in range(250):
-                state.workers[t % 2].log_tail.feed([f"t{t} {n}\n"])
-                view.update(state.snapshot())
+            for n in range(50):
+                with lock:
+                    state.workers[t % 2].log_tail.feed([f"t{t} {n}\n"])
+                    snapshot = state.snapshot()
+                view.update(snapshot)
         threads.append(threading.Thread(target=feed))
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(messages) == 1  # the first; the rest wait for the interval
+    assert 1 < len(messages) <= 200  # no throttle here: every update that changed something went out
+    assert [m["state"]["updates"] for m in messages] == list(range(1, len(messages) + 1))
+    assert all(len(m["state"]["logs"]) == 2 for m in messages if "logs" in m["state"])  # whole payloads
     state.status = "finished"
     state.workers[0].log_tail.feed(["the last line\n"])
     view.finish(state.snapshot())
-    assert len(messages) <= 3  # the change, then (finish only) the full state again
-    final = messages[-1]["state"]
+    final = messages[-1]["state"]  # finish: the change, then the full state again
+    assert set(final) >= {"cluster", "logs", "series"}
     assert final["cluster"]["status"] == "finished" and final["logs"][0][-1] == "the last line"
     assert view.widget.logs[0][-1] == "the last line"
+
+
+def test_an_update_right_after_another_is_sent_at_once():
+    state = make_state("running")
+    view, messages = recorded_view(RecordingCluster(state))
+    view.update(state.snapshot())
+    state.workers[1].log_tail.feed(["next\n"])
+    view.update(state.snapshot())
+    assert len(messages) == 2 and messages[1]["state"]["logs"][1][-1] == "next"
 
 
 def test_finish_resends_the_full_state_and_the_final_bundle():
     state = make_state("finished", history=3)
     cluster = RecordingCluster(state)
-    view, messages = recorded_view(cluster, interval=0.0)
+    view, messages = recorded_view(cluster)
     view.update(state.snapshot())
     view.finish(state.snapshot())
     assert set(messages[-1]["state"]) >= {"cluster", "logs", "series"}
@@ -284,7 +272,7 @@ def test_message_size_stays_small_with_full_tails_and_long_history():
     state = make_state("running", lines=1000, history=2000)
     for w in state.workers:
         w.log_tail.feed(["y" * 200 + "\n"] * 400)
-    view, messages = recorded_view(RecordingCluster(state), interval=0.0)
+    view, messages = recorded_view(RecordingCluster(state))
     view.update(state.snapshot())
     size = len(json.dumps(messages[0]))
     assert size < 200_000, size
@@ -315,7 +303,7 @@ def test_a_failing_stop_is_reported_in_the_widget():
 
 def test_notice_clears_when_the_status_changes():
     state = make_state("running")
-    view, _ = recorded_view(RecordingCluster(state), interval=0.0)
+    view, _ = recorded_view(RecordingCluster(state))
     view.update(state.snapshot())
     view._set_notice("Stopping…")
     state.status = "stopped"
@@ -325,10 +313,54 @@ def test_notice_clears_when_the_status_changes():
 
 def test_fake_cluster_run_drives_the_view_to_finished():
     cluster = FakeCluster(steps=5, step_time=0.01, interval=0.0)
-    view, messages = recorded_view(cluster, interval=0.0)
+    view, messages = recorded_view(cluster)
     cluster.views.append(view)
     cluster.start()
     assert cluster.wait(30)
     assert view.widget.cluster["status"] == "finished"
     assert [w["status"] for w in view.widget.cluster["workers"]] == ["finished", "finished"]
     assert view.widget.series[0]["x"] and view.widget.logs[0][-1] == "worker 0 finished"
+
+
+# ----------------------------------------------------------------------------------------- front-end assets
+
+
+def js_object_keys(source: str, name: str) -> set[str]:
+    body = re.search(rf"const {name} = \{{(.*?)\n\}};", source, re.S)
+    assert body, f"{name} not found in widget.js"
+    return set(re.findall(r"^\s*(\w+):", body.group(1), re.M))
+
+
+def test_every_status_has_a_label_and_the_terminal_ones_count_as_done():
+    source = (MAGICS / "widget_cards.js").read_text()
+    statuses = {s.value for s in ClusterStatus} | {s.value for s in WorkerStatus}
+    assert statuses <= js_object_keys(source, "STATUS_LABELS")
+    done = set(re.findall(r'"(\w+)"', re.search(r"const DONE = new Set\(\[(.*?)\]\)", source).group(1)))
+    assert done == {s.value for s in ClusterStatus if s.is_terminal}
+    css = (MAGICS / "widget.css").read_text()
+    missing = [s for s in statuses - {"starting"} if f".nbw-status-{s} " not in css]  # starting: the default grey
+    assert not missing, f"no badge colour in widget.css for {missing}"
+
+
+def test_the_widget_module_carries_the_vendored_chart_library():
+    esm, css = str(ClusterWidget._esm), str(ClusterWidget._css)
+    library = (widget.UPLOT_DIR / "uPlot.iife.min.js").read_text()
+    assert f"(v{widget.UPLOT_VERSION})" in library.splitlines()[0] and "var uPlot=" in library
+    parts = [library] + [(MAGICS / name).read_text() for name in ("widget_cards.js", "widget_chart.js", "widget.js")]
+    assert esm == "\n".join(parts)  # in this order: each part uses what the ones before declare
+    assert "new uPlot(" in parts[2] and esm.count("export default") == 1 and parts[3].rstrip().endswith("export default { render };")
+    own = esm[len(library):]
+    assert not re.search(r"^\s*import\b|import\(|https?://", own, re.M)  # nothing fetched at run time
+    declared = re.findall(r"^(?:function|const|let|class) (\w+)", own, re.M)
+    assert len(declared) == len(set(declared)), "a name declared in two parts of the one module"
+    assert css.startswith((widget.UPLOT_DIR / "uPlot.min.css").read_text()) and ".nbw-chart" in css
+    assert "MIT License" in (widget.UPLOT_DIR / "LICENSE").read_text()
+
+
+def test_the_vendored_files_and_license_are_package_data():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["nbworkers.magics"]
+    shipped = [p.relative_to(MAGICS).as_posix() for p in (MAGICS / "vendor-uplot").iterdir()]
+    assert {f"vendor-uplot/{name}" for name in ("LICENSE", "uPlot.iife.min.js", "uPlot.min.css")} <= set(shipped)
+    for path in shipped + [p.name for p in widget.ESM_PARTS + widget.CSS_PARTS if p.parent == MAGICS]:
+        assert any(fnmatch.fnmatch(path, p) for p in patterns), f"{path} is not package data"

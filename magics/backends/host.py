@@ -113,39 +113,18 @@ def max_line_chars() -> int:
 
 
 def kill_group(pgid: int, grace: float) -> None:
-    """SIGTERM the process group, wait up to ``grace`` seconds for it to go, then SIGKILL it."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGTERM the process group, wait up to ``grace`` seconds for it to go, then SIGKILL it (``process_kill``;
+    imported here only when needed: psutil is not loaded at the host's start)."""
+    from nbworkers.magics.process_kill import kill_group as kill
+
+    kill(pgid, grace)
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg(…, 0) also succeeds for zombies; a group of only zombies is gone for our purposes.
-    import psutil
+    """Does the process group have a member that is not a zombie? (``process_kill``)"""
+    from nbworkers.magics.process_kill import group_alive as alive
 
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
+    return alive(pgid)
 
 
 class LogForwarder:

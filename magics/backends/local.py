@@ -12,20 +12,15 @@ and environment: the spare's host and interpreter, TensorFlow already imported, 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
-from ..private_dirs import module_command
-from .host import group_alive
-
-HOST_MODULE = "nbworkers.magics.backends.host"
-BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
+from ..ownership import RUN_ID_ENV, RunMarker
+from ..process_kill import group_alive, kill_group, kill_groups
+from .host_command import host_command
+from .spares import pool
 
 
 @dataclass(frozen=True)
@@ -59,9 +54,12 @@ class WorkerProcess:
         return code
 
     def _tell_host(self, command: str) -> None:
+        stdin = self.host.stdin
+        if stdin is None:
+            return
         try:
-            self.host.stdin.write(f"{command}\n".encode())
-            self.host.stdin.flush()
+            stdin.write(f"{command}\n".encode())
+            stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
 
@@ -84,17 +82,15 @@ class WorkerProcess:
         program, or a bogus pid a worker reported, is never signalled)."""
         if self.marker is None:  # built without a launch (tests): only our own child host, not yet reaped
             if self.host.poll() is None:
-                try:
-                    os.killpg(self.host.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_group(self.host.pid)  # SIGKILL
             return
-        signal_groups_if_ours(self.pgids(), self.marker, signal.SIGKILL)
+        kill_groups(self.pgids(), self.marker)  # process_kill.py
 
     def alive(self) -> bool:
         if self.host.poll() is None:
             return True
-        return bool(self.worker_pid) and group_alive(self.worker_pid)
+        pid = self.worker_pid
+        return pid is not None and pid > 0 and group_alive(pid)
 
     def close(self) -> None:
         if self.host.stdin:
@@ -122,8 +118,6 @@ class LocalBackend:
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        from .spares import pool
-
         spares = pool()
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(spares.settings.run_root))
         forked = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
@@ -164,11 +158,8 @@ class LocalBackend:
 
     def _launch_cold(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                      grace: float, role: str, host_options: list[str] | None = None) -> WorkerProcess:
-        command = [
-            *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(grace), "--role", role,
-                            *(host_options or [])),
-            "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
-        ]
+        command = host_command(python, ["--log", str(log_path), "--grace", str(grace), "--role", role,
+                                        *(host_options or [])])
         host = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"),
             env=env, cwd=cwd, start_new_session=True, close_fds=True,

@@ -47,7 +47,7 @@ def parse_address(address: str) -> tuple[str, int | None] | None:
 def _local_ips() -> set[str]:
     import psutil
 
-    ips = set()
+    ips: set[str] = set()
     for addresses in psutil.net_if_addrs().values():
         ips.update(a.address.split("%")[0] for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6))
     return ips
@@ -56,7 +56,7 @@ def _local_ips() -> set[str]:
 def machine(host: str) -> frozenset[str]:
     """An identity for ``host``: {"this machine"} for any of our own addresses, else its resolved IPs."""
     try:
-        ips = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        ips = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except OSError:
         return frozenset({host})
     local = _local_ips()

@@ -37,6 +37,7 @@ from traitlets.config import Configurable
 from nbworkers.distlib import wire
 
 from ..errors import LaunchError
+from ..rundir import CELL_FILE, PUSH_FILE
 from ..settings import settings as current_settings
 from .local import Placement
 from .ray_node import ACTOR_ENV, NbworkersWorkerHost, log_probe
@@ -55,7 +56,8 @@ class RayBackendError(LaunchError):
 class RaySettings(Configurable):
     """Tunables of the Ray backend (``c.RaySettings.placement_timeout = 300`` in the IPython config)."""
 
-    connect_timeout = Float(10.0, help="Seconds to wait for the Ray address to answer before giving up.").tag(config=True)
+    connect_timeout = Float(10.0, help="Seconds to wait for the Ray address to answer before giving up.").tag(
+        config=True)
     placement_timeout = Float(
         60.0, help="Seconds to wait for Ray to place the worker group (enough free CPUs/GPUs/nodes)."
     ).tag(config=True)
@@ -242,7 +244,8 @@ class RayWorkerProcess:
         self._closed = True
         ray = self._ray
         try:
-            ray.get(self.actor.release.remote(self._backend.grace), timeout=self._backend.grace + self._settings.call_timeout)
+            ray.get(self.actor.release.remote(self._backend.grace),
+                    timeout=self._backend.grace + self._settings.call_timeout)
         except Exception:
             pass  # the actor is gone already: its host saw its stdin close and stopped the worker
         self._mirror_rest()
@@ -391,7 +394,8 @@ class RayBackend:
         if self.settings.relay_host:
             return "0.0.0.0", self.settings.relay_host
         if self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
-            return "0.0.0.0", _route_address(split_address(self.address)[0])
+            head = split_address(self.address)  # a ray:// address always has a host
+            return "0.0.0.0", _route_address(head[0] if head else "")
         return "0.0.0.0", ray.util.get_node_ip_address()
 
     # ------------------------------------------------------------------ placement
@@ -461,8 +465,8 @@ class RayBackend:
         self.grace = grace
         run_dir = log_path.parent
         files = {}
-        for name in ("cell.py", "push.pkl"):
-            if (run_dir / name).exists() and (name == "cell.py" or env.get(wire.ENV_PUSH)):
+        for name in (CELL_FILE, PUSH_FILE):
+            if (run_dir / name).exists() and (name == CELL_FILE or env.get(wire.ENV_PUSH)):
                 files[name] = (run_dir / name).read_bytes()
         request = {
             "index": index,

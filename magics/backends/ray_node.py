@@ -19,7 +19,6 @@ installed there). It imports neither TensorFlow nor IPython, and Ray only inside
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,14 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.distlib import wire
-from nbworkers.magics.private_dirs import module_command, private_dir, runtime_dir
+from nbworkers.magics.backends.host_command import host_command
+from nbworkers.magics.private_dirs import private_dir, runtime_dir
+from nbworkers.magics.process_kill import kill_group
+from nbworkers.magics.rundir import cell_path, push_path
 
-HOST_MODULE = "nbworkers.magics.backends.host"
-BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
 # The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
 # SIGKILL from Ray, stops the worker group (see the module docstring).
 ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
-NODE_RUN_ROOT = "nbworkers-ray"  # private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be made there
+# private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be
+# made there
+NODE_RUN_ROOT = "nbworkers-ray"
 PROBE_BYTES = 4096  # bytes of the end of the kernel's log file compared to tell a shared file system
 
 
@@ -75,16 +77,10 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def node_run_dir(name: str) -> Path:
     """The run directory on a node that does not see the kernel's: under the node's temp dir, never the
-    kernel's path, and private (``private_dirs``: another user's or an open ``nbworkers-ray`` is never used; on a file system that only looked unshared, e.g. NFS with stale attributes, the node would
-    write the very file the kernel copies its log into)."""
+    kernel's path, and private (``private_dirs``: another user's or an open ``nbworkers-ray`` is never used; on a
+    file system that only looked unshared, e.g. NFS with stale attributes, the node would write the very file the
+    kernel copies its log into)."""
     return private_dir(runtime_dir(NODE_RUN_ROOT) / name)
-
-
-def _kill_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class NbworkersWorkerHost:
@@ -150,9 +146,9 @@ class NbworkersWorkerHost:
                 for name, data in request["files"].items():
                     write_atomically(run_dir / name, data)
                 env[wire.ENV_RUN_DIR] = str(run_dir)
-                env[wire.ENV_CODE] = str(run_dir / "cell.py")
+                env[wire.ENV_CODE] = str(cell_path(run_dir))
                 if env.get(wire.ENV_PUSH):
-                    env[wire.ENV_PUSH] = str(run_dir / "push.pkl")
+                    env[wire.ENV_PUSH] = str(push_path(run_dir))
             cwd = request["cwd"]
             if not cwd or not os.path.isdir(cwd):
                 notes.append(f"--- nbworkers: {cwd or 'the cell directory'} does not exist on this node"
@@ -164,11 +160,8 @@ class NbworkersWorkerHost:
             with open(log_path, "ab") as log:
                 for note in notes:
                     log.write(note.encode())
-            command = [
-                *module_command(sys.executable, HOST_MODULE, "--log", str(log_path), "--grace", str(request["grace"]),
-                                "--role", request["role"]),
-                "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
-            ]
+            command = host_command(python, ["--log", str(log_path), "--grace", str(request["grace"]),
+                                            "--role", request["role"]])
             with open(log_path, "ab") as stderr:
                 self._host = subprocess.Popen(
                     command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,
@@ -189,7 +182,7 @@ class NbworkersWorkerHost:
     def tell(self, command: str) -> None:
         """``stop`` (TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
         host = self._host
-        if host is None or host.poll() is not None:
+        if host is None or host.stdin is None or host.poll() is not None:
             return
         try:
             host.stdin.write(f"{command}\n".encode())
@@ -217,9 +210,9 @@ class NbworkersWorkerHost:
             return
         worker_group = self._worker_group()
         if worker_group:
-            _kill_group(worker_group, signal.SIGKILL)
+            kill_group(worker_group)  # SIGKILL (process_kill.py)
         if host.poll() is None:
-            _kill_group(host.pid, signal.SIGKILL)
+            kill_group(host.pid)
 
     def release(self, grace: float) -> bool:
         """Leave nothing behind: stop the worker group (TERM, ``grace``, KILL) if it still runs, reap the

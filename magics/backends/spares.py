@@ -37,23 +37,22 @@ import atexit
 import hashlib
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nbworkers.distlib import env_settings, session_wire, wire
 
 from .. import cell_scan
 from ..cell_scan import CellScan
-from ..ownership import RUN_ID_ENV, RunMarker, signal_groups_if_ours
-from ..private_dirs import module_command, runtime_dir
+from ..ownership import RUN_ID_ENV, RunMarker
+from ..private_dirs import runtime_dir
+from ..process_kill import kill_groups
 from ..settings import settings as current_settings
+from .host_command import host_command
 
 SPARES_DIR_NAME = "nbworkers-spares"  # the spares' neutral working directory (private_dirs.runtime_dir)
 SPARE_MARKER_ENV = env_settings.SPARE.name  # in a spare's environment: the run root of the kernel that started it
@@ -141,7 +140,7 @@ class Spare:
     def kill(self) -> None:
         """SIGKILL the spare's host and worker groups: only processes that are this kernel's spares (ownership)."""
         marker = RunMarker("", None, "", self.spare_root)
-        signal_groups_if_ours([p for p in (self.host.pid, self.worker_pid) if p], marker, signal.SIGKILL)
+        kill_groups([p for p in (self.host.pid, self.worker_pid) if p], marker)  # SIGKILL (process_kill.py)
 
     def assign(self, payload: dict[str, Any]) -> bool:
         """Hand this spare its run. False when it is gone (the caller starts a cold worker instead)."""
@@ -313,14 +312,9 @@ class SparePool:
             self._spares.append(self._start(key, group))
 
     def _start(self, key: str, group: _Group) -> Spare:
-        from .local import BOOTSTRAP_MODULE, HOST_MODULE
-
         env = dict(group.env)
         env[SPARE_MARKER_ENV] = str(self.settings.run_root)
-        command = [
-            *module_command(sys.executable, HOST_MODULE, "--spare", "--grace", str(group.grace)),
-            "--", *module_command(group.python, BOOTSTRAP_MODULE, "--spare", unbuffered=True),
-        ]
+        command = host_command(group.python, ["--spare", "--grace", str(group.grace)], ["--spare"])
         host = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             cwd=spare_cwd(), start_new_session=True, close_fds=True,

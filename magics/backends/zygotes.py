@@ -10,7 +10,7 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   ``HOME``...). Everything else — ``TF_CONFIG``, ``--env`` values, ``CUDA_VISIBLE_DEVICES`` (read by CUDA only at
   ``cuInit``, which the zygote never reaches: see ``distlib/zygote.py``), the relay, the cell — is applied in
   the child. A cell that changes its environment or calls ``use_tf_keras()`` before importing TensorFlow
-  (``spares.CHANGES_ENVIRONMENT``) is spawned: its import must see its own environment.
+  (``cell_scan.CHANGES_ENVIRONMENT``) is spawned: its import must see its own environment.
 - **Fallback to spawning**: ``settings().zygote = False`` (or ``$NBWORKERS_ZYGOTE=0``); the Ray backend (it
   never asks); a zygote that died: the launch that finds it dead spawns its workers with a note in their logs,
   and a new zygote is started for the next launch; a zygote that cannot fork (its interpreter lacks
@@ -29,18 +29,19 @@ import hashlib
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..ownership import RunMarker, signal_groups_if_ours
+from .. import cell_scan
+from ..cell_scan import CellScan
+from ..ownership import RunMarker
 from ..private_dirs import module_command, runtime_dir
+from ..process_kill import kill_groups
 from ..settings import settings as current_settings
-from .spares import CHANGES_ENVIRONMENT, SPARE_MARKER_ENV, _local_modules, base_env
+from .spares import SPARE_MARKER_ENV, base_env
 
 ZYGOTE_MODULE = "nbworkers.distlib.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
@@ -48,7 +49,6 @@ IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "CUDA", "XLA", "LD_", "PYT
                         "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "TMPDIR"})
 CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "TF_CONFIG", "PYTHONUNBUFFERED"})
-MAX_SCANNED_BYTES = 1_000_000
 
 
 def import_env(env: dict[str, str]) -> dict[str, str]:
@@ -62,19 +62,13 @@ def zygote_key(python: str, env: dict[str, str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def why_not_forked(code_path: str, cwd: str) -> str | None:
-    """None when the cell may run in a forked worker, else why it is spawned."""
-    try:
-        code = Path(code_path).read_text(encoding="utf-8", errors="replace")[:MAX_SCANNED_BYTES]
-    except OSError:
+def why_not_forked(code_path: str, cwd: str, scan: CellScan | None = None) -> str | None:
+    """None when the cell may run in a forked worker, else why it is spawned (``scan``: the launch's
+    ``cell_scan``; the cell file at ``code_path`` is scanned when not given)."""
+    scan = scan or cell_scan.scan_file(code_path, cwd)
+    if scan is None:
         return None  # bootstrap reports the unreadable cell as a spawned worker would
-    texts = [code]
-    for module in _local_modules(code, cwd):
-        try:
-            texts.append(module.read_text(encoding="utf-8", errors="replace")[:MAX_SCANNED_BYTES])
-        except OSError:
-            continue
-    if any(CHANGES_ENVIRONMENT.search(t) for t in texts):
+    if scan.changes_environment:
         return "the cell changes its environment (or calls use_tf_keras) before TensorFlow is imported"
     return None
 
@@ -107,7 +101,7 @@ class Zygote:
         try:
             self.proc.wait(timeout=current_settings().zygote_stop_timeout)
         except subprocess.TimeoutExpired:
-            signal_groups_if_ours([self.proc.pid], RunMarker("", None, "", self.marker_root), signal.SIGKILL)
+            kill_groups([self.proc.pid], RunMarker("", None, "", self.marker_root))  # SIGKILL (process_kill.py)
             self.proc.wait()
         if self.proc.returncode == 0:  # a clean exit: its log holds nothing worth keeping
             try:
@@ -135,7 +129,7 @@ class ZygotePool:
             return None, ""
         from nbworkers.distlib import wire
 
-        reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd)
+        reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
             return None, f"spawned, not forked: {reason}"
         if not self._can_serve(python, config):

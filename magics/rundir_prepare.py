@@ -1,10 +1,10 @@
-"""Run directories: made fresh and private, and never taken from another kernel's live run.
+"""A new run's directory: made fresh and private, and never taken from another kernel's live run.
 
-``<run_root>/<name>`` holds a run's cell, pushed data, logs and state: mode 0700, every file 0600 (the cell
-and the pushed variables are the user's code and data). A new run with a name whose directory exists
-replaces it only when that run is over (its state says done, or its kernel is dead and nothing of it is
-left running); a live run of another kernel is refused with what to do. Two kernels that pick the same
-name at the same moment: ``mkdir`` decides, the second is refused.
+``<run_root>/<name>`` (``rundir`` has the layout) holds a run's cell, pushed data, logs and state: mode 0700,
+every file 0600 (the cell and the pushed variables are the user's code and data). A new run with a name whose
+directory exists replaces it only when that run is over (its state says done, or its kernel is dead and
+nothing of it is left running: ``liveness``); a live run of another kernel is refused with what to do. Two
+kernels that pick the same name at the same moment: ``mkdir`` decides, the second is refused.
 """
 
 from __future__ import annotations
@@ -15,25 +15,25 @@ import stat
 from pathlib import Path
 
 from .errors import ClusterNameError
+from .liveness import kernel_alive, leftover_processes
 from .private_dirs import write_private
+from .rundir import cell_path, push_path, read_state
+from .state import DONE_STATES
 
-__all__ = ["prepare_run_dir", "write_private", "run_in_use"]
+__all__ = ["prepare_run_dir", "run_in_use"]
 
 
 def run_in_use(run_dir: Path) -> str:
     """Why the existing ``run_dir`` must not be replaced ("" when it may be)."""
-    from . import leftovers
-    from .state import DONE_STATES
-
-    state = leftovers.read_state(run_dir)
+    state = read_state(run_dir)
     if state is None or state.get("status") in DONE_STATES:
         return ""
-    if leftovers.kernel_alive(state):
+    if kernel_alive(state):
         if state.get("kernel_pid") == os.getpid():
             return ""  # this kernel's own earlier run of that name (its supervisor is gone: build_spec checks)
         return (f"cluster {run_dir.name!r} is running in another kernel (pid {state.get('kernel_pid')}): pick another "
                 f"--name, or stop it first (`%workers attach {run_dir.name}` then `.stop()`).")
-    if leftovers.leftover_processes(state, run_dir):
+    if leftover_processes(state, run_dir):
         return (f"cluster {run_dir.name!r} was left running by a kernel that died: `%workers attach {run_dir.name}` "
                 "then `.stop()` ends it; or pick another --name.")
     return ""
@@ -62,8 +62,8 @@ def prepare_run_dir(run_dir: Path, code: str, push: bytes | None, logs: list[Pat
         raise ClusterNameError(f"another kernel just started a cluster named {run_dir.name!r}: pick another --name "
                                "(or run the cell again for a fresh name).") from None
     os.chmod(run_dir, 0o700)  # whatever the umask
-    write_private(run_dir / "cell.py", code.encode("utf-8"), exclusive=True)
+    write_private(cell_path(run_dir), code.encode("utf-8"), exclusive=True)
     if push is not None:
-        write_private(run_dir / "push.pkl", push, exclusive=True)
+        write_private(push_path(run_dir), push, exclusive=True)
     for path in logs:
         write_private(path, b"", exclusive=True)

@@ -1,0 +1,174 @@
+"""The declared shapes of what passes between the parts: a run's snapshot and the backend interface.
+
+``ClusterSnapshot`` / ``WorkerSnapshot`` are the one shape of a run, whoever holds it:
+
+- ``ClusterState.snapshot()`` (magics/state.py) makes it: the live views, the widget and ``%workers`` read it;
+- the supervisor writes it to ``state.json`` with the process fields (``hostname`` .. ``run_id``), without the
+  metric ``history`` and with metrics encoded as strict JSON (``wire.encode_metrics``);
+- ``run_listing.describe(full=True)`` adds the liveness fields read from outside the kernel (the REST API's
+  ``GET /clusters/<name>``), ``%workers attach`` adds ``attached``; the REST API adds ``*_iso`` times beside
+  the Unix ones (magics/rest_fields.py).
+
+Fields only some of those carry are ``NotRequired``; every consumer reads them with ``.get``. Statuses are the
+string values of ``magics/statuses.py``. ``RunRow`` is the short row of a listing (``describe(full=False)``).
+
+``Backend`` / ``WorkerHandle`` are what the supervisor needs of a backend (``backends/local.py``,
+``backends/ray_backend.py``) and of one launched worker. Imports nothing of nbworkers at run time.
+
+No ``from __future__ import annotations`` here: TypedDict reads ``NotRequired`` from evaluated annotations only
+(``ClusterSnapshot.__optional_keys__``).
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from .backends.local import Placement
+
+
+class RestartEntry(TypedDict, total=False):
+    """One restart of the group (``restart_history``)."""
+
+    generation: int
+    cause: str
+    kind: str  # the WorkerFailure class (magics/failures.py)
+    worker: int | None
+    time: float  # Unix time of the restart
+    resumed_from: dict[str, int | None] | None  # epoch, step of the first progress after it (None until then)
+    resumed_at: float  # Unix time of that progress
+
+
+class WorkerSnapshot(TypedDict):
+    index: int
+    role: str  # chief, worker, ps, evaluator
+    role_index: int
+    host: str
+    pid: int | None
+    status: str  # a WorkerStatus value
+    detail: str
+    exit_code: int | None  # negative: killed by that signal
+    epoch: int | None  # 1-based, as Keras prints it
+    epochs_total: int | None
+    step: int | None
+    steps_total: int | None
+    metrics: dict[str, Any]  # name -> float (in state.json: strict JSON, "nan"/"inf" as strings)
+    steps_per_sec: float | None
+    restarts: int
+    log_path: str
+    log_tail: list[str]
+    log_total: int  # complete lines seen so far
+    log_open: bool  # the tail's last line has no newline yet
+    log_hidden: int  # TensorFlow C++ start-up lines kept out of the tail
+    history: NotRequired[list[list[Any]]]  # [global_step, {metric: value}]; not in state.json
+
+
+class ClusterSnapshot(TypedDict):
+    name: str
+    backend: str
+    status: str  # a ClusterStatus value
+    error: str
+    started: float  # Unix time
+    ended: float | None
+    wall_time: float
+    restarts: int
+    restart_causes: list[str]
+    restart_history: list[RestartEntry]
+    failure_kind: str
+    generation: int
+    run_dir: str
+    dropped: dict[str, int]  # relay messages refused, by reason
+    kernel_pid: int | None
+    kernel_id: str
+    workers: list[WorkerSnapshot]
+    # state.json (the supervisor's process fields)
+    hostname: NotRequired[str]
+    host_pids: NotRequired[list[int | None]]
+    worker_pgids: NotRequired[list[int]]
+    run_id: NotRequired[str]
+    # run_listing.describe(full=True): seen from outside the kernel
+    recorded_status: NotRequired[str | None]  # what the state file says (status: what is true, e.g. "lost")
+    kernel_alive: NotRequired[bool]
+    processes_alive: NotRequired[int]
+    state_age: NotRequired[float | None]
+    stop_requested: NotRequired[bool]
+    # %workers attach, a blocking wait, the REST API
+    attached: NotRequired[bool]
+    output_echoed: NotRequired[bool]  # summary.ECHOED_KEY: a blocking wait wrote the output into the cell
+    error_below: NotRequired[bool]  # run_errors.ERROR_BELOW_KEY: the traceback is raised below the summary
+    session: NotRequired[dict[str, Any]]  # %%worker --session: its cells, idle/busy (magics/session.py)
+    started_iso: NotRequired[str]
+    ended_iso: NotRequired[str]
+
+
+class KernelRef(TypedDict):
+    id: str
+    pid: int | None
+
+
+class RunRow(TypedDict):
+    """A run in a listing (``run_listing.describe(full=False)``, ``GET /nbworkers/api/clusters``)."""
+
+    name: str
+    kernel: KernelRef
+    backend: str
+    workers: int
+    worker_status: list[str | None]
+    started: float | None
+    ended: float | None
+    wall_time: float | None
+    restarts: int
+    error: str
+    run_dir: str
+    status: str
+    recorded_status: str | None
+    kernel_alive: bool
+    processes_alive: int
+    state_age: float | None
+    stop_requested: bool
+
+
+class HostProcess(Protocol):
+    """A worker's host process: a local ``subprocess.Popen``, or a Ray node's ``RemoteHost`` (no local pid)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+
+class WorkerHandle(Protocol):
+    """One launched worker as the supervisor drives it (``local.WorkerProcess``, ``ray_backend.RayWorkerProcess``)."""
+
+    index: int
+    log_path: Path
+
+    @property
+    def host(self) -> HostProcess: ...
+
+    worker_pid: int | None  # the pid the worker reported (``hello``); None off this machine
+
+    def poll(self) -> int | None: ...  # exit code (negative: killed by that signal), None while it runs
+    def request_stop(self) -> None: ...  # TERM, the stop grace, KILL; returns at once
+    def dump_stacks(self) -> None: ...
+    def pgids(self) -> list[int]: ...  # process groups of this machine to kill
+    def kill(self) -> None: ...
+    def alive(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Where workers run (``%%worker --backend``): plans their addresses and GPUs, launches them."""
+
+    @property
+    def name(self) -> str: ...  # "local", "ray": the snapshot's ``backend``
+
+    def relay_hosts(self) -> tuple[str, str | None]: ...  # (bind, advertise) addresses of the kernel's relay
+    def plan(self, tasks: list[Any], gpus_per_worker: int | None) -> list["Placement"]: ...
+    def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
+               role: str = "worker") -> WorkerHandle: ...
+
+
+class View(Protocol):
+    """A live view of a cluster in a cell's output (``view.TextView``, ``widget.ClusterWidgetView``)."""
+
+    def show(self) -> None: ...
+    def update(self, snapshot: ClusterSnapshot) -> None: ...  # at most every flush_interval seconds
+    def finish(self, snapshot: ClusterSnapshot) -> None: ...  # the run ended: leave the final summary

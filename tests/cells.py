@@ -1,0 +1,49 @@
+"""The ``%%worker`` cells several test files run, in one place: a small Keras training under
+MultiWorkerMirroredStrategy on generated data, and the sleeping / killable cells the lifecycle tests use.
+
+    from cells import KERAS_TRAINING, CHECKSUM, worker_cell
+    CELL = worker_cell("-n 2 --block --name {name} --env TF_USE_LEGACY_KERAS=1", KERAS_TRAINING, FIT, CHECKSUM)
+
+Cells are ``str.format`` templates where a test fills ``{name}`` and its flags: the code below has no braces.
+"""
+
+from __future__ import annotations
+
+IMPORTS = """\
+import os
+import numpy as np
+import tensorflow as tf
+"""
+
+# A two-layer model on 256 generated examples per worker (different data on each worker), built and compiled
+# under MultiWorkerMirroredStrategy, and a repeating dataset of batches of 32. Run with
+# `--env TF_USE_LEGACY_KERAS=1` for tf_keras (Keras 2) or without for Keras 3 (distlib's fix applies).
+KERAS_MODEL = """\
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
+x = rng.rand(256, 8).astype("float32")
+y = (x.sum(axis=1) > 4).astype("float32")
+with strategy.scope():
+    tf.keras.utils.set_random_seed(1)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+"""
+KERAS_TRAINING = IMPORTS + KERAS_MODEL
+
+FIT = "history = model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=2)\n"
+
+# The trained weights' fingerprint: equal on every worker when they trained in sync (tests compare them).
+CHECKSUM = 'print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))\n'
+
+# A worker that says it is up and then sleeps until it is stopped.
+SLEEP = """\
+import time
+print("worker up", flush=True)
+time.sleep(600)
+"""
+
+
+def worker_cell(flags: str, *parts: str) -> str:
+    """``%%worker <flags>`` and the code ``parts``, joined."""
+    return f"%%worker {flags}\n" + "".join(parts)

@@ -1,0 +1,37 @@
+"""The package passes its linter (ruff) and its type checker (mypy, non-strict), as configured in pyproject.toml.
+
+Run the same by hand, with the findings listed: ``.venv/bin/python tools/lint.py`` (or ``... ruff`` / ``... mypy``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lint_tool():
+    spec = importlib.util.spec_from_file_location("nbworkers_lint_tool", ROOT / "tools" / "lint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("tool", ["ruff", "mypy"])
+def test_package_is_clean(tool):
+    if not (Path(sys.executable).parent / tool).exists():
+        pytest.fail(f"{tool} is not installed: pip install -e '.[test]'")
+    lint = _lint_tool()
+    code, report = {"ruff": lint.run_ruff, "mypy": lint.run_mypy}[tool]()
+    assert code == 0, f"{tool} found problems (run: .venv/bin/python tools/lint.py {tool}):\n{report}"
+
+
+def test_mypy_report_paths_are_the_repository_paths():
+    lint = _lint_tool()
+    assert lint._to_repo_path("nbworkers/magics/cluster.py:3: error: x") == "magics/cluster.py:3: error: x"
+    assert lint._to_repo_path("nbworkers/serverext.py:3: error: x") == "extension/serverext.py:3: error: x"
+    assert lint._to_repo_path("Found 2 errors") == "Found 2 errors"

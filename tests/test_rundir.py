@@ -1,0 +1,148 @@
+"""The run directory's layout (magics/rundir.py) and a new run's directory (magics/rundir_prepare.py): fast, no
+TensorFlow, no kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nbworkers.magics import rundir
+from nbworkers.magics.errors import ClusterNameError
+from nbworkers.magics.rundir_prepare import prepare_run_dir, run_in_use
+
+
+def test_the_layout_names_every_file_of_a_run(tmp_path):
+    run_dir = rundir.path_for("blue-otter", tmp_path)
+    assert run_dir == tmp_path / "blue-otter"
+    assert rundir.log_path(run_dir, 3) == run_dir / "worker-3.log"
+    assert rundir.cell_path(run_dir) == run_dir / "cell.py"
+    assert rundir.push_path(run_dir) == run_dir / "push.pkl"
+    assert rundir.state_path(run_dir) == run_dir / "state.json"
+    assert rundir.tensorboard_dir(run_dir) == run_dir / "tensorboard"
+    assert rundir.path_for("x", "~/runs") == Path.home() / "runs" / "x"  # the same root attach and the REST API use
+
+
+def test_a_new_run_dir_is_private_and_holds_cell_push_and_empty_logs(tmp_path):
+    run_dir = rundir.path_for("fresh", tmp_path / "runs")
+    old = os.umask(0o022)
+    try:
+        prepare_run_dir(run_dir, "print(1)", b"pushed", [rundir.log_path(run_dir, i) for i in range(2)])
+        rundir.request_stop(run_dir)
+        rundir.write_state(run_dir, {"status": "running"})
+    finally:
+        os.umask(old)
+    assert os.stat(run_dir).st_mode & 0o777 == 0o700
+    modes = {p.name: p.stat().st_mode & 0o777 for p in run_dir.iterdir()}
+    assert set(modes) == {"cell.py", "push.pkl", "worker-0.log", "worker-1.log", "stop-requested", "state.json"}
+    assert set(modes.values()) == {0o600}
+    assert rundir.cell_path(run_dir).read_text() == "print(1)"
+    assert rundir.stop_requested(run_dir)
+    assert rundir.read_state(run_dir) == {"status": "running"}
+
+
+def test_state_files_are_read_defensively(tmp_path):
+    assert rundir.read_state(tmp_path) is None and rundir.state_mtime(tmp_path) is None
+    rundir.state_path(tmp_path).write_text("[1, 2]")
+    assert rundir.read_state(tmp_path) is None  # not an object
+    rundir.state_path(tmp_path).write_text("{broken")
+    assert rundir.read_state(tmp_path) is None
+    rundir.write_state(tmp_path, {"status": "finished"})
+    assert rundir.read_state(tmp_path) == {"status": "finished"} and rundir.state_mtime(tmp_path) > 0
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_dir_that_is_over_is_replaced_and_a_live_one_of_another_kernel_is_not(tmp_path):
+    run_dir = tmp_path / "runs" / "again"
+    prepare_run_dir(run_dir, "first", None, [])
+    rundir.write_state(run_dir, {"status": "finished", "kernel_pid": 1})
+    assert run_in_use(run_dir) == ""
+    prepare_run_dir(run_dir, "second", None, [])
+    assert rundir.cell_path(run_dir).read_text() == "second" and not rundir.push_path(run_dir).exists()
+
+    other_kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        rundir.write_state(run_dir, {"status": "running", "kernel_pid": other_kernel.pid, "started": time.time() + 1})
+        assert "running in another kernel" in run_in_use(run_dir)
+        with pytest.raises(ClusterNameError, match="running in another kernel"):
+            prepare_run_dir(run_dir, "third", None, [])
+        assert rundir.cell_path(run_dir).read_text() == "second"
+    finally:
+        other_kernel.kill()
+        other_kernel.wait()
+    assert run_in_use(run_dir) == ""  # its kernel is gone and nothing of it runs
+    (tmp_path / "runs" / "a-file").write_text("")
+    with pytest.raises(ClusterNameError, match="symlink or a file"):
+        prepare_run_dir(tmp_path / "runs" / "a-file", "x", None, [])
+
+
+def test_runs_are_found_by_name_inside_the_run_root_only(tmp_path):
+    root = tmp_path / "runs"
+    for name in ("b-run", "a-run"):
+        (root / name).mkdir(parents=True)
+        rundir.write_state(root / name, {"status": "finished"})
+    (root / "no-state").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    rundir.write_state(outside, {"status": "running"})
+    (root / "sneaky").symlink_to(outside)
+    assert [p.name for p in rundir.list_run_dirs(root)] == ["a-run", "b-run"]
+    assert rundir.run_dir_of("a-run", root) == (root / "a-run").resolve()
+    for bad in ("sneaky", "no-state", "../outside", ".hidden", "", "a/b", None):
+        with pytest.raises(rundir.RunNotFound):
+            rundir.run_dir_of(bad, root)
+    assert rundir.list_run_dirs(tmp_path / "missing") == []
+
+
+def test_logs_and_tails_are_read_from_their_end(tmp_path):
+    rundir.write_state(tmp_path, {"workers": [{}, {}]})
+    log = rundir.log_path(tmp_path, 1)
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert rundir.read_tail(log, 2) == "line 98\nline 99"
+    assert rundir.read_tail(tmp_path / "missing.log", 5) == ""
+    assert rundir.read_log(tmp_path, "1", tail=1) == "line 99"
+    assert rundir.read_log(tmp_path, 1, tail=0) == ""
+    cut = rundir.read_log(tmp_path, 1, max_bytes=20)
+    assert cut.splitlines()[-1] == "line 99" and not cut.startswith("ine")  # the cut first line is dropped
+    assert rundir.read_log(tmp_path, 0) == ""  # no log yet
+    for bad in ("2", "-1", "²", "x"):
+        with pytest.raises(rundir.RunNotFound):
+            rundir.read_log(tmp_path, bad)
+
+
+def test_the_layout_module_imports_no_process_or_tensorflow_library():
+    code = ("import sys; import nbworkers.magics.rundir; "
+            "print(sorted(m for m in ('psutil', 'tensorflow', 'IPython') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().replace("'", '"')) == []
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any level (function-level imports too), as written (``.local``)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found.add(base)
+            found.update(f"{base}.{alias.name}" if node.module else f"{base}{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_no_import_cycle_between_local_and_spares_and_run_modules_never_import_the_cluster():
+    magics = Path(rundir.__file__).parent
+    spares = _imported_modules(magics / "backends" / "spares.py")
+    assert not {m for m in spares if m.endswith("local")}, spares
+    assert ".spares" in _imported_modules(magics / "backends" / "local.py")
+    for name in ("rundir", "rundir_prepare", "liveness", "run_listing", "run_stop", "leftovers", "strays",
+                 "process_kill", "attach"):  # attach registers its handle (registry) but needs no Cluster either
+        imported = _imported_modules(magics / f"{name}.py")
+        assert not {m for m in imported if m.endswith("cluster")}, (name, imported)

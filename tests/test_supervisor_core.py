@@ -1,0 +1,310 @@
+"""The supervisor core (magics/supervisor.py) driven by events and a fake clock: no processes, no TensorFlow,
+no threads. Each test checks the decisions (actions), the status sequence of the run and its workers' statuses."""
+
+from __future__ import annotations
+
+import signal
+
+from nbworkers.magics import events as ev
+from nbworkers.magics import roles
+from nbworkers.magics.failures import UserRestart
+from nbworkers.magics.restart_policy import RestartPolicy
+from nbworkers.magics.state import ClusterState, WorkerState
+from nbworkers.magics.statuses import ClusterStatus as C, WorkerStatus as W
+from nbworkers.magics.supervisor import Supervisor, Timings
+
+PORT_TAKEN_LOG = "E grpc_server_lib Could not start gRPC server"
+RAISED_LOG = "Traceback (most recent call last):\n  File \"cell.py\", line 3\nValueError: shapes differ"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Run:
+    """A supervisor on a fake clock, recording every cluster status it went through."""
+
+    def __init__(self, workers=2, max_restarts=3, port_retries=2, backoff=1.0, backoff_max=30.0, tasks=None,
+                 **timings):
+        self.clock = Clock()
+        tasks = tasks or roles.plan(workers)
+        self.state = ClusterState(name="t", run_dir="/nonexistent",
+                                  workers=[WorkerState(index=i, role=t.role) for i, t in enumerate(tasks)])
+        policy = RestartPolicy(max_restarts, port_retries, backoff, backoff_max)
+        timings = {"stop_grace": 5.0, "kill_margin": 2.0, "stall_timeout": 0.0, "stack_dump_wait": 3.0,
+                   "evaluator_grace": 60.0, **timings}
+        self.core = Supervisor(self.state, policy, Timings(**timings), tasks, clock=self.clock, wall=self.clock)
+        self.statuses = [self.state.status]
+        self.actions: list = []
+
+    def send(self, event) -> list:
+        actions = self.core.handle(event)
+        self.actions += actions
+        if self.state.status != self.statuses[-1]:
+            self.statuses.append(self.state.status)
+        return actions
+
+    def tick(self, seconds: float = 0.0, idle: bool = False) -> list:
+        self.clock.now += seconds
+        return self.send(ev.Tick(idle=idle))
+
+    def exit(self, *exits) -> list:
+        return self.send(ev.Exited(tuple(exits)))
+
+    def workers(self) -> list[str]:
+        return [w.status for w in self.state.workers]
+
+    def end(self) -> list:
+        assert self.core.ended
+        return self.send(ev.Ended())
+
+
+def kinds(actions) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def test_a_run_that_finishes():
+    run = Run()
+    run.send(ev.StatusReported(0, "waiting", "connecting"))
+    assert run.state.status == C.RUNNING and run.workers() == [W.WAITING, W.STARTING]
+    run.send(ev.Metrics(1, {"epoch": 1, "step": 3, "metrics": {"loss": 0.5}}))
+    assert run.workers() == [W.WAITING, W.RUNNING]
+    assert run.exit((0, 0, ""), (1, 0, "")) == []
+    assert run.workers() == [W.FINISHED, W.FINISHED] and run.core.ended
+    assert kinds(run.end()) == ["KillGroup"]
+    assert run.statuses == [C.STARTING, C.RUNNING, C.FINISHED] and run.state.ended == run.clock.now
+    assert C(run.state.status).is_terminal and run.state.error == ""
+
+
+def test_a_crash_restarts_the_whole_group_after_its_back_off():
+    run = Run(backoff=2.0)
+    run.send(ev.StatusReported(0, "running"))
+    actions = run.exit((1, -signal.SIGKILL, ""))
+    assert kinds(actions) == ["StopGroup", "RestartScheduled"]
+    assert actions[1].cause.kind == "WorkerCrashed" and actions[1].cause.worker == 1
+    assert run.state.status == C.RESTARTING and run.workers() == [W.RESTARTING, W.RESTARTING]
+    run.exit((0, -signal.SIGTERM, ""))  # stopped by us for the restart: not a second failure
+    assert run.workers() == [W.RESTARTING, W.RESTARTING] and run.state.failure_kind == ""
+    assert not run.core.ended  # gone, but a restart is due
+    assert run.tick(1.9) == []  # the back-off
+    actions = run.tick(0.2)
+    assert kinds(actions) == ["Relaunch"] and actions[0].attempt.generation == 1
+    assert actions[0].attempt.cause.kind == "WorkerCrashed" and run.core.attempt is actions[0].attempt
+    assert run.state.generation == 1 and run.state.restarts == 1
+    assert run.workers() == [W.STARTING, W.STARTING] and all(w.exit_code is None for w in run.state.workers)
+    assert [w.restarts for w in run.state.workers] == [1, 1]
+    entry = run.state.restart_history[0]
+    assert entry["kind"] == "WorkerCrashed" and entry["worker"] == 1 and "SIGKILL" in entry["cause"]
+    run.send(ev.Metrics(0, {"epoch": 2, "step": 0}))
+    assert entry["resumed_from"] == {"epoch": 2, "step": 0}
+    run.exit((0, 0, ""), (1, 0, ""))
+    run.end()
+    assert run.statuses == [C.STARTING, C.RUNNING, C.RESTARTING, C.STARTING, C.RUNNING, C.FINISHED]
+
+
+def test_the_second_restart_waits_twice_as_long():
+    run = Run(backoff=1.0)
+    run.exit((1, -9, ""), (0, -15, ""))
+    assert kinds(run.tick(1.0)) == ["Relaunch"]
+    run.exit((0, -9, ""), (1, -15, ""))  # another worker this time: not "the same error twice"
+    assert run.tick(1.5) == [] and kinds(run.tick(0.5)) == ["Relaunch"]
+    assert run.state.restarts == 2
+
+
+def test_port_collision_restarts_at_once_without_using_restarts_then_fails():
+    run = Run(max_restarts=0, port_retries=1)
+    actions = run.exit((0, 1, PORT_TAKEN_LOG), (1, 0, ""))
+    assert kinds(actions) == ["StopGroup", "RestartScheduled"] and actions[1].cause.kind == "PortCollision"
+    assert kinds(run.tick()) == ["Relaunch"]  # no back-off
+    run.exit((0, 1, PORT_TAKEN_LOG), (1, 0, ""))
+    assert run.state.status == C.FAILED and run.state.failure_kind == "PortCollision"
+    run.end()
+    assert run.statuses == [C.STARTING, C.RESTARTING, C.STARTING, C.FAILED]
+
+
+def test_exhausted_restarts_fail_the_run_and_stop_the_others():
+    run = Run(max_restarts=0)
+    run.send(ev.StatusReported(0, "running"))
+    actions = run.exit((0, -9, ""))
+    assert kinds(actions) == ["StopGroup", "Failed"] and actions[1].failure.kind == "RestartsExhausted"
+    assert run.state.status == C.FAILED and run.state.failure_kind == "RestartsExhausted"
+    assert "--max-restarts 0" in run.state.error and run.state.error.endswith(".")
+    assert run.workers() == [W.FAILED, W.STARTING]
+    run.exit((1, -15, ""))  # the survivor, stopped because of the failure
+    assert run.workers() == [W.FAILED, W.STOPPED]
+    run.end()
+    assert run.statuses == [C.STARTING, C.RUNNING, C.FAILED]
+
+
+def test_an_exception_in_the_cell_fails_without_a_restart_and_the_root_cause_wins():
+    run = Run(max_restarts=3)
+    peer = "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"
+    actions = run.exit((0, 1, peer), (1, 1, RAISED_LOG))
+    assert kinds(actions) == ["StopGroup", "Failed"]
+    assert run.state.failure_kind == "WorkerRaised" and "ValueError: shapes differ" in run.state.error
+    assert run.state.restarts == 0 and run.core.policy.restarts_left == 3
+    assert run.workers() == [W.FAILED, W.FAILED]
+
+
+def test_the_same_error_twice_fails_after_one_restart():
+    run = Run(max_restarts=3, backoff=0.0)
+    run.exit((1, -9, ""), (0, -15, ""))
+    assert kinds(run.tick()) == ["Relaunch"]
+    run.exit((1, -9, ""))
+    assert run.state.status == C.FAILED and run.state.failure_kind == "WorkerCrashed"
+
+
+def test_a_user_stop_is_not_a_failure():
+    run = Run()
+    run.send(ev.StatusReported(0, "running"))
+    assert kinds(run.send(ev.StopRequested())) == ["StopGroup"]
+    assert run.state.status == C.STOPPING and not C.STOPPING.is_terminal
+    assert run.send(ev.StopRequested()) == []  # once
+    run.exit((0, -15, "Traceback...\nKeyboardInterrupt"), (1, -9, ""))
+    assert run.workers() == [W.STOPPED, W.STOPPED]
+    run.end()
+    assert run.statuses == [C.STARTING, C.RUNNING, C.STOPPING, C.STOPPED]
+    assert run.state.failure_kind == "" and run.state.error == "" and run.state.restarts == 0
+    assert not any(isinstance(a, ev.Failed) for a in run.actions)
+
+
+def test_a_stop_cancels_a_pending_restart():
+    run = Run(backoff=10.0)
+    run.exit((1, -9, ""))
+    run.send(ev.StopRequested())
+    run.exit((0, -15, ""))
+    assert run.tick(1.0) == [] and run.core.ended  # no Relaunch
+    run.end()
+    assert run.statuses == [C.STARTING, C.RESTARTING, C.STOPPING, C.STOPPED] and run.state.restarts == 0
+
+
+def test_the_kill_deadline_follows_a_stop_once():
+    run = Run(stop_grace=5.0, kill_margin=2.0)
+    run.send(ev.StopRequested())
+    assert run.tick(6.9) == []
+    assert kinds(run.tick(0.2)) == ["KillGroup"]
+    assert run.tick(10.0) == []
+
+
+def test_a_stalled_group_gets_its_stacks_dumped_then_restarts():
+    run = Run(stall_timeout=10.0, stack_dump_wait=3.0, backoff=0.0)
+    assert run.tick(9.0) == []
+    run.send(ev.Progress(0))  # a log line: the silence starts again
+    assert run.tick(9.0) == []
+    assert kinds(run.tick(1.0)) == ["DumpStacks"]
+    run.send(ev.Progress(0))  # the stacks themselves: not counted as progress
+    assert run.tick(2.9) == []
+    actions = run.tick(0.1)
+    assert kinds(actions) == ["StopGroup", "RestartScheduled"] and actions[1].cause.kind == "GroupStalled"
+    assert "no worker reported progress for 10 s" in str(actions[1].cause)
+    run.exit((0, -15, ""), (1, -15, ""))
+    assert kinds(run.tick()) == ["Relaunch"]
+    assert run.tick(9.9) == []  # the new attempt measures its own silence
+    assert kinds(run.tick(0.1)) == ["DumpStacks"]
+
+
+def test_a_stalled_group_with_no_restarts_left_fails():
+    run = Run(stall_timeout=10.0, stack_dump_wait=3.0, max_restarts=0)
+    run.tick(10.0)
+    actions = run.tick(3.0)
+    assert kinds(actions) == ["StopGroup", "Failed"] and run.state.failure_kind == "RestartsExhausted"
+    assert "no worker reported progress for 10 s" in run.state.error
+
+
+def test_an_idle_session_is_never_stalled():
+    run = Run(stall_timeout=10.0)
+    for _ in range(5):
+        assert run.tick(10.0, idle=True) == []
+    assert kinds(run.tick(10.0)) == ["DumpStacks"]
+
+
+def test_the_run_timeout_fails_the_run():
+    run = Run(run_timeout=60.0)
+    assert run.tick(59.0) == []
+    actions = run.tick(2.0)
+    assert kinds(actions) == ["StopGroup", "Failed"] and run.state.failure_kind == "RunTimedOut"
+    assert "timed out after 60 s" in run.state.error
+    assert kinds(run.tick(100.0)) == ["KillGroup"]  # the stop's kill deadline; failed once
+
+
+def test_a_timeout_during_a_pending_restart_does_not_relaunch():
+    run = Run(run_timeout=60.0, backoff=30.0)
+    run.exit((0, -9, ""), (1, -15, ""))
+    run.tick(61.0)
+    assert run.state.status == C.FAILED and run.core.ended
+    assert kinds(run.tick(100.0)) == ["KillGroup"] and run.state.generation == 0
+
+
+def test_a_restart_request_uses_no_restart_and_is_ignored_while_stopping():
+    run = Run(max_restarts=0)
+    actions = run.send(ev.RestartRequested())
+    assert kinds(actions) == ["StopGroup", "RestartScheduled"] and isinstance(actions[1].cause, UserRestart)
+    assert run.send(ev.RestartRequested()) == []  # one pending already
+    run.exit((0, -15, ""), (1, -15, ""))
+    assert kinds(run.tick()) == ["Relaunch"] and run.state.restart_history[0]["kind"] == "UserRestart"
+    run.send(ev.StopRequested())
+    assert run.send(ev.RestartRequested()) == []
+
+
+def test_a_relaunch_that_cannot_start_fails_the_run():
+    run = Run(backoff=0.0)
+    run.exit((0, -9, ""), (1, -15, ""))
+    run.tick()
+    actions = run.send(ev.LaunchFailed("2 workers asked for, 1 node left"))
+    assert kinds(actions) == ["StopGroup", "Failed"] and run.state.failure_kind == "RelaunchFailed"
+    assert "1 node left" in run.state.error
+
+
+def test_servers_are_retired_when_training_ends_and_the_run_finishes():
+    tasks = roles.plan(2, ps=1)  # chief, 2 serving workers, 1 ps
+    run = Run(tasks=tasks)
+    assert [t.awaited for t in tasks] == [True, False, False, False]
+    assert run.tick() == []
+    run.exit((0, 0, ""))
+    actions = run.tick()
+    assert kinds(actions) == ["RetireWorker"] * 3 and [a.index for a in actions] == [1, 2, 3]
+    assert run.tick() == []  # once
+    assert run.state.workers[3].detail == "server stopped: the coordinator finished"
+    run.exit((1, -15, ""), (2, -15, ""), (3, -9, ""))
+    assert run.workers() == [W.FINISHED] * 4
+    run.end()
+    assert run.state.status == C.FINISHED
+
+
+def test_an_evaluator_gets_its_grace_after_training():
+    run = Run(tasks=roles.plan(2, evaluator=1), evaluator_grace=60.0)
+    run.exit((0, 0, ""), (1, 0, ""))
+    assert run.tick() == [] and run.tick(59.0) == []  # training ended at the first look
+    actions = run.tick(1.0)
+    assert kinds(actions) == ["RetireWorker"] and actions[0].index == 2
+
+
+def test_a_parameter_server_that_dies_fails_the_run():
+    run = Run(tasks=roles.plan(2, ps=1), max_restarts=0)
+    run.exit((3, -9, ""))
+    assert run.state.status == C.FAILED and run.workers()[3] == W.FAILED
+    run.exit((0, -15, ""), (1, -15, ""), (2, -15, ""))
+    assert run.workers() == [W.STOPPED, W.STOPPED, W.STOPPED, W.FAILED]
+
+
+def test_a_crash_of_the_supervisor_fails_the_run():
+    run = Run()
+    actions = run.send(ev.SupervisorCrashed("Traceback ...\nKeyError: 3"))
+    assert kinds(actions) == ["KillGroup"] and run.state.status == C.FAILED
+    assert run.state.error.startswith("nbworkers supervisor crashed:") and "KeyError: 3" in run.state.error
+
+
+def test_statuses_are_the_strings_of_the_state_file():
+    import json
+
+    run = Run(max_restarts=0)
+    run.exit((0, -9, ""))
+    snapshot = run.state.snapshot()  # plain strings: the state file, the REST API, repr() for attach and tests
+    assert type(snapshot["status"]) is str and all(type(w["status"]) is str for w in snapshot["workers"])
+    data = json.loads(json.dumps(snapshot))
+    assert data["status"] == "failed" and [w["status"] for w in data["workers"]] == ["failed", "starting"]
+    assert C("lost").is_terminal and not W("restarting").is_terminal

@@ -1,0 +1,89 @@
+"""Lint (ruff) and type-check (mypy) the package; exit 1 on any finding. Config: pyproject.toml.
+
+    .venv/bin/python tools/lint.py            # both
+    .venv/bin/python tools/lint.py ruff       # one of them
+    .venv/bin/python tools/lint.py mypy
+
+mypy checks the import package ``nbworkers`` as it is installed: the four code folders are mapped into it by
+setuptools' package-dir (extension/ -> nbworkers, magics/ -> nbworkers.magics, ...), which mypy cannot follow,
+so the same tree is laid out with symlinks under build/lint/ and the paths in mypy's report are mapped back to
+the repository's. tests/test_lint.py runs this.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("extension", "magics", "distlib", "kernelspec")
+RUFF_PATHS = (*FOLDERS, "tools")
+TREE = ROOT / "build" / "lint"
+SUBPACKAGES = {"magics": "magics", "distlib": "distlib", "kernelspec": "kernelspec"}  # nbworkers.<name> -> folder
+
+
+def _tool(name: str) -> str:
+    beside = Path(sys.executable).parent / name  # the venv's own, when run with its python
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def package_tree() -> Path:
+    """build/lint/nbworkers: extension/'s files, with magics/, distlib/, kernelspec/ linked in."""
+    package = TREE / "nbworkers"
+    if package.is_symlink() or package.is_file():
+        package.unlink()
+    package.mkdir(parents=True, exist_ok=True)
+    wanted = {path.name: path for path in (ROOT / "extension").iterdir() if path.name != "__pycache__"}
+    wanted.update({name: ROOT / folder for name, folder in SUBPACKAGES.items()})
+    for entry in package.iterdir():
+        if entry.name not in wanted or not entry.is_symlink() or entry.resolve() != wanted[entry.name].resolve():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    for name, target in wanted.items():
+        link = package / name
+        if not link.is_symlink():
+            link.symlink_to(target)
+    return TREE
+
+
+def _to_repo_path(line: str) -> str:
+    if not line.startswith("nbworkers/"):
+        return line
+    rest = line[len("nbworkers/"):]
+    head = rest.split("/", 1)[0]
+    return rest if head in SUBPACKAGES else f"extension/{rest}"
+
+
+def run_ruff() -> tuple[int, str]:
+    result = subprocess.run([_tool("ruff"), "check", "--no-fix", *RUFF_PATHS], cwd=ROOT, capture_output=True,
+                            text=True)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
+def run_mypy() -> tuple[int, str]:
+    tree = package_tree()
+    env = {**os.environ, "MYPYPATH": str(tree)}
+    command = [_tool("mypy"), "--config-file", str(ROOT / "pyproject.toml"),
+               "--cache-dir", str(ROOT / "build" / ".mypy_cache"), "-p", "nbworkers"]
+    result = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    report = "\n".join(_to_repo_path(line) for line in (result.stdout + result.stderr).splitlines())
+    return result.returncode, report.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy"]
+    failed = False
+    for name in chosen:
+        code, report = {"ruff": run_ruff, "mypy": run_mypy}[name]()
+        print(f"== {name}: {'ok' if code == 0 else 'findings'}\n{report}\n")
+        failed |= code != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
