@@ -27,6 +27,7 @@ import copy
 import os
 import sys
 import types
+from collections.abc import Mapping
 
 from nbworkers.distlib import env_settings, leader_wait
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
@@ -42,7 +43,7 @@ def enabled_for() -> TaskInfo | None:
     return _enabled_for
 
 
-def code_mentions_multi_worker(environ: dict[str, str] | None = None) -> bool:
+def code_mentions_multi_worker(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the cell or a ``.py`` file in its directory mentions a multi-worker strategy: the kernel's scan
     (``NBWORKERS_CELL_SCAN``, ``magics/cell_scan.py``), else a scan of the cell file (``NBWORKERS_CODE``) with
     the same code. True when there is neither (not started by the worker bootstrap)."""
@@ -152,5 +153,7 @@ def arm(tensorflow_module: object = None) -> bool:
         ctx.__dict__.pop("ensure_initialized", None)
         send_status("running")
 
+    # An attribute of this one context object, removed at its first call (not a wrapt wrapper of the class: the
+    # op path keeps no wrapper afterwards, and other contexts are never touched).
     ctx.ensure_initialized = ensure_initialized_then_disarm
     return True

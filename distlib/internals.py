@@ -91,7 +91,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "PerReplicaSpec._value_specs", kind="instance")
     + _entries("keras_fit", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
                "DistributedDataset._input_workers", kind="instance")
-    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS, "the preemption save of tf_keras's BackupAndRestore",
+    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS,
+               "the preemption save of tf_keras's BackupAndRestore",
                "BackupAndRestore._training_state", kind="instance")
     + _entries("keras_fit.tf_keras", "tf_keras.src.distribute.worker_training_state", TF_KERAS, "writes the backup",
                "WorkerTrainingState.back_up")
@@ -99,7 +100,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "set by the save-on-SIGTERM callback; read by tf_keras's CallbackList",
                "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
     # reporting: ReportCallback speaks tf_keras's private callback protocol
-    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "set by ReportCallback; read by tf_keras's CallbackList",
+    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS,
+               "set by ReportCallback; read by tf_keras's CallbackList",
                "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
     + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "implemented by ReportCallback; called by tf_keras",
                "Callback._implements_train_batch_hooks Callback._implements_test_batch_hooks "
@@ -114,7 +116,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "CollectiveAllReduceExtended._local_device_type", kind="instance")
     + _entries("mwms_patch", CONTEXT, TF_215_221, "has the eager context started", "Context._context_handle",
                kind="instance")
-    + _entries("mwms_patch", CONTEXT, TF_215_221, "the process's context; eager or graph mode", "context executing_eagerly")
+    + _entries("mwms_patch", CONTEXT, TF_215_221, "the process's context; eager or graph mode",
+               "context executing_eagerly")
     # collective_startup: collectives configured when the first op starts the context
     + _entries("collective_startup", CONTEXT, TF_215_221, "wrapped once on the context object; configuration calls",
                "context Context.ensure_initialized Context.configure_collective_ops "
@@ -127,7 +130,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "CollectiveAllReduceExtended._update_config_proto coordination_config_pb2.CoordinatedJob")
     + _entries("collective_startup", MWU, TF_215_221, "the same cluster normalisation and leaders MWMS uses",
                "normalize_cluster_spec collective_leader coordination_leader")
-    + _entries("collective_startup", "tensorflow.python.training.server_lib", TF_215_221, "the cluster as MWMS reads it",
+    + _entries("collective_startup", "tensorflow.python.training.server_lib", TF_215_221,
+               "the cluster as MWMS reads it",
                "ClusterSpec")
     + _entries("collective_startup", "tensorflow.core.protobuf.tensorflow_server_pb2", TF_215_221,
                "the server definition MWMS would build", "ServerDef")

@@ -23,7 +23,8 @@ def _task_of(resolver) -> TaskInfo | None:
     """This task as the strategy's cluster resolver sees it (a strategy may be given a resolver of its own)."""
     try:
         spec = resolver.cluster_spec().as_dict()
-        cluster = {job: list(v) if isinstance(v, (list, tuple)) else [v[k] for k in sorted(v)] for job, v in spec.items()}
+        cluster = {job: list(v) if isinstance(v, (list, tuple)) else [v[k] for k in sorted(v)]
+                   for job, v in spec.items()}
         num_workers = sum(len(cluster.get(job, [])) for job in TRAINING_JOBS)
         return TaskInfo(resolver.task_type or "worker", int(resolver.task_id or 0), num_workers, False, cluster)
     except Exception:
@@ -68,7 +69,8 @@ def _initialize_multi_worker(wrapped, extended, args, kwargs):
 
     cluster_resolver = args[0] if args else kwargs["cluster_resolver"]
     enabled = collective_startup.enabled_for()
-    if enabled is not None and context.context()._context_handle is not None and _same_cluster(cluster_resolver, enabled):
+    started = context.context()._context_handle is not None
+    if enabled is not None and started and _same_cluster(cluster_resolver, enabled):
         extended._std_server_started = True  # collective_startup started it with this cluster's server def
         extended._enable_check_health = False  # the coordination service watches peers (as upstream does)
     counts = collectives.gpu_counts_from_env()  # the launcher's view: checked before anything starts

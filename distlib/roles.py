@@ -60,7 +60,8 @@ def serve(info: TaskInfo | None = None) -> None:
     """Start this task's TensorFlow server and serve until the process is stopped (never returns)."""
     info = info or task()
     if info.type not in ("worker", "ps"):
-        raise RuntimeError(f"only worker and ps tasks run a TensorFlow server for ParameterServerStrategy, not {info.type!r}")
+        raise RuntimeError("only worker and ps tasks run a TensorFlow server for ParameterServerStrategy, "
+                           f"not {info.type!r}")
     # As TensorFlow's parameter-server tutorial: lets the coordinator see a worker or ps failure.
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     import tensorflow as tf

@@ -81,13 +81,13 @@ class KernelDriver:
             options["kernel_spec_manager"] = KernelSpecManager(kernel_dirs=kernel_dirs)
         self.manager = KernelManager(**options)
         if kernel_dirs is None:
-            self.manager.kernel_cmd = kernel_cmd or [python or sys.executable, "-m", "ipykernel_launcher", "-f",
-                                                     "{connection_file}"]
+            command = kernel_cmd or [python or sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+            self.manager.kernel_cmd = command  # type: ignore[attr-defined]  # deprecated in jupyter_client, still read
         self.log_path = Path(log_path) if log_path is not None else None
         self._log = open(self.log_path, "wb") if self.log_path is not None else None
         streams: dict[str, Any] = {"stdout": self._log, "stderr": self._log} if self._log is not None else {}
         self.manager.start_kernel(env=env, cwd=str(cwd), **streams)
-        self.pid: int = self.manager.provisioner.process.pid
+        self.pid: int = self.manager.provisioner.process.pid  # type: ignore[union-attr]  # a local kernel
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=ready_timeout)
@@ -139,7 +139,7 @@ class KernelDriver:
 
     def output(self, code: str, timeout: float = CELL_TIMEOUT) -> str:
         """Execute ``code`` and return its stdout; CellFailed (with what it showed) when it raised."""
-        result = self.run(code, timeout)
+        result = self.collect(self.send(code), timeout, code)  # (not self.run: subclasses may change run)
         if result.error or result.status not in ("ok", ""):
             shown = (result.stderr + "\n" + result.error).strip()[-3000:]
             raise CellFailed(f"a kernel cell failed:\n{shown}\n--- the cell:\n{code[:300]}\n{self.log_tail()}".rstrip(),

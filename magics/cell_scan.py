@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def scan_file(code_path: str, cwd: str) -> CellScan | None:
     return None if code is None else scan(code, cwd)
 
 
-def from_env(environ: dict[str, str] | None = None) -> CellScan | None:
+def from_env(environ: Mapping[str, str] | None = None) -> CellScan | None:
     """The scan the kernel handed over in ``NBWORKERS_CELL_SCAN``; None when absent or unreadable."""
     env = os.environ if environ is None else environ
     try:
@@ -157,13 +158,6 @@ def from_env(environ: dict[str, str] | None = None) -> CellScan | None:
     return CellScan(uses_tensorflow=bool(flags.get("uses_tensorflow", True)),
                     changes_environment=bool(flags.get("changes_environment", False)),
                     multi_worker=bool(flags.get("multi_worker", True)))
-
-
-def of_worker_env(env: dict[str, str], cwd: str) -> CellScan | None:
-    """What a backend knows of a worker's cell: the handed-over scan, else a scan of its cell file."""
-    from nbworkers.distlib import wire
-
-    return from_env(env) or scan_file(env.get(wire.ENV_CODE, ""), cwd)
 
 
 def of_spec(spec) -> CellScan:

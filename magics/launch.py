@@ -11,8 +11,8 @@ from argparse import Namespace
 from typing import Any
 
 from . import cell_scan
-from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from .bounds import check_bounds, existing_run_names
+from .errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from .names import fresh_name, valid_name
 from .roles import check_roles
 from .settings import settings

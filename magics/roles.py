@@ -41,8 +41,8 @@ def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell:
                 names: Iterable[str] | None = None) -> None:
     """Raise RoleError, saying what to do, when the roles asked for cannot work with this cell (``names``: the
     identifiers of its code, from the launch's ``cell_scan``; scanned from ``cell`` when not given)."""
-    used = set(code_names(cell) if names is None else names)
-    strategies = used & (PS_STRATEGIES | NON_PS_STRATEGIES)
+    in_code = set(code_names(cell) if names is None else names)
+    strategies = in_code & (PS_STRATEGIES | NON_PS_STRATEGIES)
     if ps is not None and ps < 1:
         raise RoleError(
             f"--ps {ps}: give the number of parameter servers (1 or more), e.g. --ps 1, or leave --ps out "
@@ -71,7 +71,7 @@ def check_roles(workers: int, chief: bool, evaluator: int, ps: int | None, cell:
                 "you want a separate chief), or use tf.distribute.ParameterServerStrategy: the cell then runs on "
                 "the chief (the coordinator) and the workers and parameter servers run TensorFlow servers."
             )
-    elif used & {"ParameterServerStrategy", "ParameterServerStrategyV2"} and not strategies & NON_PS_STRATEGIES:
+    elif in_code & {"ParameterServerStrategy", "ParameterServerStrategyV2"} and not strategies & NON_PS_STRATEGIES:
         raise RoleError(
             "the cell uses ParameterServerStrategy, which needs parameter servers and a coordinator: add --ps N "
             "(for example `%%worker -n 2 --ps 1`); the cell then runs on the chief and the workers and "

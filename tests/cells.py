@@ -43,6 +43,15 @@ print("worker up", flush=True)
 time.sleep(600)
 """
 
+# Generation 0 waits to be killed (or stopped); a restarted generation finishes at once.
+KILLABLE = """\
+import os, time
+print("generation", os.environ["NBWORKERS_GENERATION"], "pid", os.getpid(), flush=True)
+if os.environ["NBWORKERS_GENERATION"] == "0":
+    time.sleep(600)
+print("done", flush=True)
+"""
+
 
 def worker_cell(flags: str, *parts: str) -> str:
     """``%%worker <flags>`` and the code ``parts``, joined."""

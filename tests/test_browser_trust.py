@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cells import SLEEP, worker_cell  # noqa: E402
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     cell_executed,
@@ -28,11 +29,7 @@ RUN_TIMEOUT_MS = 120_000
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DETACH_TIMEOUT_MS = 30_000  # restart -> the widget says detached
 
-SLEEP_CELL = """%%worker -n 2 --name {name}
-import time
-print("worker up", flush=True)
-time.sleep(600)
-"""
+SLEEP_CELL = worker_cell("-n 2 --name {name}", SLEEP)
 SETUP = f"""
 import sys
 sys.path.insert(0, {str(TESTS_DIR)!r})

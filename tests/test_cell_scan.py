@@ -43,7 +43,7 @@ def test_the_workers_and_backends_read_the_kernels_scan_not_the_files(tmp_path):
     cell.write_text("import tensorflow as tf\n")  # on its own: no multi-worker strategy, may run warm
     scan = cell_scan.CellScan(uses_tensorflow=True, changes_environment=True, multi_worker=True)
     env = {wire.ENV_CODE: str(cell), wire.ENV_CWD: str(tmp_path), wire.ENV_CELL_SCAN: scan.to_env()}
-    assert cell_scan.from_env(env) == cell_scan.CellScan(uses_tensorflow=True, changes_environment=True, multi_worker=True)
+    assert cell_scan.from_env(env) == scan
     assert collective_startup.code_mentions_multi_worker(env)
     assert "changes its environment" in spares.why_not_warm(str(cell), str(tmp_path), cell_scan.from_env(env))
     assert "changes its environment" in zygotes.why_not_forked(str(cell), str(tmp_path), cell_scan.from_env(env))
@@ -67,3 +67,12 @@ def test_the_launch_scans_once_and_the_spec_carries_it(tmp_path):
     assert spec.scan is not None and "train_and_evaluate" in spec.scan.names and spec.scan.multi_worker
     assert cell_scan.of_spec(spec) is spec.scan
     assert not any(t.serves for t in roles.plan(2, ps=1, names=spec.scan.names))  # Estimator: the cell runs everywhere
+
+
+def test_a_launched_worker_gets_the_kernels_scan(kernel, run_root):
+    (kernel.notebook_dir / "helpers.py").write_text("# uses MultiWorkerMirroredStrategy\n")
+    ran = kernel.run("%%worker -n 1 --block --name scanned\nimport os\nprint('SCAN', os.environ['NBWORKERS_CELL_SCAN'])")
+    assert ran.status == "ok", ran.failure
+    log = (run_root / "scanned" / "worker-0.log").read_text()
+    shown = cell_scan.from_env({wire.ENV_CELL_SCAN: log.split("SCAN ", 1)[1].splitlines()[0]})
+    assert shown == cell_scan.CellScan(uses_tensorflow=False, changes_environment=False, multi_worker=True)

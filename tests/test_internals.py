@@ -189,7 +189,8 @@ def test_log_texts_the_kernel_classifies_by_live_in_one_place():
 
     assert failures.PEER_LOST_MARKERS is tf_messages.PEER_LOST_MARKERS
     assert ports.PORT_TAKEN_MARKERS is tf_messages.PORT_TAKEN_MARKERS
-    assert failures.classify_exit(0, 1, "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed").kind == "PeerLost"
+    peer_gone = "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"
+    assert failures.classify_exit(0, 1, peer_gone).kind == "PeerLost"
     import tensorflow.python.distribute.coordinator.coordinator_context as coordinator_context
 
     assert tf_messages.mentions(Path(coordinator_context.__file__).read_text(), tf_messages.KERAS3_FIT_UNDER_PSS)

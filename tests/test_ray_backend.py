@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cells import CHECKSUM, IMPORTS, KERAS_MODEL, KILLABLE, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, RUN_TIMEOUT, WORKERS_UP_TIMEOUT, free_port, needs_ray, running_cluster,
@@ -40,23 +41,10 @@ def ray_cluster():
 # Two workers, one per node, train a tf_keras model under MWMS on different data. Generation 0 holds after
 # epoch 2 (its checkpoint written by BackupAndRestore) until the test kills worker 1; the restarted group
 # resumes from that checkpoint and runs epochs 3 and 4.
-TRAIN_CELL = """%%worker -n 2 --backend ray --address {address} --spread --name {name} --max-restarts 2 --env TF_USE_LEGACY_KERAS=1
-import os, time
-import numpy as np
-import tensorflow as tf
-from nbworkers import distlib
-
-generation = os.environ["NBWORKERS_GENERATION"]
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
-x = rng.rand(256, 8).astype("float32")
-y = (x.sum(axis=1) > 4).astype("float32")
-with strategy.scope():
-    tf.keras.utils.set_random_seed(1)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
-    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
-
+TRAIN_CELL = worker_cell(
+    "-n 2 --backend ray --address {address} --spread --name {name} --max-restarts 2 --env TF_USE_LEGACY_KERAS=1",
+    "import time\n", IMPORTS, "from nbworkers import distlib\n\n",
+    'generation = os.environ["NBWORKERS_GENERATION"]\n', KERAS_MODEL, """
 class HoldUntilKilled(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if generation == "0" and epoch == 1:
@@ -67,15 +55,9 @@ backup = os.path.join(os.environ["NBWORKERS_RUN_DIR"], "backup")
 history = model.fit(dataset, epochs=4, steps_per_epoch=4, verbose=2, callbacks=[
     tf.keras.callbacks.BackupAndRestore(backup), distlib.ReportCallback(), HoldUntilKilled()])
 print("EPOCHS_RUN", len(history.history["loss"]), "GENERATION", generation)
-print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))
-"""
+""", CHECKSUM)
 
-SLEEP_CELL = """%%worker -n 2 --backend ray --address {address} --name {name}
-import time
-print("worker up", flush=True)
-time.sleep(600)
-"""
-
+SLEEP_CELL = worker_cell("-n 2 --backend ray --address {address} --name {name}", SLEEP)
 
 def snapshot(kernel, name: str) -> dict:
     return kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
@@ -241,13 +223,7 @@ def test_a_group_ray_cannot_place_says_why_and_leaves_nothing(kernel, run_root, 
 
 
 # Generation 0 waits to be killed; the restarted generation finishes.
-KILLABLE_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --max-restarts 1
-import os, time
-print("generation", os.environ["NBWORKERS_GENERATION"], flush=True)
-if os.environ["NBWORKERS_GENERATION"] == "0":
-    time.sleep(600)
-print("done", flush=True)
-"""
+KILLABLE_CELL = worker_cell("-n 2 --backend ray --address {address} --name {name} --max-restarts 1", KILLABLE)
 
 
 def test_a_dead_actor_is_a_crash_and_the_group_restarts(kernel, run_root, ray_cluster):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+from cells import KILLABLE, worker_cell
 from conftest import processes_of_run_root, wait_until
 
 from nbworkers.magics.failures import (
@@ -13,13 +14,7 @@ from nbworkers.magics.failures import (
 from nbworkers.magics.restart_policy import RestartPolicy
 
 # Generation 0 waits to be killed; the restarted generation finishes.
-KILLABLE_CELL = """%%worker -n 2 --name {name} {flags}
-import os, time
-print("generation", os.environ["NBWORKERS_GENERATION"], "pid", os.getpid(), flush=True)
-if os.environ["NBWORKERS_GENERATION"] == "0":
-    time.sleep(600)
-print("done", flush=True)
-"""
+KILLABLE_CELL = worker_cell("-n 2 --name {name} {flags}", KILLABLE)
 
 
 def worker_pid(kernel, name: str, index: int) -> int | None:

@@ -3,6 +3,8 @@ failures, a stop by the user that is not a failure."""
 
 from __future__ import annotations
 
+from cells import SLEEP, worker_cell
+
 PACED = """%%worker -n 2 --block --name paced
 import time
 from nbworkers.distlib import report
@@ -13,11 +15,7 @@ for epoch in range(1, epochs + 1):
         report(step=step, epoch=epoch, steps_total=steps, epochs_total=epochs, loss=1.0 / step, t=time.time(),
                flush=(step == steps))
 """
-SLEEPER = """%%worker -n 2 --name {name}
-import time
-print("up", flush=True)
-time.sleep(600)
-"""
+SLEEPER = worker_cell("-n 2 --name {name}", SLEEP)
 
 
 def test_steps_per_sec_matches_the_runs_own_rate_across_epochs(kernel):

@@ -14,27 +14,16 @@ import urllib.request
 import psutil
 import pytest
 
+from cells import IMPORTS, KERAS_MODEL, worker_cell
 from conftest import wait_until
 
 pytest.importorskip("tensorboard", reason="pip install 'nbworkers[tensorboard]'")
 
-KERAS_RUN = """%%worker -n 2 --block --name tb --env TF_USE_LEGACY_KERAS=1
-import os
-import numpy as np
-import tensorflow as tf
-from nbworkers import distlib
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))
-x = rng.rand(256, 8).astype("float32")
-y = (x.sum(axis=1) > 4).astype("float32")
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
-    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
-model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=0,
+KERAS_RUN = worker_cell("-n 2 --block --name tb --env TF_USE_LEGACY_KERAS=1", IMPORTS, "from nbworkers import distlib\n",
+                        KERAS_MODEL, """model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=0,
           callbacks=[distlib.TensorBoard(), distlib.ReportCallback()])
 print("TBDIR", distlib.tensorboard_dir())
-"""
+""")
 TENSORBOARD_UP_TIMEOUT = 120  # s: TensorBoard's process imports TensorFlow on 2 shared cores
 
 
