@@ -10,32 +10,13 @@ import time
 
 import pytest
 
+from cells import CHECKSUM, FIT, KERAS_TRAINING, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 
 # The TensorFlow tutorial's Keras code, unchanged, on tf_keras (Keras 2): MWMS syncs the two workers.
-TRAIN_CELL = """%%worker -n 2 --block --name train --env TF_USE_LEGACY_KERAS=1
-import os
-import numpy as np
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.RandomState(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
-x = rng.rand(256, 8).astype("float32")
-y = (x.sum(axis=1) > 4).astype("float32")
-with strategy.scope():
-    tf.keras.utils.set_random_seed(1)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
-    model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(0.1))
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
-history = model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=2)
-print("LOSS", history.history["loss"])
-print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))
-"""
-
-SLEEP_CELL = """%%worker -n 2 --name {name}
-import time
-print("worker up", flush=True)
-time.sleep(600)
-"""
+TRAIN_CELL = worker_cell("-n 2 --block --name train --env TF_USE_LEGACY_KERAS=1", KERAS_TRAINING, FIT,
+                         'print("LOSS", history.history["loss"])\n', CHECKSUM)
+SLEEP_CELL = worker_cell("-n 2 --name {name}", SLEEP)
 
 
 def checksums(log_text: str) -> list[str]:
