@@ -112,21 +112,18 @@ class SessionCell:
         """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
         the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``). ``echo``: a
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        from .run_outputs import wait_for
+
+        def tick() -> None:
+            if self.dirty:
+                self.refresh_views()
+            if echo is not None:
+                echo.tick(self.snapshot())
+
         with self.session._lock:
             self._waiters += 1
         try:
-            while not self._done.is_set():
-                left = self.session.settings.flush_interval
-                if deadline is not None:
-                    left = min(left, deadline - time.monotonic())
-                    if left <= 0:
-                        break
-                self._done.wait(left)
-                if self.dirty:
-                    self.refresh_views()
-                if echo is not None:
-                    echo.tick(self.snapshot())
+            wait_for(self._done, timeout, self.session.settings.flush_interval, tick)
             ended = self._done.is_set()
             if echo is not None:
                 echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
