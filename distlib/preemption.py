@@ -282,6 +282,8 @@ class PreemptionSaver:
         cap = env_settings.PREEMPTION_SAVE_TIMEOUT.get()
         while True:
             time.sleep(WATCH_INTERVAL_S)
+            if self.leaving:  # saved and exiting with code 42: a slow exit is not a lost peer
+                return
             now = time.monotonic()
             since_step = now - max(self._last_step_at, self._term_at)
             if since_step > step_wait or now - self._term_at > cap:

@@ -469,8 +469,12 @@ def test_delete_kills_the_processes_of_a_dead_kernel_directly(server):
 
 
 def test_a_killed_kernel_is_reported_lost_then_reaped(server):
-    kernel = KernelSession(server)
+    # A plain Python kernel that loads the extension by hand: the server restarts a killed kernel, and a
+    # restarted nbworkers kernel's load-time scan would reap the run before this test sees it "lost".
+    kernel = KernelSession(server, kernel_name="python3")
     try:
+        out, error = kernel.run("%load_ext nbworkers")
+        assert not error, error
         state = _start_sleeping_cluster(kernel, "doomed")
         os.kill(kernel.pid, signal.SIGKILL)
         assert _wait_until(lambda: not psutil.pid_exists(kernel.pid) or
