@@ -24,9 +24,10 @@ where the gradients' all-reduce fails, with or without this fix): ``fit``/``eval
 
 Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/test_keras3_fit.py). Known
 needed on Keras 3.16.0-dev too (issue 18 checked the same two corrections there by hand), and reported upstream
-since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trainer()`` patches only when the installed trainer still has the broken code (a
-source probe for the two ``strategy.reduce`` calls; where no source is shipped, the version window
-``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched. ``NBWORKERS_KERAS3_FIX=0`` turns it off.
+since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trainer()`` patches only when the
+installed trainer still has the broken code (a source probe for the two ``strategy.reduce`` calls; where no source
+is shipped, the version window ``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched.
+``NBWORKERS_KERAS3_FIX=0`` turns it off.
 When an internal it needs is gone (``distlib.internals``) nothing is patched and a multi-worker ``fit`` ends
 in ``KerasFitUnderMultiWorkerError`` with the old advice (``distlib.fit`` or ``TF_USE_LEGACY_KERAS=1``).
 
@@ -40,6 +41,7 @@ import inspect
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 from nbworkers.distlib import env_settings
 
@@ -60,7 +62,8 @@ ENV_FIX = env_settings.KERAS3_FIX.name  # "0": leave Keras 3 alone (fit then fai
 _BROKEN_BUILD = "self.distribute_strategy.reduce("
 _BROKEN_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
 
-_state = {"installed": False, "trainer": None, "backup": None}  # what the patches did (status(), tests)
+# what the patches did (status(), tests)
+_state: dict[str, Any] = {"installed": False, "trainer": None, "backup": None}
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:

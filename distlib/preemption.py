@@ -114,7 +114,8 @@ class PreemptionSaver:
         try:
             self._ensure_handler()
         except Exception as error:  # no coordination service, unsupported platform...: train without it
-            _log(f"saving on SIGTERM is off: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            _log(f"saving on SIGTERM is off: {type(error).__name__}: {first_line}")
             return False
         with self._lock:
             self._save_fn = save_fn
@@ -165,7 +166,8 @@ class PreemptionSaver:
             from nbworkers.distlib import worker_facts
 
             if not worker_facts.coordination_service_available():
-                raise RuntimeError("TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
+                raise RuntimeError(
+                    "TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         # PCH never restores or saves for us: an empty checkpoint in a directory nobody writes to.
         # (under this user's private runtime directory: another user cannot plant a checkpoint there; issue 15)
@@ -287,7 +289,8 @@ class PreemptionSaver:
             now = time.monotonic()
             since_step = now - max(self._last_step_at, self._term_at)
             if since_step > step_wait or now - self._term_at > cap:
-                why = f"no training step finished for {since_step:.1f} s" if since_step > step_wait else f"{cap:g} s passed"
+                why = (f"no training step finished for {since_step:.1f} s" if since_step > step_wait
+                       else f"{cap:g} s passed")
                 _log(f"SIGTERM received and {why} (a peer may be gone): leaving without a save")
                 _die_by_sigterm()
 

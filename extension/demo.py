@@ -133,7 +133,8 @@ def _progress_line(snap: dict) -> str:
             where.append(f"epoch {worker['epoch']}/{worker.get('epochs_total') or '?'}")
         if worker.get("step") is not None:
             where.append(f"step {worker['step']}/{worker.get('steps_total') or '?'}")
-        metrics = " ".join(f"{k}={v:.4f}" for k, v in (worker.get("metrics") or {}).items() if isinstance(v, (int, float)))
+        metrics = " ".join(f"{k}={v:.4f}" for k, v in (worker.get("metrics") or {}).items()
+                           if isinstance(v, (int, float)))
         parts.append(f"worker {worker['index']}: {worker['status']}" + "".join(f" {w}" for w in where)
                      + (f" {metrics}" if metrics else ""))
     restarts = f" (restarts: {snap['restarts']})" if snap.get("restarts") else ""
@@ -173,7 +174,8 @@ def run_demo(real_data: bool) -> int:
         kernel.run("%load_ext nbworkers")
         data = "the real MNIST (tfds.load)" if real_data else "tfds mock data of MNIST's shape (NBWORKERS_MOCK_DATA=1)"
         _say(f"running the quickstart's training cell with %%worker -n 2 on {data}:")
-        _say("\n".join("    " + line for line in QUICKSTART_CELL.splitlines()[:1]) + "   (... the Keras model, distlib.fit)")
+        _say("\n".join("    " + line for line in QUICKSTART_CELL.splitlines()[:1])
+             + "   (... the Keras model, distlib.fit)")
         kernel.run(QUICKSTART_CELL)  # returns at once: the workers train in the background
         for index, tf_config in enumerate(kernel.json(TF_CONFIG_CODE)):
             _say(f"  worker {index} started with TF_CONFIG={tf_config}")
@@ -196,7 +198,8 @@ def run_demo(real_data: bool) -> int:
         results = kernel.json(RESULT_CODE)
         _say("result:")
         for index, result in enumerate(results):
-            _say(f"  worker {index}: loss {result['LOSS']}, accuracy {result['ACCURACY']}, weight checksum {result['CHECKSUM']}")
+            _say(f"  worker {index}: loss {result['LOSS']}, accuracy {result['ACCURACY']}, "
+                 f"weight checksum {result['CHECKSUM']}")
         if any(r[key] is None for r in results for key in ("LOSS", "ACCURACY", "CHECKSUM")):
             raise DemoError("a worker did not print its result (see its log)")
         in_sync = len({r["CHECKSUM"] for r in results}) == 1
@@ -220,7 +223,8 @@ def run_demo(real_data: bool) -> int:
             _say(f"nbworkers demo FAILED: worker processes outlived the kernel (killed them: {left})")
         shutil.rmtree(workdir, ignore_errors=True)
     if ok:
-        _say(f"nbworkers demo OK in {time.monotonic() - started:.1f} s: 2 workers trained in sync, nothing left running")
+        _say(f"nbworkers demo OK in {time.monotonic() - started:.1f} s: 2 workers trained in sync, "
+             "nothing left running")
     return 0 if ok else 1
 
 

@@ -118,7 +118,8 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
     if not valid_name(name):
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if name in running:
-        raise ClusterNameError(f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
+        raise ClusterNameError(
+            f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
     if not os.path.isdir(cwd) and backend == "local":  # ray: the directory is looked for on each node
         raise LaunchError(f"--cwd {args.cwd}: no such directory.")
     return LaunchSpec(
@@ -148,9 +149,11 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
 def check_backend(args: Namespace) -> str:
     """``--backend`` and its flags; for ray, Ray must import and its address answer (nothing starts otherwise)."""
     backend = getattr(args, "backend", None) or "local"
-    address, cpus, spread = getattr(args, "address", ""), getattr(args, "cpus_per_worker", None), getattr(args, "spread", False)
+    address = getattr(args, "address", "")
+    cpus, spread = getattr(args, "cpus_per_worker", None), getattr(args, "spread", False)
     if backend == "local":
-        used = [flag for flag, value in (("--address", address), ("--cpus-per-worker", cpus), ("--spread", spread)) if value]
+        ray_flags = (("--address", address), ("--cpus-per-worker", cpus), ("--spread", spread))
+        used = [flag for flag, value in ray_flags if value]
         if used:
             raise LaunchError(f"{', '.join(used)}: only for the Ray backend. Add --backend ray.")
         return backend

@@ -58,7 +58,8 @@ class WorkerMagics(Magics):
               help="where the workers run: local processes (default) or a Ray cluster (pip install nbworkers[ray])")
     @argument("--address", default="", metavar="HOST:PORT",
               help="ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster started on this machine)")
-    @argument("--cpus-per-worker", type=float, default=None, metavar="C", help="ray: CPUs reserved per worker (default 1)")
+    @argument("--cpus-per-worker", type=float, default=None, metavar="C",
+              help="ray: CPUs reserved per worker (default 1)")
     @argument("--spread", action="store_true", help="ray: at most one worker per node")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
@@ -270,15 +271,16 @@ def _cluster_table() -> tuple[str, str]:
     spares_text, spares_html = warm_text_html()
     clusters = registry.all_clusters()
     if not clusters:
-        text, page = "no clusters yet: run a cell with %%worker", "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
+        text = "no clusters yet: run a cell with %%worker"
+        page = "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
         return (text + "\n" + spares_text if spares_text else text), page + spares_html
     rows = []
     for cluster in clusters:
         snap = cluster.snapshot()
         roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
         statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
-        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"] + _session_column(snap), statuses,
-                     str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
+        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"] + _session_column(snap),
+                     statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
     header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)

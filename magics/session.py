@@ -15,8 +15,8 @@ while one runs wait in a queue (as IPython's execution queue); a failed cell can
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
 - A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
-- ``pull(expression, worker)`` (``session_pull``): the value of an expression in a worker's namespace, as JSON and ``.npy`` only
-  (``session_pull``); it runs after the cells submitted before it.
+- ``pull(expression, worker)`` (``session_pull``): the value of an expression in a worker's namespace, as JSON and
+  ``.npy`` only (``session_pull``); it runs after the cells submitted before it.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ class Session(Cluster):
 
     def __repr__(self) -> str:
         summary = self._summary()
-        return f"<Session {self.name!r}: {len(self.state.workers)} workers, {self.status}, {summary['cells']} cells, {summary['state']}>"
+        return (f"<Session {self.name!r}: {len(self.state.workers)} workers, {self.status}, {summary['cells']} cells, "
+                f"{summary['state']}>")
 
     # ------------------------------------------------------------------------------ launch hooks
     def start(self) -> "Session":
@@ -166,7 +167,8 @@ class Session(Cluster):
             super()._supervise()
         finally:
             with self._lock:
-                reason = f"the session ended ({self.state.status})" + (f": {self.state.error}" if self.state.error else "")
+                error = f": {self.state.error}" if self.state.error else ""
+                reason = f"the session ended ({self.state.status}){error}"
                 if self._current is not None:
                     self._conclude_cell(self._current, "failed" if self.state.status == "failed" else "stopped", reason)
                 self._cancel_queue(reason)
@@ -180,7 +182,8 @@ class Session(Cluster):
         self._end_cells()
         super()._periodic()
         current = self._current
-        if current is not None and current.dirty and time.monotonic() - getattr(current, "_flushed", 0.0) >= self.settings.flush_interval:
+        if (current is not None and current.dirty
+                and time.monotonic() - getattr(current, "_flushed", 0.0) >= self.settings.flush_interval):
             with self._lock:
                 waiting = current._waiters > 0
             if not waiting:
@@ -224,7 +227,8 @@ class Session(Cluster):
             self.interrupt(cell)
         if cell.interrupted_at is not None and not cell.resumed:
             self._stop_at_common_step(cell, running, now)
-        if cell.first_error_at is not None and cell.aborted_at is None and now - cell.first_error_at >= self.settings.session_peer_grace:
+        if (cell.first_error_at is not None and cell.aborted_at is None
+                and now - cell.first_error_at >= self.settings.session_peer_grace):
             cell.aborted_at = now
             reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in cell {cell.number}"
             self._channel.send("abort", workers=running, cell=cell.number, reason=reason)

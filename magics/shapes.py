@@ -135,7 +135,7 @@ class HostProcess(Protocol):
 
 
 class WorkerHandle(Protocol):
-    """One launched worker as the supervisor drives it (``local.WorkerProcess``, ``ray_backend.RayWorkerProcess``)."""
+    """One launched worker as the supervisor drives it (``local.WorkerProcess``, ``ray_worker.RayWorkerProcess``)."""
 
     index: int
     log_path: Path

@@ -161,7 +161,8 @@ class ZygotePool:
         if python not in self._checked:
             try:
                 result = subprocess.run(
-                    [python, "-c", "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.zygote"],
+                    [python, "-c",
+                     "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.zygote"],
                     capture_output=True, timeout=config.python_check_timeout, cwd=str(runtime_dir(ZYGOTE_DIR_NAME)),
                 )
                 self._checked[python] = result.returncode == 0
