@@ -186,6 +186,8 @@ def fit(
     position = [initial_epoch, start_step]  # the next (epoch, step) to run
 
     def save_position() -> None:  # a preemption save (SIGTERM), at the step every worker agreed on
+        if checkpoint is None:  # (the guard arms saving only with a checkpoint)
+            return
         epoch, step = position
         if step >= steps_per_epoch:
             epoch, step = epoch + 1, 0
@@ -255,7 +257,7 @@ def _save_on_sigterm_callback(keras_module, backup):
             super().__init__()
             self._supports_tf_logs = True
             self._chief_worker_only = False  # every worker takes part in the save
-            self._guard = None
+            self._guard: Any = None
             self._epoch, self._batch = 0, -1
 
         def on_train_begin(self, logs=None) -> None:

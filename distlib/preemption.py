@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from nbworkers.distlib import env_settings, wire
 
@@ -87,7 +87,7 @@ class PreemptionSaver:
     """The process's preemption handling; use ``saver()``, then ``with s.training(save_fn): ... s.step_done()``."""
 
     def __init__(self) -> None:
-        self._handler = None
+        self._handler: Any = None  # tf.distribute's PreemptionCheckpointHandler, made at the first training step
         self._save_fn: Callable[[], object] | None = None
         self._active = False
         self._lock = threading.Lock()
@@ -96,7 +96,7 @@ class PreemptionSaver:
         self._last_step_at = time.monotonic()
         self._step_time = 0.0
         self._steps = 0
-        self._previous_handler = None
+        self._previous_handler: Any = None
         self._wakeup_r: int | None = None
         self._previous_wakeup = -1
         self._wakeup_thread: threading.Thread | None = None
@@ -282,13 +282,14 @@ class PreemptionSaver:
     def _watch_deadline(self) -> None:
         step_wait = max(env_settings.PREEMPTION_WAIT.get(), STEP_TIME_FACTOR * self._step_time)
         cap = env_settings.PREEMPTION_SAVE_TIMEOUT.get()
+        term_at = self._term_at if self._term_at is not None else time.monotonic()  # (set before this thread starts)
         while True:
             time.sleep(WATCH_INTERVAL_S)
             if self.leaving:  # saved and exiting with code 42: a slow exit is not a lost peer
                 return
             now = time.monotonic()
-            since_step = now - max(self._last_step_at, self._term_at)
-            if since_step > step_wait or now - self._term_at > cap:
+            since_step = now - max(self._last_step_at, term_at)
+            if since_step > step_wait or now - term_at > cap:
                 why = (f"no training step finished for {since_step:.1f} s" if since_step > step_wait
                        else f"{cap:g} s passed")
                 _log(f"SIGTERM received and {why} (a peer may be gone): leaving without a save")

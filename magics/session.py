@@ -54,6 +54,12 @@ class Session(Cluster):
         self.lost_note = ""  # what the last restart of the processes lost
         self._cell_outcome: tuple | None = None  # how a restart on purpose ends the running cell
 
+    @property
+    def channel(self) -> CommandChannel:
+        """The session's command socket (bound at its first launch)."""
+        assert self._channel is not None, f"session {self.name!r} was not started"
+        return self._channel
+
     # ------------------------------------------------------------------------------ user-facing
     def submit(self, code: str, timeout: float | None = None) -> SessionCell:
         """Queue a cell; it runs once the cells before it have ended (returns at once)."""
@@ -97,7 +103,7 @@ class Session(Cluster):
                 return "restarting"
             current.interrupted_at = time.monotonic()
             pending = [w for w in range(len(self.state.workers)) if w not in current.ends]
-            self._channel.send("pause", workers=pending, cell=current.number)  # then resume(stop_at): _check_cell
+            self.channel.send("pause", workers=pending, cell=current.number)  # then resume(stop_at): _check_cell
             current.dirty = True
             return "interrupting"
 
@@ -112,14 +118,15 @@ class Session(Cluster):
 
         return pull(self, expression, worker, timeout)
 
-    def wait(self, timeout: float | None = None, raise_on_failure: bool = True, **kwargs: Any) -> bool:
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = True, echo: Any = None,
+             **kwargs: Any) -> bool:
         """Wait for the last submitted cell (``RunFailed`` if it failed); once stopping, for the session's end."""
         with self._lock:
             last = self.cells[-1] if self.cells else None
             ending = self._done.is_set() or self._stop_event.is_set() or self._core.stopping
         if ending or last is None:
-            return super().wait(timeout, **kwargs)
-        return last.wait(timeout, raise_on_failure=raise_on_failure, echo=kwargs.get("echo"))
+            return super().wait(timeout, echo=echo, **kwargs)
+        return last.wait(timeout, raise_on_failure=raise_on_failure, echo=echo)
 
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
@@ -151,7 +158,7 @@ class Session(Cluster):
         return self
 
     def _extra_env(self) -> dict[str, str]:
-        return {session_wire.ENV_SESSION: self.name, session_wire.ENV_COMMANDS: self._channel.address}
+        return {session_wire.ENV_SESSION: self.name, session_wire.ENV_COMMANDS: self.channel.address}
 
     def _launch_group(self) -> None:
         if self._channel is None:  # bound where the relay is, encrypted as it is (--backend ray: CurveZMQ)
@@ -206,13 +213,13 @@ class Session(Cluster):
     def _dispatch_next(self) -> None:
         """Send the next queued cell to every worker once the session is idle and all workers are ready."""
         if (self._current is None and self._queue and not self._core.restart_pending and not self._core.stopping
-                and self._channel.ready(len(self.state.workers))):
+                and self.channel.ready(len(self.state.workers))):
             cell = self._queue.popleft()
             self._current = cell
             cell.begin()
             self._handle(Progress())
             self._dirty = True
-            self._channel.send("run", cell=cell.number, code=cell.code)
+            self.channel.send("run", cell=cell.number, code=cell.code)
 
     def _check_cell(self, cell: SessionCell, now: float) -> None:
         workers = range(len(self.state.workers))
@@ -231,7 +238,7 @@ class Session(Cluster):
                 and now - cell.first_error_at >= self.settings.session_peer_grace):
             cell.aborted_at = now
             reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in cell {cell.number}"
-            self._channel.send("abort", workers=running, cell=cell.number, reason=reason)
+            self.channel.send("abort", workers=running, cell=cell.number, reason=reason)
         elif cell.aborted_at is not None and now - cell.aborted_at >= self.settings.session_abort_grace:
             self._restart_processes(f"{_workers(running)} did not end cell {cell.number} after an abort",
                                     cell_state="failed", error=self._error_text(cell))
@@ -246,13 +253,13 @@ class Session(Cluster):
         waiting for the paused ones: all stop one step later. No worker paused (the cell does not report):
         plain KeyboardInterrupt everywhere."""
         paused = {w: step for w, step in cell.paused.items() if w in running}
-        waited = now - cell.interrupted_at >= self.settings.session_pause_wait
+        waited = cell.interrupted_at is not None and now - cell.interrupted_at >= self.settings.session_pause_wait
         if paused and (len(paused) == len(running) or waited):
             stop_at = max(paused.values()) + (0 if len(paused) == len(running) else 1)
-            self._channel.send("resume", workers=running, cell=cell.number, stop_at=stop_at)
+            self.channel.send("resume", workers=running, cell=cell.number, stop_at=stop_at)
             cell.resumed = True
         elif waited:
-            self._channel.send("interrupt", workers=running, cell=cell.number)
+            self.channel.send("interrupt", workers=running, cell=cell.number)
             cell.resumed = True
 
     def _finish_cell(self, cell: SessionCell) -> None:
@@ -351,7 +358,7 @@ class Session(Cluster):
         elif kind == "pull":
             request = self._pulls.get(content["request"])
             if request is None or request.worker != index or request.gen != content["gen"]:
-                self._relay.drops.note("stale", f"pull reply for no pending request from worker {index}")
+                self.relay.drops.note("stale", f"pull reply for no pending request from worker {index}")
             else:
                 request.feed(content)
             return
@@ -366,7 +373,7 @@ class Session(Cluster):
     def _on_cell(self, index: int, content: dict[str, Any]) -> None:
         cell = self._current
         if cell is None or content["cell"] != cell.number:
-            self._relay.drops.note("stale", f"cell {content['cell']} message from worker {index}")
+            self.relay.drops.note("stale", f"cell {content['cell']} message from worker {index}")
             return
         if content["event"] == "paused":
             cell.paused[index] = content["step"]

@@ -59,6 +59,7 @@ class SessionCell:
         self._done = threading.Event()
         self._waiters = 0
         self.dirty = True
+        self._flushed = 0.0  # monotonic time the session last refreshed this cell's views
 
     # ------------------------------------------------------------------------------ what views read
     @property

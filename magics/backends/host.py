@@ -39,8 +39,14 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, BinaryIO
 
 from nbworkers.distlib import env_settings
+
+if TYPE_CHECKING:  # imported when needed: a host starts fast
+    from nbworkers.distlib.wire import Sender
+
+    from .zygote_client import ForkedWorker
 
 LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
 LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
@@ -232,8 +238,8 @@ class _Run:
     def __init__(self, args: argparse.Namespace):
         self.grace = args.grace
         self.role = args.role
-        self.sender = None
-        self.log_file = None
+        self.sender: Sender | None = None
+        self.log_file: BinaryIO | None = None
         self.assigned = threading.Event()
 
 
@@ -253,7 +259,7 @@ def _announce_ready(ready_fd: int, worker_pid: int, run: _Run) -> None:
             pass
 
 
-def _assign(payload: dict, worker: subprocess.Popen, forwarder: LogForwarder, run: _Run, python: str,
+def _assign(payload: dict, worker: subprocess.Popen | ForkedWorker, forwarder: LogForwarder, run: _Run, python: str,
             started: float) -> None:
     """Hand a spare its run: log file, relay, grace, role, then the worker's environment and directory."""
     from nbworkers.distlib.wire import Sender
@@ -274,6 +280,8 @@ def _assign(payload: dict, worker: subprocess.Popen, forwarder: LogForwarder, ru
     forwarder.attach(log_file, sender)
     run.assigned.set()
     message = json.dumps({"env": payload["env"], "cwd": payload.get("cwd", "")}) + "\n"
+    if worker.stdin is None:  # (a spare's worker always has its stdin pipe)
+        return
     try:
         worker.stdin.write(message.encode())
         worker.stdin.close()
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         options = {"stdin": subprocess.PIPE, "pass_fds": (ready_w,),
                    "env": {**os.environ, SPARE_READY_FD_ENV: str(ready_w)}}
     try:
-        worker = None
+        worker: subprocess.Popen | ForkedWorker | None = None
         if args.zygote and not args.spare:  # forked, TensorFlow already imported (zygote_client.py)
             from .zygote_client import fork_worker
 

@@ -145,11 +145,12 @@ class Spare:
     def assign(self, payload: dict[str, Any]) -> bool:
         """Hand this spare its run. False when it is gone (the caller starts a cold worker instead)."""
         self.check_ready()
-        if not self.alive():
+        stdin = self.host.stdin
+        if not self.alive() or stdin is None:
             return False
         try:
-            self.host.stdin.write(b"assign " + json.dumps(payload).encode() + b"\n")
-            self.host.stdin.flush()
+            stdin.write(b"assign " + json.dumps(payload).encode() + b"\n")
+            stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
         _close(self.host.stdout)  # the host prints nothing more once assigned
@@ -273,7 +274,7 @@ class SparePool:
             for spare in list(self._dropping):
                 if not spare.alive():
                     self._dropping.remove(spare)
-                elif now - spare.discarded_at > DISCARD_KILL_AFTER:
+                elif spare.discarded_at is not None and now - spare.discarded_at > DISCARD_KILL_AFTER:
                     spare.kill()
             if config.spares == 0:
                 self._drop_all()
@@ -319,7 +320,8 @@ class SparePool:
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             cwd=spare_cwd(), start_new_session=True, close_fds=True,
         )
-        os.set_blocking(host.stdout.fileno(), False)
+        if host.stdout is not None:  # (a pipe: always)
+            os.set_blocking(host.stdout.fileno(), False)
         self.stats["started"] += 1
         return Spare(key=key, python=group.python, host=host, spare_root=env[SPARE_MARKER_ENV])
 
