@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from nbworkers.magics.ports import pick_free_ports
 
 PY = sys.executable
 RUN_TIMEOUT = 600.0  # seconds one 2-worker training run may take before the benchmark gives up on it
@@ -84,18 +85,6 @@ def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("localhost", 0))
-        sockets.append(sock)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "NBWORKERS_"))}
     env.pop("TF_CONFIG", None)
@@ -108,7 +97,7 @@ def run_once(mode: str, steps: int, epochs: int, workdir: Path) -> dict:
     """One 2-worker training run of ``mode``; worker 0's result (steps/s over the epochs after the first)."""
     script = workdir / "keras_fit_workload.py"
     script.write_text(WORKLOAD)
-    ports = _free_ports(2)
+    ports = pick_free_ports(2)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     env = _env()
     if mode == "tf_keras":

@@ -29,7 +29,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 import psutil
 
 from nbworkers.kernel_driver import KernelDriver
+from nbworkers.magics.ports import pick_free_ports
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
@@ -153,18 +153,6 @@ def wait_until(predicate, timeout: float, interval: float = 0.25) -> bool:
     return predicate()
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("localhost", 0))
-        sockets.append(s)
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -177,7 +165,7 @@ def hand_launch(workers: int, workdir: Path, env: dict[str, str]) -> float:
     """The tutorial's way: TF_CONFIG per worker, `python main.py &> job_i.log`. Seconds to the first step."""
     for old in workdir.glob("job_*.log"):
         old.unlink()
-    ports = free_ports(workers)
+    ports = pick_free_ports(workers)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     procs, paths = [], []
     t0 = time.time()
@@ -719,7 +707,7 @@ def main() -> int:
                                                  BenchKernel=BenchKernel, hand_launch=hand_launch,
                                                  nbworkers_launch=nbworkers_launch, worker_cell=worker_cell,
                                                  wait_first_steps=wait_first_steps, log=log, workload=WORKLOAD,
-                                                 free_ports=free_ports)
+                                                 free_ports=pick_free_ports)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

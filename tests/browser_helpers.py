@@ -322,6 +322,23 @@ def open_notebook(page: Any, server: LabServer, notebook: str) -> None:
     wait_kernel_idle(page)
 
 
+def open_and_run_two_cells(page: Any, server: LabServer, notebook: str) -> None:
+    """Open ``notebook``, run its first cell (the set-up) to the end, then start its second (the run)."""
+    open_notebook(page, server, notebook)
+    run_cell(page, 0)
+    cell_executed(page, 0)
+    run_cell(page, 1)
+
+
+def wait_widget_status(page: Any, status: str, timeout_ms: int | None = None) -> None:
+    """Wait until the widget on the page shows the run's ``status`` (Playwright's default timeout if None)."""
+    script = f"() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === {status!r}"
+    if timeout_ms is None:
+        page.wait_for_function(script)
+    else:
+        page.wait_for_function(script, timeout=timeout_ms)
+
+
 def wait_kernel_idle(page: Any, timeout_ms: int = PAGE_TIMEOUT_MS) -> None:
     page.wait_for_function(
         """() => {

@@ -36,6 +36,36 @@ FIT = "history = model.fit(dataset, epochs=2, steps_per_epoch=4, verbose=2)\n"
 # The trained weights' fingerprint: equal on every worker when they trained in sync (tests compare them).
 CHECKSUM = 'print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))))\n'
 
+# The custom-loop tutorial's model, data and distributed train step (needs GLOBAL_BATCH and the imports of
+# numpy, tensorflow, keras and distlib): 512 generated examples, a 8-16-2 model, SGD, one all-reduced step.
+CUSTOM_LOOP_STEP = '''\
+def examples():
+    rng = np.random.RandomState(0)
+    features = rng.rand(512, 8).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((features, (features.sum(axis=1) > 4).astype("int64")))
+
+
+strategy = distlib.strategy()
+with strategy.scope():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.05)
+dataset = distlib.distributed_dataset(strategy, examples, GLOBAL_BATCH, shuffle_buffer=64, seed=1)
+loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+
+@tf.function
+def train_step(iterator):
+    def step_fn(inputs):
+        x, y = inputs
+        with tf.GradientTape() as tape:
+            loss = distlib.scale_loss(loss_object(y, model(x, training=True)), GLOBAL_BATCH)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(step_fn, args=(next(iterator),)), axis=None)
+'''
+
 # A worker that says it is up and then sleeps until it is stopped.
 SLEEP = """\
 import time

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.distlib import wire
+from nbworkers.magics.ports import pick_free_ports as free_ports
 from nbworkers.magics.relay import Message, RelayReceiver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,20 +29,6 @@ TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"
 CLUSTER_TIMEOUT_S = 240.0  # a whole tiny training run on 2 shared cores
 RELAY_POLL_S = 0.2  # how long one relay poll waits while the workers run
 KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a worker group
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free right now (held until all are picked, so they differ; a later race is retried by callers)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(ports: list[int], index: int) -> str:

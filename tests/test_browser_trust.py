@@ -18,9 +18,11 @@ from browser_helpers import (  # noqa: E402
     cell_executed,
     chromium_page,
     lab_server,
+    open_and_run_two_cells,
     open_notebook,
     run_cell,
     screenshot,
+    wait_widget_status,
     write_notebook,
 )
 
@@ -52,12 +54,8 @@ def _status(page) -> str:
 def test_kernel_restart_detaches_the_widget_and_stop_does_not_hang(lab):
     write_notebook(lab.root / "restart.ipynb", ["%load_ext nbworkers", SLEEP_CELL.format(name="restarted")])
     with chromium_page() as page:
-        open_notebook(page, lab, "restart.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'running'",
-                               timeout=RUN_TIMEOUT_MS)
+        open_and_run_two_cells(page, lab, "restart.ipynb")
+        wait_widget_status(page, 'running', RUN_TIMEOUT_MS)
         assert page.locator(".nbw").get_attribute("data-detached") in ("", None)
         page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
         page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=DETACH_TIMEOUT_MS)
@@ -81,12 +79,8 @@ def test_failed_run_opens_the_failed_workers_log_and_the_log_does_not_break_word
            "view = cluster.show()\ncluster.start();"
     write_notebook(lab.root / "fail_tab.ipynb", [SETUP, cell])
     with chromium_page() as page:
-        open_notebook(page, lab, "fail_tab.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'failed'",
-                               timeout=RUN_TIMEOUT_MS)
+        open_and_run_two_cells(page, lab, "fail_tab.ipynb")
+        wait_widget_status(page, 'failed', RUN_TIMEOUT_MS)
         active = page.get_attribute(".nbw-tab.nbw-tab-active", "data-index")
         assert active == "1", active
         assert "ValueError: synthetic failure" in page.inner_text(".nbw-log")
@@ -107,12 +101,8 @@ def test_a_saved_finished_run_renders_its_summary_when_opened_elsewhere(lab):
            "view = cluster.show()\ncluster.start();"
     write_notebook(lab.root / "saved.ipynb", [SETUP, cell])
     with chromium_page() as page:
-        open_notebook(page, lab, "saved.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'finished'",
-                               timeout=RUN_TIMEOUT_MS)
+        open_and_run_two_cells(page, lab, "saved.ipynb")
+        wait_widget_status(page, 'finished', RUN_TIMEOUT_MS)
         page.wait_for_function(
             "() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.outputs.toJSON()"
             ".some(o => String((o.data || {})['text/html'] || '').includes('nbw-summary'))")
@@ -160,8 +150,7 @@ def test_a_run_saved_in_notebook_7_shows_its_summary_in_jupyterlab(lab):
         run_cell(page, 0)
         cell_executed(page, 0)
         run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'finished'",
-                               timeout=RUN_TIMEOUT_MS)
+        wait_widget_status(page, 'finished', RUN_TIMEOUT_MS)
         page.wait_for_function(
             "() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.outputs.toJSON()"
             ".some(o => String((o.data || {})['text/html'] || '').includes('nbw-summary'))")

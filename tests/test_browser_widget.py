@@ -25,9 +25,10 @@ from browser_helpers import (  # noqa: E402
     chromium_page,
     lab_server,
     log_text,
-    open_notebook,
+    open_and_run_two_cells,
     run_cell,
     screenshot,
+    wait_widget_status,
     widget_status,
     write_notebook,
 )
@@ -57,17 +58,14 @@ def lab(tmp_path_factory):
 def test_fake_run_goes_from_starting_to_finished(lab):
     write_notebook(lab.root / "fake_run.ipynb", [SETUP, fake_cell(name="fake-run", epochs=3, steps=30, step_time=0.08)])
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_run.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
+        open_and_run_two_cells(page, lab, "fake_run.ipynb")
         page.wait_for_selector(".nbw .nbw-card")
         seen = set(card_statuses(page))
         page.wait_for_function("() => [...document.querySelectorAll('.nbw-card')].some(c => c.dataset.status === 'running')")
         seen |= set(card_statuses(page))
         page.wait_for_function("() => Number(document.querySelector('.nbw-chart').dataset.points) > 10")
         screenshot(page, "widget-fake-running.png")
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'finished'", timeout=RUN_TIMEOUT_MS)
+        wait_widget_status(page, 'finished', RUN_TIMEOUT_MS)
         assert card_statuses(page) == ["finished", "finished"]
         assert seen & {"starting", "waiting", "running"}
         assert chart_points(page) > 10 and chart_lines(page) == 2
@@ -91,10 +89,7 @@ def test_chart_starts_empty_and_draws_a_restarted_run_as_new_segments(lab):
              "cluster.start();"]  # fmt: skip
     write_notebook(lab.root / "fake_restart.ipynb", cells)
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_restart.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
+        open_and_run_two_cells(page, lab, "fake_restart.ipynb")
         page.wait_for_selector(".nbw .nbw-card")
         assert page.inner_text(".nbw-chart-empty") == "no metrics reported yet" and chart_points(page) == 0
         run_cell(page, 2)
@@ -108,22 +103,19 @@ def test_chart_starts_empty_and_draws_a_restarted_run_as_new_segments(lab):
         page.wait_for_timeout(1500)  # a few steps into the new segment, for the picture
         screenshot(page, "widget-fake-restarted.png")
         page.click(".nbw-stop")
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'", timeout=30_000)
+        wait_widget_status(page, 'stopped', 30_000)
 
 
 def test_stop_button_works_while_the_kernel_is_busy(lab):
     cells = [SETUP, fake_cell(name="fake-stop", epochs=100, steps=100, step_time=0.1), "import time\ntime.sleep(60)\n'slept'"]
     write_notebook(lab.root / "fake_stop.ipynb", cells)
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_stop.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'running'")
+        open_and_run_two_cells(page, lab, "fake_stop.ipynb")
+        wait_widget_status(page, 'running')
         run_cell(page, 2)  # the kernel is busy for a minute from now
         cell_running(page, 2)
         page.click(".nbw-stop")
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'", timeout=30_000)
+        wait_widget_status(page, 'stopped', 30_000)
         assert card_statuses(page) == ["stopped", "stopped"]
         state = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].model.executionState")
         assert state == "running"  # stopped while the sleep cell still runs
@@ -134,10 +126,7 @@ def test_stop_button_works_while_the_kernel_is_busy(lab):
 def test_reload_mid_run_brings_the_dashboard_back(lab):
     write_notebook(lab.root / "fake_reload.ipynb", [SETUP, fake_cell(name="fake-reload", epochs=20, steps=50, step_time=0.05)])
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_reload.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
+        open_and_run_two_cells(page, lab, "fake_reload.ipynb")
         cell_executed(page, 1)
         page.wait_for_function("() => Number((document.querySelector('.nbw-chart') || {dataset: {}}).dataset.points) > 5")
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
@@ -150,23 +139,20 @@ def test_reload_mid_run_brings_the_dashboard_back(lab):
         page.wait_for_function(f"() => Number(document.querySelector('.nbw-chart').dataset.points) > {first}")
         screenshot(page, "widget-fake-reloaded.png")
         page.click(".nbw-stop")
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'", timeout=30_000)
+        wait_widget_status(page, 'stopped', 30_000)
 
 
 def test_log_flood_keeps_the_page_responsive(lab):
     cells = [SETUP, fake_cell(name="fake-flood", epochs=1, steps=40, step_time=0.05, flood_lines=2500)]
     write_notebook(lab.root / "fake_flood.ipynb", cells)  # 2 workers x 40 x 2500 = 200,000 lines
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_flood.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'running'")
+        open_and_run_two_cells(page, lab, "fake_flood.ipynb")
+        wait_widget_status(page, 'running')
         # the page answers while the flood is on
         for _ in range(5):
             assert page.evaluate("() => 1 + 1") == 2
             page.wait_for_timeout(200)
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'finished'", timeout=RUN_TIMEOUT_MS)
+        wait_widget_status(page, 'finished', RUN_TIMEOUT_MS)
         text = log_text(page)
         assert "flood line 2499" in text and "worker 0 finished" in text
         assert len(text.splitlines()) <= 300
@@ -177,11 +163,8 @@ def test_log_flood_keeps_the_page_responsive(lab):
 def test_failed_run_shows_the_error_and_traceback_tail(lab):
     write_notebook(lab.root / "fake_fail.ipynb", [SETUP, fake_cell(name="fake-fail", epochs=2, steps=10, step_time=0.05, fail_worker=1)])
     with chromium_page() as page:
-        open_notebook(page, lab, "fake_fail.ipynb")
-        run_cell(page, 0)
-        cell_executed(page, 0)
-        run_cell(page, 1)
-        page.wait_for_function("() => document.querySelector('.nbw') && document.querySelector('.nbw').dataset.status === 'failed'")
+        open_and_run_two_cells(page, lab, "fake_fail.ipynb")
+        wait_widget_status(page, 'failed')
         assert card_statuses(page) == ["stopped", "failed"]
         error = page.inner_text(".nbw-error")
         assert "worker 1 exited with code 1" in error and "ValueError: synthetic failure" in error

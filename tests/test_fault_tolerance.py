@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cells import CUSTOM_LOOP_STEP
 from conftest import processes_of_run_root, wait_until
 
 WAIT_TIMEOUT = 240  # seconds for one restarted 2-worker run on 2 shared cores
@@ -86,32 +87,7 @@ GLOBAL_BATCH, STEPS, EPOCHS, SAVE_EVERY, SLEEP = 32, 9, 3, 3, {sleep}
 GENERATION = os.environ["NBWORKERS_GENERATION"]
 
 
-def examples():
-    rng = np.random.RandomState(0)
-    features = rng.rand(512, 8).astype("float32")
-    return tf.data.Dataset.from_tensor_slices((features, (features.sum(axis=1) > 4).astype("int64")))
-
-
-strategy = distlib.strategy()
-with strategy.scope():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
-    optimizer = keras.optimizers.SGD(0.05)
-dataset = distlib.distributed_dataset(strategy, examples, GLOBAL_BATCH, shuffle_buffer=64, seed=1)
-loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-
-@tf.function
-def train_step(iterator):
-    def step_fn(inputs):
-        x, y = inputs
-        with tf.GradientTape() as tape:
-            loss = distlib.scale_loss(loss_object(y, model(x, training=True)), GLOBAL_BATCH)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-    return strategy.reduce("SUM", strategy.run(step_fn, args=(next(iterator),)), axis=None)
-
+""" + CUSTOM_LOOP_STEP + """
 
 ckpt = distlib.TrainingCheckpoint(os.path.join(os.getcwd(), "ckpt-{name}"), model=model, optimizer=optimizer)
 print("START", GENERATION, *ckpt.restore_or_initialize(), flush=True)

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from browser_helpers import cell_executed, chromium_page, lab_server, open_notebook, run_cell, screenshot, write_notebook  # noqa: E402
+from browser_helpers import (  # noqa: E402
+    cell_executed,
+    chromium_page,
+    lab_server,
+    open_and_run_two_cells,
+    run_cell,
+    screenshot,
+    write_notebook,
+)
 from conftest import processes_of_run_root, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -31,10 +39,7 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
     with lab_server(tmp_path / "lab", env_extra=env) as lab:
         write_notebook(lab.root / "session.ipynb", CELLS)
         with chromium_page() as page:
-            open_notebook(page, lab, "session.ipynb")
-            run_cell(page, 0)
-            cell_executed(page, 0)
-            run_cell(page, 1)
+            open_and_run_two_cells(page, lab, "session.ipynb")
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
             assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell 1 · running · import time")
             screenshot(page, "session-cell-running.png")

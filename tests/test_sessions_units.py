@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import pickle
 import sys
 import time

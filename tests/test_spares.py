@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import psutil

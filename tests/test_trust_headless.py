@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 

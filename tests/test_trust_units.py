@@ -4,7 +4,6 @@ TensorFlow chatter filter, honest numbers and words (steps/s over epochs, exits,
 from __future__ import annotations
 
 import io
-import re
 
 import pytest
 
