@@ -50,6 +50,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) tutorials/
 
 bench: setup
+	$(PY) -m pip install -q -e '.[bench]'  # ipyparallel, measured side by side (not needed by the tests)
 	$(PY) benchmarks/run.py
 
 clean:

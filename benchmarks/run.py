@@ -7,7 +7,8 @@ per repetition before the median).
 
 - start-up: time from executing a ``%%worker`` cell (real kernel through jupyter_client, no --block) to the
   first finished training step of every worker, vs the TensorFlow tutorial's hand launch of the same script
-  (``TF_CONFIG`` set, ``python main.py &``); cold (no spares) and warm (the cell run again: spares);
+  (``TF_CONFIG`` set, ``python main.py &``); here every worker is spawned (zygotes off: ``benchmarks/zygote.py``
+  measures forked starts, cold and warm);
 - relay ingest: log lines/s and metric messages/s absorbed by the kernel's state, and how many view updates a
   second it sent meanwhile;
 - latency from a worker's ``report()`` to the kernel's state and to the live view's update, p50/p99;
@@ -41,6 +42,7 @@ import psutil
 
 from nbworkers.kernel_driver import KernelDriver
 from nbworkers.magics.ports import pick_free_ports
+from nbworkers.magics.strays import processes_under
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
@@ -49,12 +51,10 @@ RESULTS = HERE / "results.md"
 PY = sys.executable
 FIRST_STEP = re.compile(r"^FIRST_STEP (\d+\.\d+)", re.M)
 RUN_TIMEOUT = 300.0  # seconds any single run may take before the benchmark gives up on it
-SPARES_TIMEOUT = 180.0  # seconds spares get to become ready
 POLL = 0.02  # seconds between looks at log files
 
 # Targets from issue 10 (reported against, never asserted).
 TARGET_COLD = 1.15
-TARGET_WARM = 0.5
 TARGET_LINES = 100_000
 TARGET_P99 = 0.5
 TARGET_COST = 0.02
@@ -92,7 +92,7 @@ class BenchKernel(KernelDriver):
 
     def __init__(self, cwd: Path, env: dict[str, str]):
         super().__init__(cwd, env, python=PY, ready_timeout=120)
-        self.output("%load_ext nbworkers\nimport nbworkers\nfrom nbworkers.magics.backends.spares import pool as _pool")
+        self.output("%load_ext nbworkers\nimport nbworkers")
 
     def rss_mb(self) -> float:
         return psutil.Process(self.pid).memory_info().rss / 2**20
@@ -131,17 +131,6 @@ def wait_first_steps(paths: list[Path], timeout: float = RUN_TIMEOUT, after: str
         time.sleep(POLL)
     tails = "\n".join(f"--- {p}:\n" + (p.read_text(errors="replace")[-1500:] if p.exists() else "(none)") for p in paths)
     raise TimeoutError(f"no first training step within {timeout} s\n{tails}")
-
-
-def spare_processes(run_root: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("NBWORKERS_SPARE") == str(run_root) and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.25) -> bool:
@@ -193,7 +182,7 @@ def worker_cell(workers: int, name: str, extra: str = "") -> str:
 
 
 def nbworkers_launch(kernel: BenchKernel, workers: int, name: str, run_root: Path, rss: list[float]) -> tuple[float, int]:
-    """Seconds from executing the cell to the first step of every worker; and how many workers started warm."""
+    """Seconds from executing the cell to the first step of every worker; and how many were forked from a zygote."""
     paths = [run_root / name / f"worker-{i}.log" for i in range(workers)]
     cell = worker_cell(workers, name)
     t0 = time.time()
@@ -207,24 +196,8 @@ def nbworkers_launch(kernel: BenchKernel, workers: int, name: str, run_root: Pat
     status = kernel.value(f"nbworkers.get_cluster({name!r}).status")
     if status != "finished":
         raise RuntimeError(f"cluster {name} ended {status}: " + kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()['error']"))
-    warm = sum("--- nbworkers: warm start" in p.read_text(errors="replace") for p in paths)
-    return max(steps) - t0, warm
-
-
-def set_spares(kernel: BenchKernel, run_root: Path, on: bool) -> None:
-    kernel.output(f"nbworkers.settings().spares = {-1 if on else 0}")
-    if not on:
-        kernel.output("_pool().clear()")
-        if not wait_until(lambda: not spare_processes(run_root), 30):
-            raise RuntimeError("spares did not stop")
-
-
-def wait_spares_ready(kernel: BenchKernel, count: int) -> float:
-    t0 = time.monotonic()
-    ok = wait_until(lambda: sum(s["ready"] for s in kernel.value("_pool().describe()")) >= count, SPARES_TIMEOUT, 0.5)
-    if not ok:
-        raise RuntimeError(f"{count} spares were not ready after {SPARES_TIMEOUT} s: {kernel.value('_pool().describe()')}")
-    return time.monotonic() - t0
+    forked = sum("--- nbworkers: forked from zygote" in p.read_text(errors="replace") for p in paths)
+    return max(steps) - t0, forked
 
 
 def bench_startup(kernel: BenchKernel, run_root: Path, workdir: Path, env: dict[str, str], sizes: list[int],
@@ -234,27 +207,15 @@ def bench_startup(kernel: BenchKernel, run_root: Path, workdir: Path, env: dict[
         rows = []
         count = reps if workers <= 2 else max(1, reps - 1)
         for rep in range(count):
-            set_spares(kernel, run_root, on=False)
             hand = hand_launch(workers, workdir, env)
-            set_spares(kernel, run_root, on=True)
-            cold, cold_warm = nbworkers_launch(kernel, workers, f"cold-{workers}-{rep}", run_root, rss)
-            spare_wait = wait_spares_ready(kernel, workers)
-            warm, warm_count = nbworkers_launch(kernel, workers, f"warm-{workers}-{rep}", run_root, rss)
-            row = {"hand": hand, "cold": cold, "warm": warm, "warm_workers": warm_count,
-                   "cold_warm_workers": cold_warm, "spare_ready_s": spare_wait}
-            log(f"start-up n={workers} rep {rep + 1}/{count}: hand {hand:.2f} s, cold {cold:.2f} s, "
-                f"warm {warm:.2f} s ({warm_count}/{workers} warm), spares ready after {spare_wait:.1f} s")
-            rows.append(row)
-        set_spares(kernel, run_root, on=False)
+            cold, _ = nbworkers_launch(kernel, workers, f"cold-{workers}-{rep}", run_root, rss)
+            rows.append({"hand": hand, "cold": cold})
+            log(f"start-up n={workers} rep {rep + 1}/{count}: hand {hand:.2f} s, cold {cold:.2f} s")
         results[workers] = {
             "runs": rows,
             "hand": median(r["hand"] for r in rows),
             "cold": median(r["cold"] for r in rows),
-            "warm": median(r["warm"] for r in rows),
             "cold_ratio": median(r["cold"] / r["hand"] for r in rows),
-            "warm_ratio": median(r["warm"] / r["hand"] for r in rows),
-            "all_warm": all(r["warm_workers"] == workers for r in rows),
-            "spare_ready": median(r["spare_ready_s"] for r in rows),
         }
     return results
 
@@ -458,10 +419,8 @@ def bench_recovery(kernel: BenchKernel, run_root: Path, reps: int, rss: list[flo
     restarts = kernel.value("hasattr(nbworkers.settings(), 'max_restarts')")
     if not restarts:
         return {"available": False, "why": "this build has no automatic restarts"}
-    rows, warm_counts, phases = [], [], []
+    rows, phases = [], []
     for rep in range(reps):
-        set_spares(kernel, run_root, on=False)  # no spares left from earlier runs ...
-        set_spares(kernel, run_root, on=True)  # ... but the default settings (spares on) for the restart
         name = f"recover-{rep}"
         paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
         kernel.output(worker_cell(2, name, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"))
@@ -479,17 +438,14 @@ def bench_recovery(kernel: BenchKernel, run_root: Path, reps: int, rss: list[flo
             status = kernel.value(f"nbworkers.get_cluster({name!r}).status")
             kernel.output(f"%workers stop {name}")
             return {"available": False, "why": f"no restart after a kill -9 (the cluster ended {status})"}
-        warm = sum("warm start" in p.read_text(errors="replace").rsplit("launch 1,", 1)[-1] for p in paths)
         restart = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot().get('restart_history')") or []
         relaunched = restart[-1]["time"] if restart else None
         if relaunched:
             phases.append((relaunched - t_kill, max(steps) - relaunched))
             log(f"  kill -> relaunch {relaunched - t_kill:.2f} s (stop the group, backoff), relaunch -> first step "
-                f"{max(steps) - relaunched:.2f} s; {warm}/2 workers restarted warm")
-        warm_counts.append(warm)
+                f"{max(steps) - relaunched:.2f} s")
         kernel.output(f"%workers stop {name}")
-    set_spares(kernel, run_root, on=False)
-    return {"available": True, "recovery": median(rows), "runs": rows, "warm": warm_counts,
+    return {"available": True, "recovery": median(rows), "runs": rows,
             "teardown": median(p[0] for p in phases), "restart": median(p[1] for p in phases)}
 
 
@@ -530,12 +486,6 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         rows.append((f"first step, {workers} workers: nbworkers cold", f"{s['cold']:.2f} s",
                      f"{s['cold_ratio']:.2f}x hand", f"<= {TARGET_COLD}x: {verdict(s['cold_ratio'] <= TARGET_COLD)}"
                      if workers == 2 else f"({TARGET_COLD}x is for 2 workers)"))
-        warm_note = "" if s["all_warm"] else " (not every worker started warm!)"
-        rows.append((f"first step, {workers} workers: nbworkers warm (cell run again){warm_note}", f"{s['warm']:.2f} s",
-                     f"{s['warm_ratio']:.2f}x hand", f"<= {TARGET_WARM}x: {verdict(s['warm_ratio'] <= TARGET_WARM)}"
-                     if workers == 2 else f"({TARGET_WARM}x is for 2 workers)"))
-        rows.append((f"{workers} spares ready, counted from the end of the previous run", f"{s['spare_ready']:.1f} s",
-                     "", "a cell run again sooner starts on spares still importing"))
     if not (results.get("zygote") or {}).get("ipyparallel"):  # measured by benchmarks/zygote.py when installed
         rows.append(("first step: ipyparallel engines", "not measured", "", "ipyparallel not installed, or --only without zygote"))
     relay = results.get("relay")
@@ -596,13 +546,12 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
     reps = "1 run each (--quick)" if args.quick else f"median of {args.reps} runs (4 workers: {max(1, args.reps - 1)})"
     details = []
     for workers, s in startup.items():
-        runs = ", ".join(f"{r['hand']:.2f}/{r['cold']:.2f}/{r['warm']:.2f}" for r in s["runs"])
-        details.append(f"- start-up, {workers} workers, each run hand/cold/warm (s): {runs}")
+        runs = ", ".join(f"{r['hand']:.2f}/{r['cold']:.2f}" for r in s["runs"])
+        details.append(f"- start-up, {workers} workers, each run hand/cold (s): {runs}")
     if recovery and recovery.get("available"):
         details.append("- recovery runs (s): " + ", ".join(f"{r:.2f}" for r in recovery["runs"])
                        + f"; median kill -> relaunch {fmt(recovery['teardown'])} s (the group is stopped: TERM, "
-                       f"grace, KILL; then the restart backoff), relaunch -> first step {fmt(recovery['restart'])} s; "
-                       f"workers restarted warm: {recovery['warm']} (spares start as soon as a worker fails)")
+                       f"grace, KILL; then the restart backoff), relaunch -> first step {fmt(recovery['restart'])} s (workers spawned)")
     if relay:
         details.append(f"- relay: {relay['lines_absorbed']:,} of {relay['lines_sent']:,} log lines absorbed; "
                        f"{relay['report_calls']} report() calls (every 10 ms), {relay['messages_applied']} metric "
@@ -636,8 +585,7 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         "How: start-up is the time from sending the cell (or starting the processes) to the `FIRST_STEP` line of "
         "the slowest worker, printed by a Keras callback after the first all-reduced step of "
         "`benchmarks/workload.py` (tf_keras, MultiWorkerMirroredStrategy, a 784-128-10 model). The hand launch "
-        "starts the same file with `TF_CONFIG` set, as the TensorFlow tutorial does. Warm: the same cell run "
-        "again once the spares started after the cold run are ready. Relay: two workers write log lines as fast "
+        "starts the same file with `TF_CONFIG` set, as the TensorFlow tutorial does. Relay: two workers write log lines as fast "
         "as they can, then send metric messages; the kernel counts what reached its state while the live view "
         "is shown. Latency: one worker calls `report()` every 10 ms; for every call, the time until the view "
         "(or the kernel's state) held that value or a newer one.",
@@ -671,7 +619,7 @@ def main() -> int:
         handdir = tmp / "hand"
         handdir.mkdir()
         log(f"machine: {describe_machine()}; load {load_before}")
-        # zygotes off here: these figures are the spawn/spares path; benchmarks/zygote.py measures zygotes
+        # zygotes off here: these figures are the spawn path; benchmarks/zygote.py measures zygotes
         kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "0"})
         rss: list[float] = []
         try:
@@ -697,9 +645,7 @@ def main() -> int:
 
                 results["sessions"] = sessions.bench(
                     kernel, run_root, handdir, env, 1 if args.quick else args.reps, workload=WORKLOAD,
-                    hand_launch=hand_launch, nbworkers_launch=nbworkers_launch, set_spares=set_spares,
-                    wait_spares_ready=wait_spares_ready, first_steps=first_steps, wait_first_steps=wait_first_steps,
-                    log=log)
+                    hand_launch=hand_launch, first_steps=first_steps, wait_first_steps=wait_first_steps, log=log)
             if "zygote" in only:  # fork server start-up, warm, recovery, memory (benchmarks/zygote.py)
                 import zygote
 
@@ -715,7 +661,7 @@ def main() -> int:
                               "tensorflow_in_kernel": kernel.value("'tensorflow' in __import__('sys').modules")}
         finally:
             kernel.shutdown()
-            wait_until(lambda: not spare_processes(run_root), 15)
+            wait_until(lambda: not processes_under(run_root), 15)
     elapsed = time.monotonic() - t_start
     text = render(results, args, load_before, os.getloadavg(), started, elapsed)
     Path(args.output).write_text(text)

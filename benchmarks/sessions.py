@@ -4,7 +4,6 @@ Per repetition, side by side on the same machine:
 
 - hand: the TensorFlow tutorial's launch of ``workload.py`` (``TF_CONFIG`` + ``python main.py &``) to its first
   step (the baseline of every start-up figure);
-- warm ``%%worker``: the same cell run again on warm spares (TensorFlow already imported) to its first step;
 - session: in a live session whose earlier cells built the strategy, the data and the model and ran one
   fit, the time from sending a second ``model.fit`` cell to its first step (target <= 0.05x hand);
 - one worker's error: worker 1 raises while worker 0 waits in the all-reduce of a fit; the time from worker 1's
@@ -67,18 +66,12 @@ def _idle_cpu(kernel, name: str) -> float:
 
 
 def bench(kernel, run_root: Path, handdir: Path, env: dict[str, str], reps: int, *, workload: Path, hand_launch,
-          nbworkers_launch, set_spares, wait_spares_ready, first_steps, wait_first_steps, log) -> dict:
+          first_steps, wait_first_steps, log) -> dict:
     rows = []
     setup = _setup_code(workload)
     for rep in range(reps):
         name = f"session-{rep}"
-        set_spares(kernel, run_root, on=False)
         hand = hand_launch(2, handdir, env)
-        set_spares(kernel, run_root, on=True)
-        nbworkers_launch(kernel, 2, f"s-cold-{rep}", run_root, [])
-        wait_spares_ready(kernel, 2)
-        warm, _ = nbworkers_launch(kernel, 2, f"s-warm-{rep}", run_root, [])
-        set_spares(kernel, run_root, on=False)
         kernel.output(SETUP.format(name=name) + setup + "import json\n")
         first = _session_first_step(kernel, run_root, name, 2, first_steps, wait_first_steps)
         second = _session_first_step(kernel, run_root, name, 3, first_steps, wait_first_steps)
@@ -88,21 +81,18 @@ def bench(kernel, run_root: Path, handdir: Path, env: dict[str, str], reps: int,
         raised, worker0_end, kernel_end = kernel.value(
             f"({cell}.ends[1]['t'], {cell}.ends[0]['t'], {cell}.ended)")
         kernel.output(f"%workers stop {name}")
-        row = {"hand": hand, "warm": warm, "first_fit": first, "session": second, "idle_cpu": idle,
+        row = {"hand": hand, "first_fit": first, "session": second, "idle_cpu": idle,
                "error_worker0": worker0_end - raised, "error_kernel": kernel_end - raised}
-        log(f"sessions rep {rep + 1}/{reps}: hand {hand:.2f} s, warm %%worker {warm:.2f} s, session first fit "
+        log(f"sessions rep {rep + 1}/{reps}: hand {hand:.2f} s, session first fit "
             f"{first:.2f} s, second fit {second:.3f} s; error -> worker 0 ended {row['error_worker0']:.2f} s, "
             f"cell failed {row['error_kernel']:.2f} s; idle CPU {idle * 100:.1f} %")
         rows.append(row)
     return {
         "runs": rows,
         "hand": _median(r["hand"] for r in rows),
-        "warm": _median(r["warm"] for r in rows),
         "session": _median(r["session"] for r in rows),
         "first_fit": _median(r["first_fit"] for r in rows),
         "session_ratio": _median(r["session"] / r["hand"] for r in rows),
-        "warm_ratio": _median(r["warm"] / r["hand"] for r in rows),
-        "session_vs_warm": _median(r["session"] / r["warm"] for r in rows),
         "error_worker0": _median(r["error_worker0"] for r in rows),
         "error_kernel": _median(r["error_kernel"] for r in rows),
         "idle_cpu": _median(r["idle_cpu"] for r in rows),
@@ -115,10 +105,8 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
 
     return [
         ("first step, 2 workers: hand launch (sessions' baseline)", f"{result['hand']:.2f} s", "baseline", ""),
-        ("first step, 2 workers: warm %%worker run (spares)", f"{result['warm']:.2f} s",
-         f"{result['warm_ratio']:.2f}x hand", ""),
         ("first step: a second fit cell in a live session", f"{result['session']:.3f} s",
-         f"{result['session_ratio']:.3f}x hand, {result['session_vs_warm']:.2f}x warm",
+         f"{result['session_ratio']:.3f}x hand",
          f"<= {TARGET_SESSION}x hand: {verdict(result['session_ratio'] <= TARGET_SESSION)}"),
         ("first step: the session's first fit cell (tracing)", f"{result['first_fit']:.2f} s", "", ""),
         ("one worker's error -> the other worker's cell ended (abort)", f"{result['error_worker0']:.2f} s", "",

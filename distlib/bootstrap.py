@@ -7,21 +7,14 @@ kernel variables, and the directory the cell runs in (put first on ``sys.path`` 
 
 ``SIGUSR1`` dumps every thread's Python stack into the worker's log (the no-progress watchdog uses it).
 
-``python -m nbworkers.distlib.bootstrap --spare`` is a warm spare (see ``nbworkers.magics.backends.spares``):
-it imports TensorFlow and the worker-side modules, but creates no tensor, strategy or server (TensorFlow reads
-``TF_CONFIG`` only when a cluster resolver or strategy is made), writes to the pipe named by
-``NBWORKERS_SPARE_READY_FD``, and blocks reading one JSON line on stdin: ``{"env": {...}, "cwd": "..."}``.
-It then takes that environment as its own (the pool only hands a spare to a run whose environment, apart
-from the per-run variables, is the one the spare was started with), puts the cell's directory first on
-``sys.path`` and runs the cell exactly as a cold worker does. End of file instead: it exits quietly.
+A worker forked from a zygote (``nbworkers.distlib.zygote``) does not start here: the zygote imported
+``PRELOAD`` ahead, and its child takes the run's environment (``adopt_environment``) and calls ``main()``.
 """
 
 from __future__ import annotations
 
 import builtins
 import faulthandler
-import importlib
-import json
 import os
 import pickle
 import signal
@@ -31,11 +24,10 @@ import types
 
 from nbworkers.distlib import env_settings, wire
 
-SPARE_READY_FD_ENV = env_settings.SPARE_READY_FD.name  # a spare writes "ready" to this pipe once its imports are done
-# What a spare imports ahead of its run: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
+# What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
 # environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
 # starts TensorFlow's eager context, a server, or opens a port.
-SPARE_PRELOAD = (
+PRELOAD = (
     "tensorflow",
     "zmq",
     "jupyter_client.session",
@@ -136,38 +128,8 @@ def adopt_environment(env: dict[str, str]) -> None:
             os.environ[name] = value
 
 
-def spare_main() -> int:
-    """Import ahead, say ready, wait for the run's assignment, then run the cell like a cold worker."""
-    faulthandler.enable()
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)  # the watchdog may ask any time
-    for name in SPARE_PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception as error:  # shown in the log of the run this spare is handed (the host holds it)
-            print(f"nbworkers: spare could not preload {name}: {error!r}", file=sys.stderr, flush=True)
-    ready_fd = os.environ.get(SPARE_READY_FD_ENV)
-    if ready_fd:
-        try:
-            os.write(int(ready_fd), b"ready\n")
-            os.close(int(ready_fd))
-        except (OSError, ValueError):
-            pass
-    line = sys.stdin.buffer.readline()
-    if not line.strip():
-        return 0  # dropped by the pool before any run: nothing to do
-    assignment = json.loads(line)
-    adopt_environment(assignment["env"])
-    devnull = os.open(os.devnull, os.O_RDONLY)  # a cold worker's stdin is /dev/null too
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    cwd = os.environ.get(wire.ENV_CWD) or assignment.get("cwd") or os.getcwd()
-    if sys.path and sys.path[0] == os.getcwd():  # `-m` put the spare's neutral directory first: the cell's instead
-        sys.path[0] = cwd
-    return main()
-
-
 if __name__ == "__main__":
-    code = spare_main() if "--spare" in sys.argv[1:] else main()
+    code = main()
     # TensorFlow's gRPC and collective threads can keep a finished worker from exiting; the cell is done and
     # its output flushed, so leave now without waiting for them.
     os._exit(code)

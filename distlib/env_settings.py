@@ -175,10 +175,10 @@ RUN_ROOT = _declare(EnvSetting(
 ZYGOTE = _declare(EnvSetting(
     "NBWORKERS_ZYGOTE", True, SWITCH, KERNEL,
     "`0`: spawn every local worker instead of forking it from a zygote (the setting `zygote`)"))
-SPARES = _declare(EnvSetting(
-    "NBWORKERS_SPARES", -1, integer(-1), KERNEL,
-    "warm spare workers kept after a run when zygotes are off (the setting `spares`: -1 as many as the last "
-    "run had, 0 off)"))
+ZYGOTE_PREWARM = _declare(EnvSetting(
+    "NBWORKERS_ZYGOTE_PREWARM", True, SWITCH, KERNEL,
+    "`0`: start the zygote at the first `%%worker`, not when the extension loads (the setting `zygote_prewarm`; "
+    "a prewarmed zygote holds about 0.5 GB until `zygote_idle_timeout`)"))
 TF215_PYTHON = _declare(EnvSetting(
     "NBWORKERS_TF215_PYTHON", "", TEXT, KERNEL,
     "tutorial 04: the TensorFlow 2.15 interpreter", default_text="a checkout's `.venv-tf215`"))
@@ -254,12 +254,10 @@ RUN_ID = _declare(EnvSetting(
     "NBWORKERS_RUN_ID", "", TEXT, "set in each host and worker",
     "the run's random id: only processes carrying it (same user, started after the run) are ever signalled by "
     "the reaper, the REST API's DELETE or a stop", set_by_nbworkers=True))
-SPARE = _declare(EnvSetting(
-    "NBWORKERS_SPARE", "", TEXT, "set in each warm spare and zygote",
-    "the run root of the kernel that started it (its marker for the reaper)", set_by_nbworkers=True))
-SPARE_READY_FD = _declare(EnvSetting(
-    "NBWORKERS_SPARE_READY_FD", -1, integer(0), "set in each warm spare",
-    "the pipe a spare writes `ready` to once its imports are done", set_by_nbworkers=True, default_text="unset"))
+ZYGOTE_MARKER = _declare(EnvSetting(
+    "NBWORKERS_SPARE", "", TEXT, "set in each zygote and inherited by the workers it forks",
+    "the run root of the kernel that started the zygote (its marker for the reaper and the ownership checks; "
+    "the name is historical)", set_by_nbworkers=True))
 FORKED = _declare(EnvSetting(
     "NBWORKERS_FORKED", "", TEXT, SET_IN_WORKERS + " (forked)", "the pid of the zygote it was forked from",
     set_by_nbworkers=True))

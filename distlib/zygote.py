@@ -2,7 +2,7 @@
 
 One per (interpreter, import-time environment) of a kernel (``nbworkers.magics.backends.zygotes``). It binds
 its Unix socket (in a private 0700 directory) first, then imports TensorFlow, Keras and nbworkers' worker-side
-modules once (``bootstrap.SPARE_PRELOAD``), and then only forks: one thread, one ``select`` loop, no op run,
+modules once (``bootstrap.PRELOAD``), and then only forks: one thread, one ``select`` loop, no op run,
 no device listed, no thread pool, no CUDA — forking after TensorFlow's runtime started hangs the child
 (tensorflow/tensorflow#2448, #8220). ``fork_refusal()`` is the guard checked before every fork.
 
@@ -25,7 +25,8 @@ paths) select another zygote instead (the key, see ``zygotes``).
 Supervision stays with the host: it holds the output pipe, signals the child's group, and gets its exit code
 from here. A host that dies (its connection closes) has its child's group killed here; the kernel's death
 (end of file on this process's stdin, a pipe from the kernel) makes it fork no more and exit once its
-children have ended (their hosts stop them on the same end of file).
+children have ended (their hosts stop them on the same end of file). With ``--idle-timeout S`` it also exits
+(code 0) after S seconds with no running child and no fork: the kernel then starts a new one for its next run.
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def fork_refusal() -> str | None:
 
 
 def preload() -> None:
-    from nbworkers.distlib.bootstrap import SPARE_PRELOAD
+    from nbworkers.distlib.bootstrap import PRELOAD
 
-    names = list(SPARE_PRELOAD)
+    names = list(PRELOAD)
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
     names.append("tf_keras" if legacy else "keras")
     for name in names:
@@ -180,8 +181,10 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
 
 
 class Zygote:
-    def __init__(self, path: str):
+    def __init__(self, path: str, idle_timeout: float = 0.0):
         self.path = path
+        self.idle_timeout = idle_timeout  # seconds with no child and no fork before it exits (0: never)
+        self.last_busy = time.monotonic()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         os.chmod(path, 0o600)
@@ -208,6 +211,12 @@ class Zygote:
                 else:
                     self._host_spoke(key.fileobj)  # type: ignore[arg-type]  # registered sockets only
             self._reap()
+            if self.children:
+                self.last_busy = time.monotonic()
+            elif not self.closing and self.idle_timeout and time.monotonic() - self.last_busy > self.idle_timeout:
+                print(f"nbworkers zygote {os.getpid()}: idle for {self.idle_timeout:g} s, exiting "
+                      "(the kernel starts a new one for its next run)", flush=True)
+                self._closing()
             if self.closing and not self.children:
                 return 0
 
@@ -314,13 +323,16 @@ def _killpg(pid: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nbworkers-zygote")
     parser.add_argument("--socket", required=True, help="the Unix socket to serve on (in a private directory)")
+    parser.add_argument("--idle-timeout", type=float, default=0.0,
+                        help="seconds with no running child and no fork before it exits (0: never)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     started = time.monotonic()
-    zygote = Zygote(args.socket)  # bound before the imports: hosts may connect and wait meanwhile
+    zygote = Zygote(args.socket, args.idle_timeout)  # bound before the imports: hosts may connect and wait meanwhile
     preload()
     check_internals()
     print(f"nbworkers zygote {os.getpid()}: imports took {time.monotonic() - started:.1f} s", flush=True)
+    zygote.last_busy = time.monotonic()  # idle counts from the end of the imports
     try:
         return zygote.serve()
     finally:

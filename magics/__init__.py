@@ -14,3 +14,6 @@ def load_ipython_extension(ipython) -> None:
     from .leftovers import scan_at_load
 
     scan_at_load()  # reap what kernels that died left behind (in the background)
+    from .backends.zygotes import zygotes
+
+    zygotes().prewarm()  # the zygote imports TensorFlow now, in its own process (settings: zygote_prewarm)

@@ -6,8 +6,8 @@ Three parts of nbworkers decide by what a cell's code mentions; they all read on
   strategy the cell uses decides whether ``--ps`` fits and whether the workers serve);
 - ``uses_tensorflow`` / ``changes_environment``: the cell, or a ``.py`` module of its directory that it
   imports (the tutorials' ``%%writefile`` files), mentions tensorflow/keras/distlib / changes its environment
-  or calls ``use_tf_keras()`` (``backends/spares.py``: which cells may run on a warm spare;
-  ``backends/zygotes.py``: which may run in a forked worker);
+  or calls ``use_tf_keras()`` (``backends/zygotes.py``: which cells may run in a forked worker; nothing
+  reads ``uses_tensorflow`` since the warm pool it served was removed);
 - ``multi_worker``: the cell or any ``.py`` file of its directory mentions a multi-worker strategy or distlib
   (``distlib/collective_startup.py``: which workers configure collectives when their first op runs).
 
@@ -34,8 +34,7 @@ MAX_MODULE_BYTES = 1_000_000  # of cell and imported-module source read for uses
 MAX_DIRECTORY_BYTES = 2_000_000  # of cell and directory .py source read for multi_worker
 
 USES_TENSORFLOW = re.compile(r"\b(tensorflow|tf_keras|keras|distlib)\b")
-# What would make `import tensorflow` in the cell see another environment than a warm spare's or a zygote's
-# import saw.
+# What would make `import tensorflow` in the cell see another environment than a zygote's import saw.
 CHANGES_ENVIRONMENT = re.compile(
     r"use_tf_keras|TF_USE_LEGACY_KERAS|environ\s*\[[^\]]*\]\s*=(?!=)|environ\.(update|setdefault|pop|clear)\b"
     r"|\bputenv\b|\bunsetenv\b|del\s+os\.environ"

@@ -97,7 +97,7 @@ def collect_push(names: list[str], user_ns: dict[str, Any]) -> dict[str, Any]:
 def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[str], running: set[str]) -> LaunchSpec:
     chief, evaluator, ps = getattr(args, "chief", False), getattr(args, "evaluator", 0), getattr(args, "ps", None)
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
-    scan = cell_scan.scan(cell, cwd)  # what the cell uses, once: roles, spares, zygotes, the workers (cell_scan.py)
+    scan = cell_scan.scan(cell, cwd)  # what the cell uses, once: roles, zygotes, the workers (cell_scan.py)
     check_roles(args.workers, chief, evaluator, ps, cell, scan.names)  # --chief, --evaluator, --ps N (roles.py)
     if args.workers < 1:
         raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")

@@ -21,7 +21,7 @@ import psutil
 
 from nbworkers.distlib import wire
 
-from .ownership import CREATE_TIME_SLACK, SPARE_ENV, RunMarker, is_ours
+from .ownership import CREATE_TIME_SLACK, ZYGOTE_MARKER_ENV, RunMarker, is_ours
 from .process_kill import alive
 from .rundir import state_mtime
 from .state import DONE_STATES
@@ -75,10 +75,10 @@ def _names_run_dir(proc: psutil.Process, run_dir: Path) -> bool:
         return False
 
 
-def _is_spare(proc: psutil.Process) -> bool:
-    """A warm spare (pre-started before the run it was handed; see backends/spares.py)."""
+def _has_zygote_marker(proc: psutil.Process) -> bool:
+    """A zygote or a worker it forked (carries the zygote marker; see ownership.py, backends/zygotes.py)."""
     try:
-        return bool(proc.environ().get(SPARE_ENV))
+        return bool(proc.environ().get(ZYGOTE_MARKER_ENV))
     except (psutil.Error, OSError):
         return False
 
@@ -112,8 +112,8 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
         if not member and (own_dir is None or not _names_run_dir(proc, own_dir)):
             continue
         created = proc.info.get("create_time") or 0.0
-        if started is not None and created < started - CREATE_TIME_SLACK and not (member and _is_spare(proc)):
-            continue  # older than the run: another process that reuses the id (a warm spare is older, and ours)
+        if started is not None and created < started - CREATE_TIME_SLACK and not (member and _has_zygote_marker(proc)):
+            continue  # older than the run: another process that reuses the id (a zygote is older, and ours)
         if last_seen is not None and created > last_seen + CREATE_TIME_SLACK:
             continue
         if not is_ours(proc, marker):

@@ -266,14 +266,14 @@ def _running_names() -> set[str]:
 
 
 def _cluster_table() -> tuple[str, str]:
-    from .spares_listing import warm_text_html
+    from .zygotes_listing import warm_text_html
 
-    spares_text, spares_html = warm_text_html()
+    warm_text, warm_html = warm_text_html()
     clusters = registry.all_clusters()
     if not clusters:
         text = "no clusters yet: run a cell with %%worker"
         page = "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
-        return (text + "\n" + spares_text if spares_text else text), page + spares_html
+        return (text + "\n" + warm_text if warm_text else text), page + warm_html
     rows = []
     for cluster in clusters:
         snap = cluster.snapshot()
@@ -288,7 +288,7 @@ def _cluster_table() -> tuple[str, str]:
 
     cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
     table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
-    return (text + "\n" + spares_text if spares_text else text), table + spares_html
+    return (text + "\n" + warm_text if warm_text else text), table + warm_html
 
 
 def _session_column(snapshot: ClusterSnapshot) -> str:

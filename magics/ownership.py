@@ -5,12 +5,13 @@ a worker (its ``hello``) or kept from a process that has since been reaped may b
 — or a forged file may name one on purpose. A process is ours for a run only when all of these hold:
 
 - it runs as this user (real uid);
-- it was created after the run started (psutil ``create_time``; a warm spare is older, see below);
+- it was created after the run started (psutil ``create_time``; a zygote is older, see below);
 - its environment carries the run's marker: ``NBWORKERS_RUN_ID`` equal to the run's random id (the launcher
-  sets it for every host and worker; children inherit it). A warm spare was started before its run and
-  learned the run's environment later (not visible in ``/proc``): it carries ``NBWORKERS_SPARE`` = the run root
-  of the kernel that started it instead. State files written before run ids existed: the environment must
-  name the run directory (``NBWORKERS_RUN_DIR``).
+  sets it for every host and worker; children inherit it). A zygote (``backends/zygotes.py``) was started
+  before the run, and a worker it forks learns the run's environment after the fork (its ``/proc`` environment
+  is the zygote's): both carry ``NBWORKERS_SPARE`` = the run root of the kernel that started the zygote instead
+  (a historical name). State files written before run ids existed: the
+  environment must name the run directory (``NBWORKERS_RUN_DIR``).
 
 Signalling is ``process_kill``'s job (it checks here first). Imports psutil only (no TensorFlow, no IPython).
 """
@@ -27,7 +28,7 @@ import psutil
 from nbworkers.distlib import env_settings
 
 RUN_ID_ENV = env_settings.RUN_ID.name
-SPARE_ENV = env_settings.SPARE.name
+ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE
 RUN_DIR_ENV = env_settings.RUN_DIR.name
 CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
 
@@ -39,12 +40,12 @@ def new_run_id() -> str:
 @dataclass(frozen=True)
 class RunMarker:
     """What a process of one run carries: ``run_id`` (may be "" for old state files: then ``run_dir``),
-    the run's start (wall time), and the run root whose spares may be handed to it."""
+    the run's start (wall time), and the run root whose zygotes (and the workers they fork) count as its own."""
 
     run_id: str
     started: float | None
     run_dir: str = ""
-    spare_root: str = ""
+    zygote_root: str = ""
 
     @classmethod
     def from_state(cls, state: dict, run_dir: Path | None) -> "RunMarker":
@@ -55,12 +56,12 @@ class RunMarker:
         return cls(run_id, started, directory, str(Path(directory).parent) if directory else "")
 
 
-def _spare_of(env: dict[str, str], marker: RunMarker) -> bool:
-    root = env.get(SPARE_ENV, "")
-    if not root or not marker.spare_root:
+def _zygote_of(env: dict[str, str], marker: RunMarker) -> bool:
+    root = env.get(ZYGOTE_MARKER_ENV, "")
+    if not root or not marker.zygote_root:
         return False
     try:
-        return Path(root).resolve() == Path(marker.spare_root).resolve()
+        return Path(root).resolve() == Path(marker.zygote_root).resolve()
     except (OSError, ValueError):
         return False
 
@@ -74,10 +75,10 @@ def is_ours(proc: psutil.Process, marker: RunMarker) -> bool:
         created = proc.create_time()
     except (psutil.Error, OSError):
         return False
-    spare = _spare_of(env, marker)
-    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK and not spare:
+    zygote = _zygote_of(env, marker)
+    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK and not zygote:
         return False
-    if spare:
+    if zygote:
         return True
     if marker.run_id:
         return env.get(RUN_ID_ENV) == marker.run_id

@@ -1,7 +1,7 @@
 """Private runtime directories under a shared temp dir, and Python command lines that cannot be hijacked there.
 
-A directory nbworkers makes under ``/tmp`` (the spares' neutral working directory, the Ray node's run root,
-a future zygote's socket) must be ours alone: another local user who creates it first would own whatever
+A directory nbworkers makes under ``/tmp`` (the zygotes' working directory, sockets and logs, the Ray node's
+run root) must be ours alone: another local user who creates it first would own whatever
 is put in it — and a planted ``argparse.py`` in a Python child's working directory runs as us when that
 directory is on ``sys.path``. So:
 
@@ -82,7 +82,7 @@ _fallback_lock = threading.Lock()
 
 
 def runtime_dir(name: str, base: str | os.PathLike | None = None) -> Path:
-    """A private directory for ``name`` (``nbworkers-spares``, ``nbworkers-ray``, ...), the same one every time
+    """A private directory for ``name`` (``nbworkers-zygote``, ``nbworkers-ray``, ...), the same one every time
     in this process: ``$XDG_RUNTIME_DIR/name`` or ``<tempdir>/name-<uid>``, else a fresh ``mkdtemp``."""
     if base is None:
         xdg = os.environ.get("XDG_RUNTIME_DIR")

@@ -58,19 +58,6 @@ class WorkerSettings(Configurable):
     python_check_timeout = Float(60.0, help="Seconds allowed to check that a --python interpreter can run "
                                  "workers.").tag(config=True)
     state_file_interval = Float(1.0, help="Seconds between writes of a running cluster's state.json.").tag(config=True)
-    spares = Int(-1, help="Warm spare workers (TensorFlow imported) kept after a run for the next one: -1 as many as "
-                 "the last cluster had workers, 0 off, N that many (at most spares_max). Default: "
-                 "$NBWORKERS_SPARES or -1.").tag(config=True)
-    spares_max = Int(4, help="Most warm spares kept at once (each holds about 0.5 GB).").tag(config=True)
-    spare_idle_timeout = Float(600.0, help="Seconds an unused warm spare is kept before it is stopped.").tag(
-        config=True)
-    spare_memory_mb = Int(600, help="Memory one warm spare is expected to take, in MB.").tag(config=True)
-    spare_min_available_mb = Int(2048, help="Available memory (MB) spares must leave; below it they are dropped.").tag(
-        config=True
-    )
-    spare_check_interval = Float(0.5, help="Seconds between checks of the spare pool (refill, expiry, memory).").tag(
-        config=True
-    )
     # zygotes (issue 17, magics/backends/zygotes.py): fork workers from a process that imported TensorFlow once
     zygote = Bool(True, help="Fork local workers from a zygote (one per interpreter and import-time environment) "
                   "that imported TensorFlow once; False: spawn every worker. Default: $NBWORKERS_ZYGOTE or on.").tag(
@@ -81,6 +68,11 @@ class WorkerSettings(Configurable):
                                 "imports TensorFlow first) before it spawns the worker instead.").tag(config=True)
     zygote_connect_timeout = Float(15.0, help="Seconds a worker's host retries connecting to a zygote that has not "
                                    "bound its socket yet before it spawns the worker instead.").tag(config=True)
+    zygote_prewarm = Bool(True, help="Start this kernel's zygote when the extension loads, so the first %%worker "
+                          "cell forks instead of waiting for TensorFlow's import (it holds about 0.5 GB until "
+                          "zygote_idle_timeout). Default: $NBWORKERS_ZYGOTE_PREWARM or on.").tag(config=True)
+    zygote_idle_timeout = Float(900.0, help="Seconds a zygote with no running worker and no fork waits before it "
+                                "exits (its memory freed; the next run starts a new one); 0: never.").tag(config=True)
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
         config=True)
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
@@ -124,13 +116,13 @@ class WorkerSettings(Configurable):
         config=True)
 
     # The defaults environment variables give (distlib/env_settings.py: a bad value warns and uses the default)
-    @default("spares")
-    def _default_spares(self) -> int:
-        return env_settings.SPARES.get()
-
     @default("zygote")
     def _default_zygote(self) -> bool:
         return env_settings.ZYGOTE.get()
+
+    @default("zygote_prewarm")
+    def _default_zygote_prewarm(self) -> bool:
+        return env_settings.ZYGOTE_PREWARM.get()
 
     @default("run_root")
     def _default_run_root(self) -> str:

@@ -1,9 +1,9 @@
 """Processes left under a run root: what a test, the demo or a benchmark checks is gone when it ends.
 
 ``processes_under(root)`` finds every live process started for a cluster under the run root ``root`` by its
-environment — hosts and workers (``NBWORKERS_RUN_DIR`` under the root), warm spares and zygotes
-(``NBWORKERS_SPARE`` = the run root of the kernel that started them); ``kill_strays(root)`` SIGKILLs their
-process groups (``process_kill``). This process itself is never included. Imports psutil (no TensorFlow).
+environment — hosts and workers (``NBWORKERS_RUN_DIR`` under the root), zygotes and the workers they fork
+(``NBWORKERS_SPARE`` = the run root of the kernel that started the zygote); ``kill_strays(root)`` SIGKILLs
+their process groups (``process_kill``). This process itself is never included. Imports psutil (no TensorFlow).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import psutil
 
 from nbworkers.distlib import wire
 
-from .ownership import SPARE_ENV
+from .ownership import ZYGOTE_MARKER_ENV
 from .process_kill import kill_process_groups
 
 
@@ -27,7 +27,7 @@ def processes_under(root: str | os.PathLike) -> list[psutil.Process]:
             continue
         try:
             env = proc.environ()
-            marks = (env.get(wire.ENV_RUN_DIR, ""), env.get(SPARE_ENV, ""))
+            marks = (env.get(wire.ENV_RUN_DIR, ""), env.get(ZYGOTE_MARKER_ENV, ""))
             if any(mark.startswith(prefix) for mark in marks) and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except (psutil.Error, OSError):

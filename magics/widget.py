@@ -35,7 +35,6 @@ from .state import DONE_STATES
 from .summary import render_html, render_text
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
-MAX_CHART_POINTS = 300  # per worker; history is bucketed by step so older points stay put
 MAX_LINE_CHARS = 2000  # longer log lines are cut in the widget (the log file keeps them whole)
 MAX_LOG_CHARS = 64_000  # per worker and update: a tail of long lines keeps only its newest ~64 kB
 CARD_FIELDS = (
@@ -113,7 +112,7 @@ def logs_payload(
     return out
 
 
-def downsample(history: list, max_points: int = MAX_CHART_POINTS) -> dict[str, Any]:
+def downsample(history: list, max_points: int) -> dict[str, Any]:
     """Chart series ``{"x": [...], "metrics": {name: [value or None, ...]}}`` of at most ~max_points.
 
     Points are grouped into runs of consecutive entries whose step falls in the same bucket of width
@@ -153,7 +152,7 @@ def downsample(history: list, max_points: int = MAX_CHART_POINTS) -> dict[str, A
     }
 
 
-def series_payload(snapshot: Mapping[str, Any], max_points: int = MAX_CHART_POINTS) -> list[dict[str, Any]]:
+def series_payload(snapshot: Mapping[str, Any], max_points: int) -> list[dict[str, Any]]:
     return [
         {"index": w.get("index"), **downsample(w.get("history") or [], max_points)}
         for w in snapshot.get("workers") or []

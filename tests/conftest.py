@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from nbworkers.kernel_driver import CellResult, KernelDriver  # noqa: F401 (tests import CellResult from here)
-from nbworkers.magics.strays import kill_strays
-from nbworkers.magics.strays import processes_under as processes_of_run_root  # noqa: F401 (tests import it from here)
+from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
+from nbworkers.magics.strays import kill_strays, processes_under
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
@@ -31,6 +31,29 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def _is_zygote(proc) -> bool:
+    try:
+        return any(ZYGOTE_MODULE in part for part in proc.cmdline())
+    except Exception:  # gone meanwhile
+        return False
+
+
+def processes_of_run_root(run_root: Path, zygotes: bool = False) -> list:
+    """The live processes of the clusters under ``run_root``: hosts and workers (forked ones too); with
+    ``zygotes``, also the kernel's idle zygotes (they belong to the kernel, not a run, and go when it exits)."""
+    found = processes_under(run_root)
+    if zygotes:
+        return found
+    return [p for p in found if not (_is_zygote(p) and not _is_zygote(_parent(p)))]
+
+
+def _parent(proc):
+    try:
+        return proc.parent()
+    except Exception:
+        return None
 
 
 def kill_leftovers(run_root: Path) -> list[int]:
@@ -69,8 +92,7 @@ def kernel_env(run_root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["NBWORKERS_RUN_ROOT"] = str(run_root)
     env["TF_CPP_MIN_LOG_LEVEL"] = "1"
-    env["NBWORKERS_SPARES"] = "0"  # no warm spares unless a test asks (tests/test_spares.py): they cost CPU
-    env["NBWORKERS_ZYGOTE"] = "0"  # no zygote (it outlives runs, like spares) unless a test asks (tests/test_zygote.py)
+    env["NBWORKERS_ZYGOTE_PREWARM"] = "0"  # zygotes on (the default) but started by the first run: CPU is short
     env.pop("TF_CONFIG", None)
     return env
 
@@ -86,4 +108,5 @@ def kernel(tmp_path: Path, kernel_env: dict[str, str], run_root: Path):
     assert not loaded.error, loaded.error
     yield k
     k.shutdown()
-    assert wait_until(lambda: not processes_of_run_root(run_root), 15), "worker processes outlived the kernel"
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 15), \
+        f"processes outlived the kernel: {processes_of_run_root(run_root, zygotes=True)}"

@@ -42,7 +42,7 @@ from browser_helpers import FakeCluster
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab-trust")
-    with lab_server(tmp, env_extra={"NBWORKERS_RUN_ROOT": str(tmp / "runs"), "NBWORKERS_SPARES": "0"}) as server:
+    with lab_server(tmp, env_extra={"NBWORKERS_RUN_ROOT": str(tmp / "runs")}) as server:
         server.run_root = tmp / "runs"
         yield server
 

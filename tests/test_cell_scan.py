@@ -1,5 +1,5 @@
 """The one scan of what a cell uses (magics/cell_scan.py): made once in the kernel, read by the roles check,
-the spares, the zygotes and the workers' early collectives. No TensorFlow, no processes."""
+the zygotes and the workers' early collectives. No TensorFlow, no processes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from argparse import Namespace
 
 from nbworkers.distlib import collective_startup, wire
 from nbworkers.magics import cell_scan, roles
-from nbworkers.magics.backends import spares, zygotes
+from nbworkers.magics.backends import run_env, zygotes
 from nbworkers.magics.launch import build_spec
 
 
@@ -40,19 +40,19 @@ def test_each_file_is_read_once(tmp_path, monkeypatch):
 
 def test_the_workers_and_backends_read_the_kernels_scan_not_the_files(tmp_path):
     cell = tmp_path / "cell.py"
-    cell.write_text("import tensorflow as tf\n")  # on its own: no multi-worker strategy, may run warm
+    cell.write_text("import tensorflow as tf\n")  # on its own: no multi-worker strategy, may be forked
     scan = cell_scan.CellScan(uses_tensorflow=True, changes_environment=True, multi_worker=True)
     env = {wire.ENV_CODE: str(cell), wire.ENV_CWD: str(tmp_path), wire.ENV_CELL_SCAN: scan.to_env()}
     assert cell_scan.from_env(env) == scan
     assert collective_startup.code_mentions_multi_worker(env)
-    assert "changes its environment" in spares.why_not_warm(str(cell), str(tmp_path), cell_scan.from_env(env))
     assert "changes its environment" in zygotes.why_not_forked(str(cell), str(tmp_path), cell_scan.from_env(env))
     # without the kernel's scan (a worker started by hand) the worker scans its cell file with the same code
     del env[wire.ENV_CELL_SCAN]
     assert not collective_startup.code_mentions_multi_worker(env)
-    assert spares.why_not_warm(str(cell), str(tmp_path)) is None
+    assert zygotes.why_not_forked(str(cell), str(tmp_path)) is None
     assert cell_scan.from_env({wire.ENV_CELL_SCAN: "not json"}) is None
-    assert wire.ENV_CELL_SCAN in spares.PER_RUN_VARIABLES  # a spare is not keyed by the cell
+    assert wire.ENV_CELL_SCAN in run_env.PER_RUN_VARIABLES  # a zygote is not keyed by the cell
+    assert zygotes.zygote_key("python", env) == zygotes.zygote_key("python", {**env, wire.ENV_CELL_SCAN: scan.to_env()})
 
 
 def _args(tmp_path, **overrides):

@@ -3,8 +3,8 @@ ten times in a row (the generation after the tenth kill trains a few steps more 
 workers (each generation prints its restore point and a checksum of the restored weights), the run finishes with
 identical final weights, and no process is left.
 
-Kept short for a 2-core machine: warm spares on (a restart starts on workers that have imported TensorFlow while
-the survivors were being stopped), a short stop grace and restart backoff, a save after every step.
+Kept short for a 2-core machine: zygotes on (the kernel fixture's default: a restart forks workers from the
+zygote, TensorFlow already imported), a short stop grace and restart backoff, a save after every step.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def global_step(worker: dict) -> int:
 def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothing(kernel, run_root, tmp_path):
     rng = random.Random(SOAK_SEED)
     setup = kernel.run("s = nbworkers.settings(); s.restart_backoff = 0.1; s.restart_backoff_max = 0.2; "
-                       "s.stop_grace = 1.0; s.spares = -1")
+                       "s.stop_grace = 1.0")
     assert not setup.error, setup.error
     name = "soak"
     cell = SOAK_CELL.format(name=name, restarts=KILLS, steps=STEPS, epochs=EPOCHS, kills=KILLS, final_steps=FINAL_STEPS,
@@ -125,5 +125,4 @@ def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothi
         assert restored[0][generation] == restored[1][generation], (generation, restored)
         assert restored[0][generation][:2] >= restored[0][generation - 1][:2], restored  # never backwards
     assert_same_final_weights(run_root, name)
-    assert not kernel.run("nbworkers.settings().spares = 0").error  # the pool would keep spares for a next run
     assert wait_until(lambda: not processes_of_run_root(run_root), 15), processes_of_run_root(run_root)

@@ -137,11 +137,11 @@ def _imported_modules(path: Path) -> set[str]:
     return found
 
 
-def test_no_import_cycle_between_local_and_spares_and_run_modules_never_import_the_cluster():
+def test_no_import_cycle_between_local_and_zygotes_and_run_modules_never_import_the_cluster():
     magics = Path(rundir.__file__).parent
-    spares = _imported_modules(magics / "backends" / "spares.py")
-    assert not {m for m in spares if m.endswith("local")}, spares
-    assert ".spares" in _imported_modules(magics / "backends" / "local.py")
+    zygotes = _imported_modules(magics / "backends" / "zygotes.py")
+    assert not {m for m in zygotes if m.endswith("local")}, zygotes
+    assert ".zygotes" in _imported_modules(magics / "backends" / "local.py")
     for name in ("rundir", "rundir_prepare", "liveness", "run_listing", "run_stop", "leftovers", "strays",
                  "process_kill", "attach"):  # attach registers its handle (registry) but needs no Cluster either
         imported = _imported_modules(magics / f"{name}.py")

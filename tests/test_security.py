@@ -41,12 +41,12 @@ def plant_argparse(directory: Path) -> Path:
 @pytest.mark.skipif(os.getuid() != 0, reason="planting a directory owned by another user needs root")
 def test_a_directory_owned_by_another_user_is_refused_and_a_fresh_one_used(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    planted = tmp_path / f"nbworkers-spares-{os.getuid()}"
+    planted = tmp_path / f"nbworkers-zygote-{os.getuid()}"
     planted.mkdir(mode=0o700)
     os.chown(planted, OTHER_UID, OTHER_UID)
     with pytest.raises(UnsafeDirectory, match="belongs to user id 65534"):
         private_dir(planted)
-    chosen = runtime_dir("nbworkers-spares", base=tmp_path)
+    chosen = runtime_dir("nbworkers-zygote", base=tmp_path)
     assert chosen != planted and chosen.parent == tmp_path
     info = os.lstat(chosen)
     assert info.st_uid == os.getuid() and (info.st_mode & 0o777) == 0o700
@@ -70,16 +70,16 @@ def test_a_symlink_or_an_open_directory_is_refused(tmp_path, monkeypatch):
     assert os.lstat(fresh).st_mode & 0o777 == 0o700
 
 
-def test_the_spares_directory_planted_by_another_user_is_not_where_spares_start(tmp_path, monkeypatch):
-    from nbworkers.magics.backends import spares
+def test_the_zygote_directory_planted_by_another_user_is_not_where_zygotes_start(tmp_path, monkeypatch):
+    from nbworkers.magics.backends import zygotes
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    planted = tmp_path / f"nbworkers-spares-{os.getuid()}"
+    planted = tmp_path / f"{zygotes.ZYGOTE_DIR_NAME}-{os.getuid()}"
     planted.mkdir()
     planted.chmod(0o777)  # as another user would leave it for us (or owned by them: see the root-only test)
     plant_argparse(planted)
-    where = Path(spares.spare_cwd())
+    where = Path(runtime_dir(zygotes.ZYGOTE_DIR_NAME))  # the zygote's cwd, socket and log (zygotes.py)
     assert where != planted and not (where / "argparse.py").exists()
     assert os.lstat(where).st_uid == os.getuid() and os.lstat(where).st_mode & 0o777 == 0o700
 
@@ -466,9 +466,16 @@ def test_a_real_run_is_private_marked_and_its_relay_local(kernel, run_root):
     assert wait_until(lambda: (run_dir / "worker-1.log").exists() and "RUNID" in (run_dir / "worker-1.log").read_text()
                       and "RUNID" in (run_dir / "worker-0.log").read_text(), 150)
     state = json.loads((run_dir / "state.json").read_text())
-    procs = [p for p in psutil.process_iter(["pid"]) if _env(p).get("NBWORKERS_RUN_DIR") == str(run_dir)]
+    hosts = [p for p in psutil.process_iter(["pid"]) if _env(p).get("NBWORKERS_RUN_DIR") == str(run_dir)]
+    assert {_env(p).get("NBWORKERS_RUN_ID") for p in hosts} == {state["run_id"]}
+    # a worker forked from the kernel's zygote shows the zygote's /proc environment: the kernel's marker (its run
+    # root, NBWORKERS_SPARE) instead of the run's id, which it has in os.environ (its log's RUNID line below)
+    workers = [psutil.Process(w["pid"]) for w in kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")["workers"]]
+    for worker in workers:
+        env = _env(worker)
+        assert env.get("NBWORKERS_RUN_ID") == state["run_id"] or env.get("NBWORKERS_SPARE") == str(run_root), env
+    procs = list({p.pid: p for p in hosts + workers}.values())
     assert len(procs) >= 4, procs  # 2 hosts + 2 workers
-    assert {_env(p).get("NBWORKERS_RUN_ID") for p in procs} == {state["run_id"]}
     listening = sorted({(c.laddr.ip, p.pid) for p in procs for c in _connections(p) if c.status == "LISTEN"})
     print("TensorFlow gRPC servers listen on:", listening)
     kernel_listen = {c.laddr.ip for c in psutil.Process(kernel.pid).net_connections("tcp") if c.status == "LISTEN"

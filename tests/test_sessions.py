@@ -59,8 +59,8 @@ def session_kernel(tmp_path_factory):
     notebook = base / "notebook"
     notebook.mkdir()
     env = dict(os.environ)
-    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2", "NBWORKERS_SPARES": "0",
-                "NBWORKERS_ZYGOTE": "0"})  # no zygote: it outlives the session (conftest.kernel_env does the same)
+    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2",
+                "NBWORKERS_ZYGOTE_PREWARM": "0"})  # workers forked from a zygote the first session starts
     env.pop("TF_CONFIG", None)
     kernel = Kernel(notebook, env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
     kernel.run_root = run_root
@@ -68,7 +68,7 @@ def session_kernel(tmp_path_factory):
     assert not loaded.error, loaded.error
     yield kernel
     kernel.shutdown()
-    assert wait_until(lambda: not processes_of_run_root(run_root), 20), "session processes outlived the kernel"
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), "session processes outlived the kernel"
     kill_leftovers(run_root)
 
 

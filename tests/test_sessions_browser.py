@@ -35,7 +35,7 @@ SESSION_LINE = "(i) => { const n = document.querySelectorAll('.nbw-session')[i];
 def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
     run_root = tmp_path / "runs"
     run_root.mkdir()
-    env = {"NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_SPARES": "0"}
+    env = {"NBWORKERS_RUN_ROOT": str(run_root)}
     with lab_server(tmp_path / "lab", env_extra=env) as lab:
         write_notebook(lab.root / "session.ipynb", CELLS)
         with chromium_page() as page:

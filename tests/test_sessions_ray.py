@@ -65,7 +65,7 @@ def ray_kernel(tmp_path_factory, ray_cluster):
     (base / "runs").mkdir()
     (base / "notebook").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env.update(RAY_TEST_ENV, NBWORKERS_RUN_ROOT=str(base / "runs"), TF_CPP_MIN_LOG_LEVEL="2", NBWORKERS_SPARES="0",
+    env.update(RAY_TEST_ENV, NBWORKERS_RUN_ROOT=str(base / "runs"), TF_CPP_MIN_LOG_LEVEL="2",
                NBWORKERS_ZYGOTE="0")
     command = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     kernel = Kernel(base / "notebook", env, kernel_cmd=command)

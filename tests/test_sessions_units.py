@@ -124,15 +124,12 @@ def test_the_decoder_refuses_pickles_and_malformed_replies():
     assert session_wire.validate("cell", {"event": "end", "cell": 1, "status": "exploded"}) is not None
 
 
-def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_failure(tmp_path, monkeypatch):
+def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_failure(tmp_path):
     from nbworkers.magics.session import Session
     from nbworkers.magics.settings import WorkerSettings
     from nbworkers.magics.spec import LaunchSpec
 
-    from nbworkers.magics.settings import settings
-
-    monkeypatch.setattr(settings(), "spares", 0)  # no warm spares started after the session ends
-    config = WorkerSettings(run_root=str(tmp_path / "runs"), spares=0)
+    config = WorkerSettings(run_root=str(tmp_path / "runs"))
     spec = LaunchSpec(code="x = 1", workers=2, name="plain", python=sys.executable, cwd=str(tmp_path))
     session = Session(spec, config).start()
     try:
@@ -182,13 +179,12 @@ def test_output_goes_to_the_cell_that_printed_it_even_when_a_marker_is_split(tmp
 STUCK = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # as a cell inside a C++ op\nstuck = True\ntime.sleep(600)"
 
 
-def test_a_cell_that_ignores_stop_restarts_the_processes_and_says_the_state_is_gone(tmp_path, monkeypatch):
+def test_a_cell_that_ignores_stop_restarts_the_processes_and_says_the_state_is_gone(tmp_path):
     from nbworkers.magics.session import Session
-    from nbworkers.magics.settings import WorkerSettings, settings
+    from nbworkers.magics.settings import WorkerSettings
     from nbworkers.magics.spec import LaunchSpec
 
-    monkeypatch.setattr(settings(), "spares", 0)
-    config = WorkerSettings(run_root=str(tmp_path / "runs"), spares=0, session_pause_wait=0.2,
+    config = WorkerSettings(run_root=str(tmp_path / "runs"), session_pause_wait=0.2,
                             session_interrupt_grace=60.0)
     session = Session(LaunchSpec(code="x = 1", workers=2, name="stuck", python=sys.executable, cwd=str(tmp_path)),
                       config).start()

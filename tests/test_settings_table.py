@@ -107,7 +107,7 @@ def test_a_bad_value_warns_naming_the_variable_and_uses_the_default(setting, val
     (env_settings.MOCK_DATA, "Yes", True),
     (env_settings.PREEMPTION, "TRUE", "1"),
     (env_settings.EARLY_COLLECTIVES, "Auto", "auto"),
-    (env_settings.SPARES, "-1", -1),
+    (env_settings.ZYGOTE_PREWARM, "Off", False),
     (env_settings.MOCK_EXAMPLES, "64", 64),
 ])
 def test_good_values_parse(setting, text, value):
@@ -137,10 +137,10 @@ def test_the_modules_read_their_variables_through_the_table(monkeypatch):
 def test_kernel_settings_take_their_defaults_from_the_table(monkeypatch, tmp_path):
     monkeypatch.setenv("NBWORKERS_RUN_ROOT", str(tmp_path))
     monkeypatch.setenv("NBWORKERS_ZYGOTE", "no")
-    monkeypatch.setenv("NBWORKERS_SPARES", "lots")
-    with pytest.warns(EnvSettingWarning, match="NBWORKERS_SPARES='lots'"):
+    monkeypatch.setenv("NBWORKERS_ZYGOTE_PREWARM", "lots")
+    with pytest.warns(EnvSettingWarning, match="NBWORKERS_ZYGOTE_PREWARM='lots'"):
         settings = WorkerSettings()
-        assert settings.spares == -1
+        assert settings.zygote_prewarm is True
     assert settings.run_root == str(tmp_path) and settings.zygote is False
     assert settings.max_line_chars == env_settings.MAX_LINE_CHARS.default
 

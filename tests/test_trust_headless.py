@@ -43,7 +43,7 @@ for i in range(3):
 
 def _env(run_root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(NBWORKERS_RUN_ROOT=str(run_root), NBWORKERS_SPARES="0")
+    env.update(NBWORKERS_RUN_ROOT=str(run_root))
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # a default run
     return env
 

@@ -15,7 +15,7 @@ from nbworkers.magics.help_cell import help_only_cell
 from nbworkers.magics.noise import NoiseFilter, is_noise
 from nbworkers.magics.rest_fields import shape
 from nbworkers.magics.run_errors import ERROR_BELOW_KEY, failure_message, mark_error_below, run_failure
-from nbworkers.magics.spares_listing import spares_text_html, zygotes_text_html
+from nbworkers.magics.zygotes_listing import zygotes_text_html
 from nbworkers.magics.state import ClusterState, WorkerState
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "/runs/x/cell.py", line 7, in <module>',
@@ -208,13 +208,6 @@ def test_help_alone_in_a_cell_gets_a_body():
     assert help_only_cell(["%%worker -n 2 -h\n", "\n"]) == ["%%worker -n 2 -h\n", "pass\n"]
     assert help_only_cell(["%%worker -n 2\n", "x = 1\n"]) == ["%%worker -n 2\n", "x = 1\n"]
     assert help_only_cell(["%%worker --helpful\n"]) == ["%%worker --helpful\n"]
-
-
-def test_spares_line_shows_their_memory():
-    text, html = spares_text_html([{"worker_pid": 11, "host_pid": 10, "ready": True, "age": 12.0, "memory_mb": 540.4},
-                                   {"worker_pid": None, "host_pid": 20, "ready": False, "age": 1.0, "memory_mb": 90}])
-    assert "warm spares" in text and "2, 630 MB" in text and "pid 11 ready 540 MB" in text and "pid 20 importing" in text
-    assert spares_text_html([]) == ("", "")
 
 
 def test_zygotes_line_shows_their_memory_and_forks():

@@ -57,10 +57,6 @@ print("FORKED", os.environ.get("NBWORKERS_FORKED", "no"))
 """
 
 
-@pytest.fixture
-def kernel_env(kernel_env):
-    """conftest turns zygotes off for the rest of the suite (a zygote outlives its runs); here they are on."""
-    return {**kernel_env, "NBWORKERS_ZYGOTE": "1"}
 
 
 def run_ok(kernel, cell: str) -> None:
@@ -218,10 +214,10 @@ def test_forked_workers_train_alike_serve_a_session_and_die_with_the_kernel(kern
     assert "zygotes (idle, TensorFlow imported once" in listing and f"pid {zygote} " in listing, listing
 
     # the kernel killed with -9: the zygote and the session's workers go too
-    assert any(p.pid == zygote for p in processes_of_run_root(run_root))
+    assert any(p.pid == zygote for p in processes_of_run_root(run_root, zygotes=True))
     os.kill(kernel.pid, signal.SIGKILL)
-    assert wait_until(lambda: not processes_of_run_root(run_root), 20), \
-        f"outlived a kill -9 of their kernel: {[p.cmdline() for p in processes_of_run_root(run_root)]}"
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), \
+        f"outlived a kill -9 of their kernel: {[p.cmdline() for p in processes_of_run_root(run_root, zygotes=True)]}"
     assert not psutil.pid_exists(zygote) or psutil.Process(zygote).status() == psutil.STATUS_ZOMBIE
 
 
@@ -270,3 +266,47 @@ def test_a_released_zygote_lets_its_running_workers_finish(kernel, run_root):
     assert snap["status"] == "finished", snap["error"]
     assert "LONG DONE" in worker_log(run_root, "long")
     assert wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 10)
+
+
+def test_an_idle_zygote_exits_and_the_next_run_starts_a_new_one_quietly(kernel, run_root):
+    run_ok(kernel, "nbworkers.settings().zygote_idle_timeout = 1.0")
+    run_ok(kernel, PID_CELL.format(name="before-idle"))
+    [first] = zygote_pids(kernel)
+    assert f"FORKED {first}" in worker_log(run_root, "before-idle")
+    assert wait_until(lambda: not zygote_pids(kernel), 20), "the zygote did not exit once idle"
+    assert not psutil.pid_exists(first)  # reaped by the kernel (describe() polls it)
+
+    run_ok(kernel, PID_CELL.format(name="after-idle"))
+    [second] = zygote_pids(kernel)
+    assert second != first
+    for i in range(2):
+        text = worker_log(run_root, "after-idle", i)
+        assert f"FORKED {second}" in text and "died" not in text, text  # a new zygote, not a fallback with a note
+
+
+def test_the_zygote_prewarmed_at_load_serves_the_first_run(tmp_path, kernel_env, run_root):
+    from conftest import Kernel
+
+    notebook_dir = tmp_path / "prewarm-notebook"
+    notebook_dir.mkdir()
+    k = Kernel(notebook_dir, {**kernel_env, "NBWORKERS_ZYGOTE_PREWARM": "1"},
+               kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    try:
+        run_ok(k, "%load_ext nbworkers\nimport nbworkers")
+        [prewarmed] = zygote_pids(k)  # started by %load_ext, before any %%worker
+        assert k.value("'tensorflow' in __import__('sys').modules") is False  # imported there, not here
+        run_ok(k, PID_CELL.format(name="first-run"))
+        for i in range(2):
+            assert f"FORKED {prewarmed}" in worker_log(run_root, "first-run", i)
+        assert zygote_pids(k) == [prewarmed]  # the same key: no second zygote
+        run_ok(k, "nbworkers.settings().zygote_prewarm = False")
+    finally:
+        k.shutdown()
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 15)
+
+
+def test_no_prewarm_when_zygotes_or_prewarming_are_off(kernel):
+    assert zygote_pids(kernel) == []  # conftest: NBWORKERS_ZYGOTE_PREWARM=0
+    run_ok(kernel, "nbworkers.settings().zygote_prewarm = True; nbworkers.settings().zygote = False")
+    assert kernel.value("__import__('nbworkers.magics.backends.zygotes', fromlist=['z']).zygotes().prewarm()") is None
+    assert zygote_pids(kernel) == []

@@ -13,12 +13,6 @@ It starts the worker in a session and process group of its own, then
 - on SIGTERM stops the worker group (TERM, a grace period, KILL), then reports the worker's exit code and
   exits with it (128+N when the worker was killed by signal N).
 
-With ``--spare`` (the warm pool, ``spares``) it starts the worker as a *spare*: the worker imports TensorFlow,
-says it is ready (a pipe; the host then prints ``ready PID`` on its stdout for the kernel), and waits. Its
-output is held in memory meanwhile. The kernel's ``assign JSON`` line on stdin hands the run over: the
-worker's log file, grace period, role and environment; the host then writes the held output to that log,
-reports ``hello`` on the relay and passes the environment on to the worker (``bootstrap --spare``).
-
 With ``--zygote SOCKET`` (``zygotes``, the default for local workers) the worker is not spawned but forked by
 the kernel's zygote, TensorFlow already imported (``zygote_client``): this host passes it the write end of its
 output pipe and the worker's environment, gets the worker's pid (its own session) and, when it ends, its exit
@@ -31,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from nbworkers.distlib import env_settings
@@ -50,7 +42,6 @@ if TYPE_CHECKING:  # imported when needed: a host starts fast
 
 LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
 LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
-SPARE_HELD_MAX_BYTES = 256 * 1024  # a spare's output before its assignment kept for the log (the end of it)
 MAX_LINE_CHARS_ENV = env_settings.MAX_LINE_CHARS.name  # longest line sent to the kernel (the log file keeps it all)
 DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
 MIN_LINE_CHARS = 80  # a smaller NBWORKERS_MAX_LINE_CHARS is raised to this
@@ -134,17 +125,13 @@ def group_alive(pgid: int) -> bool:
 
 
 class LogForwarder:
-    """Reads the worker's output pipe; writes it to the log file at once and to the relay in batches.
+    """Reads the worker's output pipe; writes it to the log file at once and to the relay in batches."""
 
-    A spare's forwarder starts without a log file: output is held (bounded) until ``attach``.
-    """
-
-    def __init__(self, pipe, log_file, sender):
+    def __init__(self, pipe, log_file: BinaryIO, sender: Sender | None):
         self._pipe = pipe
         self._log = log_file
         self._sender = sender
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._held = bytearray()
         self._pending: list[str] = []
         self._pending_chars = 0
         self._cap = LineCap(max_line_chars())
@@ -153,26 +140,12 @@ class LogForwarder:
 
     def _take(self, chunk: bytes) -> bool:
         """Record one chunk of output (caller holds the lock); True when a relay batch should go now."""
-        if self._log is None:
-            self._held += chunk
-            if len(self._held) > SPARE_HELD_MAX_BYTES:
-                del self._held[: len(self._held) - SPARE_HELD_MAX_BYTES]
-            return False
         self._log.write(chunk)
         text = self._cap(self._decoder.decode(chunk))
         if text:
             self._pending.append(text)
             self._pending_chars += len(text)
         return self._pending_chars >= LOG_BATCH_MAX_CHARS
-
-    def attach(self, log_file, sender) -> None:
-        """Start writing to ``log_file`` and sending to ``sender``, beginning with the output held so far."""
-        with self._lock:
-            self._log, self._sender = log_file, sender
-            held, self._held = bytes(self._held), bytearray()
-            if held:
-                self._take(held)
-        self.flush()
 
     def run(self) -> None:
         flusher = threading.Thread(target=self._flush_loop, name="nbworkers-log-flush", daemon=True)
@@ -190,7 +163,7 @@ class LogForwarder:
             if urgent:
                 self.flush()
         with self._lock:
-            tail = self._cap(self._decoder.decode(b"", final=True)) if self._log is not None else ""
+            tail = self._cap(self._decoder.decode(b"", final=True))
             if tail:
                 self._pending.append(tail)
         self._done.set()
@@ -211,11 +184,9 @@ class LogForwarder:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nbworkers-host")
-    parser.add_argument("--log", help="the worker's log file (appended to); a spare gets it with its assignment")
+    parser.add_argument("--log", required=True, help="the worker's log file (appended to)")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--role", default="worker")
-    parser.add_argument("--spare", action="store_true",
-                        help="start the worker as a warm spare that waits for an `assign JSON` line on stdin")
     parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
                         "spawn the command when it cannot")
     parser.add_argument("--zygote-timeout", type=float, default=120.0, help="seconds to wait for the zygote's answer")
@@ -227,123 +198,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.command = args.command[1:]
     if not args.command:
         parser.error("no worker command given after --")
-    if not args.log and not args.spare:
-        parser.error("--log is required (except with --spare)")
     return args
-
-
-class _Run:
-    """What the host knows of its run; a spare learns it from its assignment."""
-
-    def __init__(self, args: argparse.Namespace):
-        self.grace = args.grace
-        self.role = args.role
-        self.sender: Sender | None = None
-        self.log_file: BinaryIO | None = None
-        self.assigned = threading.Event()
-
-
-def _announce_ready(ready_fd: int, worker_pid: int, run: _Run) -> None:
-    """A spare's worker wrote to its ready pipe: tell the kernel on stdout (once, and only while unassigned)."""
-    try:
-        data = os.read(ready_fd, 64)
-    except OSError:
-        data = b""
-    finally:
-        os.close(ready_fd)
-    if data and not run.assigned.is_set():
-        try:
-            sys.stdout.write(f"ready {worker_pid}\n")
-            sys.stdout.flush()
-        except (OSError, ValueError):  # the kernel stopped listening (it assigned or dropped this spare)
-            pass
-
-
-def _assign(payload: dict, worker: subprocess.Popen | ForkedWorker, forwarder: LogForwarder, run: _Run, python: str,
-            started: float) -> None:
-    """Hand a spare its run: log file, relay, grace, role, then the worker's environment and directory."""
-    from nbworkers.distlib.wire import Sender
-
-    log_file = open(payload["log"], "ab", buffering=0)
-    os.dup2(log_file.fileno(), 2)  # the host's own errors go to the worker's log, as on a cold start
-    run.grace = float(payload.get("grace", run.grace))
-    run.role = payload.get("role") or run.role
-    waited = time.monotonic() - started
-    log_file.write(
-        f"--- nbworkers: warm start: worker process {worker.pid} was pre-started {waited:.1f} s earlier "
-        f"(TensorFlow already imported)\n".encode()
-    )
-    sender = Sender.from_env(payload["env"])
-    run.sender, run.log_file = sender, log_file
-    if sender is not None:
-        sender.send("hello", pid=worker.pid, host=socket.gethostname(), role=run.role, python=python, warm=True)
-    forwarder.attach(log_file, sender)
-    run.assigned.set()
-    message = json.dumps({"env": payload["env"], "cwd": payload.get("cwd", "")}) + "\n"
-    if worker.stdin is None:  # (a spare's worker always has its stdin pipe)
-        return
-    try:
-        worker.stdin.write(message.encode())
-        worker.stdin.close()
-    except OSError:  # the spare died meanwhile: its exit code reaches the kernel as usual
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook's Interrupt button is not for workers
-    started = time.monotonic()
-    run = _Run(args)
-    log_file = None if args.spare else open(args.log, "ab", buffering=0)
-    options: dict = {"stdin": subprocess.DEVNULL}
-    ready_fd = None
-    if args.spare:
-        from nbworkers.distlib.bootstrap import SPARE_READY_FD_ENV
-
-        ready_fd, ready_w = os.pipe()
-        options = {"stdin": subprocess.PIPE, "pass_fds": (ready_w,),
-                   "env": {**os.environ, SPARE_READY_FD_ENV: str(ready_w)}}
+    log_file = open(args.log, "ab", buffering=0)
     try:
         worker: subprocess.Popen | ForkedWorker | None = None
-        if args.zygote and not args.spare:  # forked, TensorFlow already imported (zygote_client.py)
+        if args.zygote:  # forked, TensorFlow already imported (zygote_client.py)
             from .zygote_client import fork_worker
 
             worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout)
         if worker is None:
             worker = subprocess.Popen(
-                args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_host(), **options
+                args.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_host(),
             )
     except OSError as error:
-        message = f"nbworkers: could not start the worker {args.command[0]!r}: {error}\n".encode()
-        (log_file or sys.stderr.buffer).write(message)
+        log_file.write(f"nbworkers: could not start the worker {args.command[0]!r}: {error}\n".encode())
         return 127
-    finally:
-        if ready_fd is not None:
-            os.close(ready_w)
 
     # Only now pay for zmq and jupyter_client: the worker is already importing TensorFlow.
     from nbworkers.distlib.wire import Sender
 
-    forwarder = LogForwarder(worker.stdout, log_file, None)
-    if not args.spare:
-        run.sender, run.log_file = Sender.from_env(), log_file
-        if run.sender is not None:
-            run.sender.send("hello", pid=worker.pid, host=socket.gethostname(), role=args.role, python=args.command[0])
-        forwarder.attach(log_file, run.sender)
-    else:
-        threading.Thread(target=_announce_ready, args=(ready_fd, worker.pid, run), name="nbworkers-spare-ready",
-                         daemon=True).start()
+    sender = Sender.from_env()
+    if sender is not None:
+        sender.send("hello", pid=worker.pid, host=socket.gethostname(), role=args.role, python=args.command[0])
+    forwarder = LogForwarder(worker.stdout, log_file, sender)
 
     stop_once = threading.Lock()
 
     def stop_worker() -> None:
         if stop_once.acquire(blocking=False):
-            kill_group(worker.pid, run.grace)
+            kill_group(worker.pid, args.grace)
 
     def watch_kernel() -> None:
         for line in sys.stdin:
-            command, _, rest = line.strip().partition(" ")
+            command = line.strip()
             if command == "stop":
                 stop_worker()
             elif command == "stacks":
@@ -351,12 +244,6 @@ def main(argv: list[str] | None = None) -> int:
                     os.kill(worker.pid, signal.SIGUSR1)
                 except ProcessLookupError:
                     pass
-            elif command == "assign" and args.spare and not run.assigned.is_set():
-                try:
-                    _assign(json.loads(rest), worker, forwarder, run, args.command[0], started)
-                except Exception as error:  # a broken assignment: fail this worker visibly, never hang
-                    sys.stderr.write(f"nbworkers: bad spare assignment: {error!r}\n")
-                    stop_worker()
         stop_worker()  # end of file: the kernel is gone
 
     threading.Thread(target=watch_kernel, name="nbworkers-kernel-watch", daemon=True).start()
@@ -367,11 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     # The worker is gone; whatever it left in its group (rare) goes too.
     if group_alive(worker.pid):
         kill_group(worker.pid, 0)
-    if run.sender is not None:
-        run.sender.send("exit", code=code)
-        run.sender.close()
-    if run.log_file is not None:
-        run.log_file.close()
+    if sender is not None:
+        sender.send("exit", code=code)
+        sender.close()
+    log_file.close()
     return code if code >= 0 else 128 - code
 
 

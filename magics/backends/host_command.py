@@ -1,8 +1,7 @@
-"""The command line of a worker host and its worker: ``host [options] -- python bootstrap [--spare]``.
+"""The command line of a worker host and its worker: ``host [options] -- python bootstrap``.
 
-One place for the modules both are started from, shared by the local backend (``local``), the spare pool
-(``spares``) and the Ray node (``ray_node``); neither of those imports the other for it. Standard library only
-(the Ray node imports it).
+One place for the modules both are started from, shared by the local backend (``local``) and the Ray node
+(``ray_node``); neither imports the other for it. Standard library only (the Ray node imports it).
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ HOST_MODULE = "nbworkers.magics.backends.host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.bootstrap"
 
 
-def host_command(python: str, host_args: list[str], worker_args: list[str] | None = None) -> list[str]:
+def host_command(python: str, host_args: list[str]) -> list[str]:
     """The host (this interpreter) with ``host_args``, then ``--`` and the worker (``python``, unbuffered)."""
     return [
         *module_command(sys.executable, HOST_MODULE, *host_args),
-        "--", *module_command(python, BOOTSTRAP_MODULE, *(worker_args or []), unbuffered=True),
+        "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
     ]

@@ -6,8 +6,7 @@ killed with ``kill -9``, takes its workers with it).
 
 A worker is forked from the kernel's zygote for its interpreter and import-time environment (``zygotes``:
 TensorFlow imported once; its host supervises it as any worker) unless zygotes are off or cannot serve it;
-only then is it started warm when the kernel's spare pool (``spares``) holds a spare with the same interpreter
-and environment: the spare's host and interpreter, TensorFlow already imported, are handed the run.
+then it is spawned: a fresh interpreter that imports TensorFlow itself.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from pathlib import Path
 from ..ownership import RUN_ID_ENV, RunMarker
 from ..process_kill import group_alive, kill_group, kill_groups
 from .host_command import host_command
-from .spares import pool
 
 
 @dataclass(frozen=True)
@@ -78,8 +76,8 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the host's and the worker's process groups, now — only processes that are ours (same user,
-        started after this launch or a spare of this kernel, carrying the run's marker: a pid reused by another
-        program, or a bogus pid a worker reported, is never signalled)."""
+        started after this launch and carrying the run's marker, or this kernel's zygote and the workers it forked:
+        a pid reused by another program, or a bogus pid a worker reported, is never signalled)."""
         if self.marker is None:  # built without a launch (tests): only our own child host, not yet reaped
             if self.host.poll() is None:
                 kill_group(self.host.pid)  # SIGKILL
@@ -118,27 +116,14 @@ class LocalBackend:
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        spares = pool()
-        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(spares.settings.run_root))
-        forked = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
-        if forked is not None:
-            forked.marker = marker  # its /proc environment is the zygote's: NBWORKERS_SPARE=<run root>
-            return forked
-        proc = self._launch_warm(spares, index, python, env, cwd, log_path, grace, role)
+        from ..settings import settings
+
+        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(settings().run_root))
+        proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
-        proc.marker = marker
-        spares.note_launch(self, python, env, cwd, grace, proc)
+        proc.marker = marker  # a forked worker's /proc environment is the zygote's: NBWORKERS_SPARE=<run root>
         return proc
-
-    def _launch_warm(self, spares, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
-                     grace: float, role: str) -> WorkerProcess | None:
-        while (spare := spares.take(python, env, cwd)) is not None:
-            payload = {"log": str(log_path), "grace": grace, "role": role, "env": env, "cwd": cwd}
-            if spare.assign(payload):
-                return WorkerProcess(index=index, host=spare.host, log_path=log_path, worker_pid=spare.worker_pid)
-            spare.kill()  # died just now: try the next one
-        return None
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:

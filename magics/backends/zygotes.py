@@ -15,11 +15,15 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   never asks); a zygote that died: the launch that finds it dead spawns its workers with a note in their logs,
   and a new zygote is started for the next launch; a zygote that cannot fork (its interpreter lacks
   nbworkers' worker side, the guard refused, no answer within ``zygote_fork_timeout``): the host spawns, noted.
-- **Lifetime**: each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
+- **Prewarm** (``zygote_prewarm``, on by default): ``prewarm()`` starts the zygote a default ``%%worker`` run
+  would use when the extension loads, so the first cell forks instead of waiting for TensorFlow's import.
+- **Lifetime**: a zygote with no running worker and no fork for ``zygote_idle_timeout`` seconds exits (code 0,
+  its ~0.5 GB freed); the next launch starts a new one, quietly (it pays one import, as a first run does).
+  Each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
   ``kill -9``, or the kernel dropping it — it forks no more and exits once its children have ended (their hosts
   stop them when the kernel dies). At most ``zygotes_max`` are kept (the oldest is released). It carries
-  ``NBWORKERS_SPARE=<run root>`` like a warm spare, and so do its children (their ``/proc`` environment is the
-  zygote's): ownership checks and the leftover reaper find them.
+  ``NBWORKERS_SPARE=<run root>`` (the kernel's marker; the name is historical), and so do its children (their
+  ``/proc`` environment is the zygote's): ownership checks and the leftover reaper find them.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ from dataclasses import dataclass, field
 
 from .. import cell_scan
 from ..cell_scan import CellScan
+from ..ownership import ZYGOTE_MARKER_ENV
 from ..ownership import RunMarker
 from ..private_dirs import module_command, runtime_dir
 from ..process_kill import kill_groups
 from ..settings import settings as current_settings
-from .spares import SPARE_MARKER_ENV, base_env
+from .run_env import base_env
 
 ZYGOTE_MODULE = "nbworkers.distlib.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
@@ -140,6 +145,9 @@ class ZygotePool:
             if launch in self._spawning:  # an earlier worker of this launch found its zygote dead
                 return None, self._spawning[launch]
             zygote = self._zygotes.get(key)
+            if zygote is not None and not zygote.alive() and zygote.proc.returncode == 0:
+                del self._zygotes[key]  # it exited after zygote_idle_timeout: a new one, as for a first run
+                zygote = None
             if zygote is not None and not zygote.alive():
                 code = zygote.proc.returncode
                 del self._zygotes[key]
@@ -153,6 +161,22 @@ class ZygotePool:
                 zygote = self._start(key, python, env, config)
             zygote.forks += 1
             return zygote.socket_path, ""
+
+    def prewarm(self, environ: dict[str, str] | None = None) -> Zygote | None:
+        """Start the zygote a default run of this kernel's interpreter would fork from (``zygote_prewarm``), in
+        the background; None when zygotes or prewarming are off, or it is already there."""
+        config = current_settings()
+        if not (config.zygote and config.zygote_prewarm):
+            return None
+        from ..environment import worker_env
+
+        env = worker_env(os.environ if environ is None else environ, {}, "", "", {})  # what a default run gets
+        key = zygote_key(sys.executable, env)
+        with self._lock:
+            zygote = self._zygotes.get(key)
+            if zygote is not None and zygote.alive():
+                return None
+            return self._start(key, sys.executable, env, config)
 
     def _can_serve(self, python: str, config) -> bool:
         """Does ``python`` have nbworkers' zygote (a ``--python`` interpreter may have an older nbworkers)?"""
@@ -180,16 +204,17 @@ class ZygotePool:
         socket_path = str(directory / f"{name}.sock")
         log_path = str(directory / f"{name}.log")
         zygote_env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
-        zygote_env[SPARE_MARKER_ENV] = str(config.run_root)
+        zygote_env[ZYGOTE_MARKER_ENV] = str(config.run_root)
         zygote_env["PYTHONUNBUFFERED"] = "1"
         with open(log_path, "ab") as log:
             os.chmod(log_path, 0o600)
             proc = subprocess.Popen(
-                module_command(python, ZYGOTE_MODULE, "--socket", socket_path, unbuffered=True),
+                module_command(python, ZYGOTE_MODULE, "--socket", socket_path,
+                               "--idle-timeout", str(config.zygote_idle_timeout), unbuffered=True),
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=zygote_env, cwd=str(directory),
                 start_new_session=True, close_fds=True,
             )
-        zygote = Zygote(key, python, proc, socket_path, log_path, zygote_env[SPARE_MARKER_ENV])
+        zygote = Zygote(key, python, proc, socket_path, log_path, zygote_env[ZYGOTE_MARKER_ENV])
         self._zygotes[key] = zygote
         return zygote
 

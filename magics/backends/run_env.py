@@ -1,0 +1,23 @@
+"""The per-run part of a worker's environment, and what is left without it (what a zygote is started with).
+
+A zygote (``zygotes``) imports TensorFlow before any run exists: it gets a worker's environment minus the
+variables that differ from run to run or worker to worker; its forked children are handed those.
+"""
+
+from __future__ import annotations
+
+from nbworkers.distlib import session_wire, wire
+
+from ..ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
+
+# Variables that differ from run to run (or worker to worker): never part of a zygote's environment or key.
+PER_RUN_VARIABLES = frozenset({
+    "TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY, wire.ENV_CLUSTER, wire.ENV_WORKER, wire.ENV_GENERATION,
+    wire.ENV_RUN_DIR, wire.ENV_CODE, wire.ENV_PUSH, wire.ENV_CWD, wire.ENV_CELL_SCAN, RUN_ID_ENV,
+    session_wire.ENV_SESSION, session_wire.ENV_COMMANDS,
+})
+
+
+def base_env(env: dict[str, str]) -> dict[str, str]:
+    """A worker's environment without the per-run variables (and without the zygote marker)."""
+    return {k: v for k, v in env.items() if k not in PER_RUN_VARIABLES and k != ZYGOTE_MARKER_ENV}
