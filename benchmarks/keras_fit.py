@@ -121,7 +121,7 @@ def run_once(mode: str, steps: int, epochs: int, workdir: Path) -> dict:
             except (ProcessLookupError, PermissionError):
                 pass
     text = logs[0].read_text(errors="replace")
-    line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
+    line = next((entry for entry in text.splitlines() if entry.startswith("RESULT ")), None)
     if line is None or any(p.returncode for p in procs):
         raise RuntimeError(f"{mode} run failed (exit codes {[p.returncode for p in procs]}):\n{text[-3000:]}")
     return json.loads(line[len("RESULT "):])

@@ -4,7 +4,6 @@
 # A third mode, "hook", adds an empty per-step callback instead: what any per-step Keras callback costs.
 # The relay (NBWORKERS_RELAY/KEY) points at a receiver the benchmark drains, as a kernel would.
 import json
-import os
 import sys
 import time
 

@@ -157,7 +157,8 @@ def bench(tmp: Path, handdir: Path, env: dict[str, str], sizes: list[int], reps:
             try:
                 cold, _ = nbworkers_launch(kernel, workers, "z-cold", run_root, [])
                 warm, _ = nbworkers_launch(kernel, workers, "z-warm", run_root, [])
-                forked = [_forked([run_root / n / f"worker-{i}.log" for i in range(workers)]) for n in ("z-cold", "z-warm")]
+                forked = [_forked([run_root / n / f"worker-{i}.log" for i in range(workers)])
+                          for n in ("z-cold", "z-warm")]
                 row = {"hand": hand, "cold": cold, "warm": warm, "forked_cold": forked[0], "forked_warm": forked[1]}
                 if workers == sizes[0] and rep == 0:
                     results["memory"] = _zygote_memory(kernel)

@@ -129,6 +129,19 @@ def run_host(tmp_path: Path, socket_path: Path, name: str) -> tuple[int, str]:
     return code, log.read_text()
 
 
+def test_two_virtual_environments_of_one_base_python_get_two_zygotes(tmp_path):
+    """A venv's bin/python is a symlink to the base interpreter: keyed by its resolved path, a --python of another
+    venv (tutorial 04's TensorFlow 2.15) was forked from the kernel's zygote (TensorFlow 2.21)."""
+    pythons = []
+    for name in ("venv-a", "venv-b"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        pythons.append(tmp_path / name / "bin" / "python")
+        pythons[-1].symlink_to(sys.executable)
+    env = {"PATH": "/usr/bin", "HOME": "/home/u"}
+    assert zygotes.zygote_key(str(pythons[0]), env) != zygotes.zygote_key(str(pythons[1]), env)
+    assert zygotes.zygote_key(str(pythons[0]), env) != zygotes.zygote_key(sys.executable, env)
+
+
 @pytest.mark.parametrize("run_op", [False, True], ids=["fresh", "runtime-started"])
 def test_guard_refuses_to_fork_once_the_runtime_started(tmp_path, run_op):
     socket_path = tmp_path / "z.sock"

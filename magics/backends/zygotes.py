@@ -41,8 +41,7 @@ from dataclasses import dataclass, field
 
 from .. import cell_scan
 from ..cell_scan import CellScan
-from ..ownership import ZYGOTE_MARKER_ENV
-from ..ownership import RunMarker
+from ..ownership import ZYGOTE_MARKER_ENV, RunMarker
 from ..private_dirs import module_command, runtime_dir
 from ..process_kill import kill_groups
 from ..settings import settings as current_settings
@@ -62,8 +61,14 @@ def import_env(env: dict[str, str]) -> dict[str, str]:
             if k not in CHILD_ONLY and (k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES)}
 
 
+def interpreter_path(python: str) -> str:
+    """``python`` made absolute, symlinks kept: a virtual environment's ``bin/python`` is a symlink to the base
+    interpreter, and only its own path makes it that environment (its ``pyvenv.cfg``, its site-packages)."""
+    return os.path.normpath(os.path.abspath(python))
+
+
 def zygote_key(python: str, env: dict[str, str]) -> str:
-    blob = json.dumps([os.path.realpath(python), sorted(import_env(env).items())])
+    blob = json.dumps([interpreter_path(python), sorted(import_env(env).items())])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -180,7 +185,7 @@ class ZygotePool:
 
     def _can_serve(self, python: str, config) -> bool:
         """Does ``python`` have nbworkers' zygote (a ``--python`` interpreter may have an older nbworkers)?"""
-        if os.path.realpath(python) == os.path.realpath(sys.executable):
+        if interpreter_path(python) == interpreter_path(sys.executable):
             return True
         if python not in self._checked:
             try:
