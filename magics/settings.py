@@ -41,7 +41,8 @@ class WorkerSettings(Configurable):
     )
     max_restarts = Int(3, help="Group restarts after retryable failures (crash, OOM, preemption, stall); "
                        "--max-restarts.").tag(config=True)
-    restart_backoff = Float(1.0, help="Seconds before the first restart; doubles with each further restart.").tag(
+    restart_backoff = Float(0.25, help="Seconds before the first restart; doubles with each further restart (the "
+                            "restart limit and 'the same error twice is permanent' stop crash loops).").tag(
         config=True
     )
     restart_backoff_max = Float(30.0, help="The longest wait before a restart, in seconds.").tag(config=True)
