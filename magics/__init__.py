@@ -16,4 +16,10 @@ def load_ipython_extension(ipython) -> None:
     scan_at_load()  # reap what kernels that died left behind (in the background)
     from .backends.zygotes import zygotes
 
-    zygotes().prewarm()  # the zygote imports TensorFlow now, in its own process (settings: zygote_prewarm)
+    try:
+        zygotes().prewarm()  # the zygote imports TensorFlow now, in its own process (settings: zygote_prewarm)
+    except OSError as error:  # no zygote yet: the first run starts one (or spawns), as without prewarm
+        import warnings
+
+        warnings.warn(f"nbworkers: could not prewarm the zygote ({error}); the first %%worker run starts it. "
+                      "Set NBWORKERS_ZYGOTE_PREWARM=0 to skip this.", stacklevel=2)

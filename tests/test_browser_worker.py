@@ -7,6 +7,7 @@ runs under a temporary run root.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time

@@ -1,4 +1,5 @@
-"""Lint (ruff) and type-check (mypy) the package; exit 1 on any finding. Config: pyproject.toml.
+"""Lint (ruff) and type-check (mypy) the package, and pyflakes' rules over tests/ and benchmarks/ (a name used
+but never imported fails there only at run time); exit 1 on any finding. Config: pyproject.toml.
 
     .venv/bin/python tools/lint.py            # both
     .venv/bin/python tools/lint.py ruff       # one of them
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("extension", "magics", "distlib", "kernelspec")
 RUFF_PATHS = (*FOLDERS, "tools")
+PYFLAKES_PATHS = ("tests", "benchmarks")  # pyflakes rules only (undefined and unused names): not the package's style
 TREE = ROOT / "build" / "lint"
 SUBPACKAGES = {"magics": "magics", "distlib": "distlib", "kernelspec": "kernelspec"}  # nbworkers.<name> -> folder
 
@@ -62,7 +64,10 @@ def _to_repo_path(line: str) -> str:
 def run_ruff() -> tuple[int, str]:
     result = subprocess.run([_tool("ruff"), "check", "--no-fix", *RUFF_PATHS], cwd=ROOT, capture_output=True,
                             text=True)
-    return result.returncode, (result.stdout + result.stderr).strip()
+    flakes = subprocess.run([_tool("ruff"), "check", "--no-fix", "--select", "F", *PYFLAKES_PATHS], cwd=ROOT,
+                            capture_output=True, text=True)
+    report = "\n".join(r.stdout + r.stderr for r in (result, flakes)).strip()
+    return result.returncode or flakes.returncode, report
 
 
 def run_mypy() -> tuple[int, str]:
