@@ -104,15 +104,6 @@ def wait_first_steps(paths: list[Path], timeout: float = RUN_TIMEOUT, after: str
     raise TimeoutError(f"no first training step within {timeout} s\n{tails}")
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

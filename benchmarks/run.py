@@ -41,7 +41,6 @@ from harness import (
     log,
     nbworkers_launch,
     wait_first_steps,
-    wait_until,
     worker_cell,
 )
 from recovery import bench_recovery
@@ -50,6 +49,7 @@ from reporting import bench_reporting_cost
 from startup import bench_startup
 from table import describe_machine, render
 
+from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.ports import pick_free_ports
 from nbworkers.magics.strays import processes_under
 

@@ -36,10 +36,6 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
-def _forked(paths: list[Path]) -> int:
-    return sum(FORKED_LINE in p.read_text(errors="replace") for p in paths)
-
-
 def _zygote_memory(kernel) -> dict:
     pids = kernel.value("[z['pid'] for z in __import__('nbworkers.magics.backends.zygotes', fromlist=['z'])"
                         ".zygotes().describe() if z['alive']]")
@@ -82,8 +78,7 @@ def _prewarmed_first_run(BenchKernel, notebook: Path, env: dict[str, str], run_r
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the prewarmed zygote is not ready: {logs}")
             time.sleep(0.1)
-        seconds, _ = nbworkers_launch(kernel, workers, "z-prewarmed", run_root, [])
-        forked = _forked([run_root / "z-prewarmed" / f"worker-{i}.log" for i in range(workers)])
+        seconds, forked = nbworkers_launch(kernel, workers, "z-prewarmed", run_root, [])
         if forked != workers or len(logs) != 1 or len(kernel.value("__import__('nbworkers.magics.backends.zygotes', "
                                                                     "fromlist=['z']).zygotes().describe()")) != 1:
             raise RuntimeError(f"the prewarmed zygote did not serve the first run ({forked}/{workers} forked)")
@@ -155,11 +150,9 @@ def bench(tmp: Path, handdir: Path, env: dict[str, str], sizes: list[int], reps:
             kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "1",
                                             "NBWORKERS_ZYGOTE_PREWARM": "0"})
             try:
-                cold, _ = nbworkers_launch(kernel, workers, "z-cold", run_root, [])
-                warm, _ = nbworkers_launch(kernel, workers, "z-warm", run_root, [])
-                forked = [_forked([run_root / n / f"worker-{i}.log" for i in range(workers)])
-                          for n in ("z-cold", "z-warm")]
-                row = {"hand": hand, "cold": cold, "warm": warm, "forked_cold": forked[0], "forked_warm": forked[1]}
+                cold, forked_cold = nbworkers_launch(kernel, workers, "z-cold", run_root, [])
+                warm, forked_warm = nbworkers_launch(kernel, workers, "z-warm", run_root, [])
+                row = {"hand": hand, "cold": cold, "warm": warm, "forked_cold": forked_cold, "forked_warm": forked_warm}
                 if workers == sizes[0] and rep == 0:
                     results["memory"] = _zygote_memory(kernel)
                     results["recovery"], results["recovery_forked"] = _recovery(kernel, run_root, worker_cell,
@@ -171,8 +164,8 @@ def bench(tmp: Path, handdir: Path, env: dict[str, str], sizes: list[int], reps:
             finally:
                 kernel.shutdown()
             row["prewarmed"] = _prewarmed_first_run(BenchKernel, notebook, env, run_root, workers, nbworkers_launch)
-            log(f"zygote n={workers} rep {rep + 1}: hand {hand:.2f} s, cold {cold:.2f} s ({forked[0]}/{workers} "
-                f"forked), warm {warm:.2f} s ({forked[1]}/{workers} forked), prewarmed first run "
+            log(f"zygote n={workers} rep {rep + 1}: hand {hand:.2f} s, cold {cold:.2f} s ({forked_cold}/{workers} "
+                f"forked), warm {warm:.2f} s ({forked_warm}/{workers} forked), prewarmed first run "
                 f"{row['prewarmed']:.2f} s")
             rows.append(row)
         results["sizes"][workers] = {

@@ -28,6 +28,16 @@ REPLY_TIMEOUT = 30.0  # seconds for the execute_reply once the kernel is idle ag
 SHOWN = ("display_data", "update_display_data", "execute_result")
 
 
+def wait_until(predicate, timeout: float, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something true (returned) or ``timeout`` seconds pass (its last value)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
 class CellFailed(RuntimeError):
     """A cell raised (or ended with an error reply); the message holds what it showed."""
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from nbworkers.kernel_driver import CellResult, KernelDriver  # noqa: F401 (tests import CellResult from here)
+from nbworkers.kernel_driver import (  # noqa: F401 (tests import CellResult and wait_until from here)
+    CellResult,
+    KernelDriver,
+    wait_until,
+)
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.strays import kill_strays, processes_under
 
@@ -22,15 +25,6 @@ class Kernel(KernelDriver):
 
     def __init__(self, cwd: Path, env: dict[str, str], kernel_cmd: list[str] | None = None):
         super().__init__(cwd, env, kernel_cmd=kernel_cmd, ready_timeout=KERNEL_READY_TIMEOUT)
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def _is_zygote(proc) -> bool:

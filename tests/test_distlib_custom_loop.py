@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cells import CUSTOM_LOOP_STEP  # noqa: E402
 from distlib_helpers import run_cluster  # noqa: E402
 
 CUSTOM_LOOP_CELL = """
@@ -24,12 +25,6 @@ GLOBAL_BATCH, STEPS, EPOCHS = 32, 4, 3
 CHECKPOINT_DIR = os.path.join(os.getcwd(), "checkpoints")
 
 
-def examples():
-    rng = np.random.RandomState(0)
-    features = rng.rand(256, 8).astype("float32")
-    return tf.data.Dataset.from_tensor_slices((features, (features.sum(axis=1) > 4).astype("int64")))
-
-
 def emit(**values):
     print("RESULT", json.dumps(values), flush=True)
 
@@ -38,24 +33,7 @@ def checksum():
     return float(sum(np.abs(w.numpy()).astype("float64").sum() for w in model.weights))
 
 
-strategy = distlib.strategy()
-with strategy.scope():
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
-    optimizer = keras.optimizers.SGD(0.1)
-dataset = distlib.distributed_dataset(strategy, examples, GLOBAL_BATCH, shuffle_buffer=64, seed=1)
-loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-
-@tf.function
-def train_step(iterator):
-    def step_fn(inputs):
-        x, y = inputs
-        with tf.GradientTape() as tape:
-            loss = distlib.scale_loss(loss_object(y, model(x, training=True)), GLOBAL_BATCH)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-    return strategy.reduce("SUM", strategy.run(step_fn, args=(next(iterator),)), axis=None)
+""" + CUSTOM_LOOP_STEP + """
 
 
 ckpt = distlib.TrainingCheckpoint(CHECKPOINT_DIR, model=model, optimizer=optimizer)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nbworkers.kernel_driver import KernelDriver
+from nbworkers.kernel_driver import KernelDriver, wait_until
 from nbworkers.magics import attach, leftovers, liveness, run_listing, rundir
 from nbworkers.magics.strays import kill_strays
 
@@ -254,13 +254,6 @@ class NbworkersKernel(KernelDriver):
             pass
 
 
-def _wait_until(predicate, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
@@ -286,7 +279,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
                 return None
             return state if [w["status"] for w in state["workers"]] == ["running", "running"] else None
 
-        state = _wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
+        state = wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
         assert state, (run_root / "doomed" / "worker-0.log").read_text()
         os.kill(first.pid, signal.SIGKILL)
         first.manager.provisioner.process.wait()
@@ -313,7 +306,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         out, error = second.run_text("%workers wait doomed --timeout 10")
         # a failed run's wait raises RunFailed since issue 19; either way the cause is shown
         assert "its kernel died" in out + error and (not error or error.startswith("RunFailed")), (out, error)
-        assert _wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+        assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                                            for p in state["host_pids"]), STOP_TIMEOUT)
     finally:
         for kernel in (first, second):

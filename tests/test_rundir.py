@@ -40,7 +40,7 @@ def test_a_new_run_dir_is_private_and_holds_cell_push_and_empty_logs(tmp_path):
     assert os.stat(run_dir).st_mode & 0o777 == 0o700
     modes = {p.name: p.stat().st_mode & 0o777 for p in run_dir.iterdir()}
     assert set(modes) == {"cell.py", "push.pkl", "worker-0.log", "worker-1.log", "stop-requested", "state.json"}
-    assert set(modes.values()) == {0o600}
+    assert set(modes.values()) == {0o600}, modes
     assert rundir.cell_path(run_dir).read_text() == "print(1)"
     assert rundir.stop_requested(run_dir)
     assert rundir.read_state(run_dir) == {"status": "running"}

@@ -367,22 +367,8 @@ def test_a_live_run_of_another_kernel_is_never_removed(tmp_path):
         prepare_run_dir(link, "x", None, [])
 
 
-def test_run_directories_and_their_files_are_private(tmp_path, monkeypatch):
-    from nbworkers.magics import rundir
-    from nbworkers.magics.rundir_prepare import prepare_run_dir
-
-    old = os.umask(0o022)
-    try:
-        run_dir = tmp_path / "runs" / "private"
-        prepare_run_dir(run_dir, "print(1)", b"pushed", [run_dir / "worker-0.log", run_dir / "worker-1.log"])
-        rundir.request_stop(run_dir)
-        rundir.write_state(run_dir, {"status": "running"})
-    finally:
-        os.umask(old)
-    assert os.stat(run_dir).st_mode & 0o777 == 0o700
-    modes = {p.name: p.stat().st_mode & 0o777 for p in run_dir.iterdir()}
-    assert set(modes) == {"cell.py", "push.pkl", "worker-0.log", "worker-1.log", "stop-requested", "state.json"}
-    assert set(modes.values()) == {0o600}, modes
+# Run directories and their files are private (0700 / 0600, whatever the umask): tests/test_rundir.py,
+# test_a_new_run_dir_is_private_and_holds_cell_push_and_empty_logs.
 
 
 def test_fresh_names_skip_every_run_directory_under_the_run_root(tmp_path):

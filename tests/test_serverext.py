@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from nbworkers.kernel_driver import wait_until
 from nbworkers.magics import leftovers
 from nbworkers.magics.liveness import LOST
 
@@ -62,14 +63,6 @@ class Server:
             return status, body.decode(errors="replace")
 
 
-def _wait_until(predicate, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 def _kill_tree(root_pid: int, run_root: Path) -> None:
@@ -130,11 +123,11 @@ def server(tmp_path_factory):
         )
     try:
         info_file = Path(env["JUPYTER_RUNTIME_DIR"]) / f"jpserver-{proc.pid}.json"
-        assert _wait_until(lambda: info_file.is_file() or proc.poll() is not None, SERVER_START_TIMEOUT), log.read_text()
+        assert wait_until(lambda: info_file.is_file() or proc.poll() is not None, SERVER_START_TIMEOUT), log.read_text()
         assert proc.poll() is None, log.read_text()
         port = json.loads(info_file.read_text())["port"]
         srv = Server(port=port, proc=proc, run_root=run_root, root_dir=root_dir, log=log)
-        assert _wait_until(lambda: srv.request("GET", "/api/status")[0] == 200, SERVER_START_TIMEOUT), log.read_text()
+        assert wait_until(lambda: srv.request("GET", "/api/status")[0] == 200, SERVER_START_TIMEOUT), log.read_text()
         yield srv
     finally:
         _kill_tree(proc.pid, run_root)
@@ -230,7 +223,7 @@ def _start_sleeping_cluster(kernel: KernelSession, name: str) -> dict:
         running = [w["status"] for w in state["workers"]] == ["running", "running"] and len(state["worker_pgids"]) == 2
         return state if (logs_ok and running) else None
 
-    state = _wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
+    state = wait_until(up, CLUSTER_UP_TIMEOUT, 0.2)
     assert state, (kernel.server.run_root / name / "worker-0.log").read_text()
     return state
 
@@ -256,7 +249,7 @@ def busy_cluster(server):
     try:
         state = _start_sleeping_cluster(kernel, "sleepy")
         kernel.send("import time; time.sleep(60)")
-        assert _wait_until(lambda: kernel.execution_state() == "busy", 30), kernel.execution_state()
+        assert wait_until(lambda: kernel.execution_state() == "busy", 30), kernel.execution_state()
         yield kernel, state
     finally:
         kernel.close()
@@ -399,7 +392,7 @@ def test_delete_stops_the_cluster_while_its_kernel_is_busy(server, busy_cluster)
     status, data = server.json("DELETE", "/nbworkers/api/clusters/sleepy")
     assert status == 200, data
     assert data["status"] == "stopped", data
-    assert _wait_until(lambda: _none_alive(pids), STOP_TIMEOUT), [p for p in pids if psutil.pid_exists(p)]
+    assert wait_until(lambda: _none_alive(pids), STOP_TIMEOUT), [p for p in pids if psutil.pid_exists(p)]
     # the kernel's own supervisor did it (nothing had to be killed from outside), and the kernel is still busy
     assert data["killed"] == 0 and data["kernel_alive"] is True
     assert kernel.execution_state() == "busy"
@@ -477,18 +470,18 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
         assert not error, error
         state = _start_sleeping_cluster(kernel, "doomed")
         os.kill(kernel.pid, signal.SIGKILL)
-        assert _wait_until(lambda: not psutil.pid_exists(kernel.pid) or
+        assert wait_until(lambda: not psutil.pid_exists(kernel.pid) or
                            psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE, STOP_TIMEOUT)
 
         def row():
             status, data = server.json("GET", "/nbworkers/api/clusters")
             return next((c for c in data["clusters"] if c["name"] == "doomed"), None)
 
-        lost = _wait_until(lambda: (r := row()) and r["status"] == LOST and r, STOP_TIMEOUT)
+        lost = wait_until(lambda: (r := row()) and r["status"] == LOST and r, STOP_TIMEOUT)
         assert lost and lost["kernel_alive"] is False and lost["recorded_status"] == "running"
         assert "died" in lost["error"]
         # the hosts see their kernel's pipe close and stop the workers on their own
-        assert _wait_until(lambda: _none_alive(_pids_of(state)), STOP_TIMEOUT)
+        assert wait_until(lambda: _none_alive(_pids_of(state)), STOP_TIMEOUT)
 
         assert "doomed" in [p.name for p in leftovers.find_leftovers(server.run_root)]
         assert "doomed" in leftovers.reap_leftovers(server.run_root)
@@ -539,7 +532,7 @@ def test_slow_deletes_never_stall_reads(server):
     for thread in threads:
         thread.start()
     # the stop pool takes the DELETEs in any order: wait for any four (the fifth is queued behind them)
-    assert _wait_until(lambda: sum((server.run_root / n / "stop-requested").exists() for n in names) >= 4, 30)
+    assert wait_until(lambda: sum((server.run_root / n / "stop-requested").exists() for n in names) >= 4, 30)
     status, data = server.json("GET", "/nbworkers/api/clusters")
     assert status == 200 and {n for n in names} <= {c["name"] for c in data["clusters"]}
     status, _ = server.json("GET", f"/nbworkers/api/clusters/{names[0]}")
