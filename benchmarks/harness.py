@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from nbworkers.kernel_driver import KernelDriver
-from nbworkers.magics.ports import pick_free_ports
+from nbworkers.magics.launch.ports import pick_free_ports
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"

@@ -23,7 +23,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from nbworkers.magics.ports import pick_free_ports
+from nbworkers.magics.launch.ports import pick_free_ports
 
 PY = sys.executable
 RUN_TIMEOUT = 600.0  # seconds one 2-worker training run may take before the benchmark gives up on it
@@ -37,7 +37,7 @@ LABELS = {
 WORKLOAD = textwrap.dedent('''
     import json, os, sys, time
     MODE, STEPS, EPOCHS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    from nbworkers.distlib import startup
+    from nbworkers.distlib.worker import startup
     startup.before_user_code()  # what the worker bootstrap does under %%worker (installs keras3_mwms)
     import numpy as np
     import tensorflow as tf

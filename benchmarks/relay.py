@@ -15,7 +15,7 @@ chunk = "".join(f"{{'x' * 60}} {{i}}\\n" for i in range(10000))
 for _ in range({lines} // 10000):
     sys.stdout.write(chunk)
 sys.stdout.flush()
-from nbworkers.distlib import wire
+from nbworkers.protocol import wire
 sender = wire.process_sender()
 for i in range({metrics}):
     while not sender.send("metrics", metrics={{"loss": 1.0 / (i + 1)}}, step=i):

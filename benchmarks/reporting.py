@@ -13,8 +13,8 @@ REPORTING_COST = HERE / "reporting_cost.py"
 
 def bench_reporting_cost(env: dict[str, str], steps: int, rounds: int,
                          model: tuple[int, int, int] = (128, 32, 1)) -> dict:
-    from nbworkers.distlib import wire
-    from nbworkers.magics.relay import RelayReceiver
+    from nbworkers.magics.run.relay import RelayReceiver
+    from nbworkers.protocol import wire
 
     key = wire.new_key()
     relay = RelayReceiver(key)

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from nbworkers.distlib import reporting, wire
+from nbworkers.distlib import reporting
+from nbworkers.protocol import wire
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 600
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5

@@ -50,8 +50,8 @@ from startup import bench_startup
 from table import describe_machine, render
 
 from nbworkers.kernel_driver import wait_until
-from nbworkers.magics.ports import pick_free_ports
-from nbworkers.magics.strays import processes_under
+from nbworkers.magics.launch.ports import pick_free_ports
+from nbworkers.procs.strays import processes_under
 
 RESULTS = HERE / "results.md"
 

@@ -71,7 +71,7 @@ class TrainingCheckpoint:
         While it runs, SIGTERM to a worker (preemption) makes every worker ``save()`` after the same step and
         exit with code 42 (``distlib.preemption``); the restarted run continues after that step. Every
         worker must go through the same steps (as synchronous training does anyway)."""
-        from nbworkers.distlib import preemption
+        from nbworkers.distlib.worker import preemption
 
         with preemption.training(self._save_for_preemption) as guard:
             while int(self.step_in_epoch.numpy()) < steps_per_epoch:

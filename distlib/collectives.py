@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 
-from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TFConfigError
+from nbworkers.protocol import env_settings
 
 ENV_GPU_COUNTS = env_settings.GPU_COUNTS.name
 COMMUNICATION_CHOICES = ("auto", "ring", "nccl")

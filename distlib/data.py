@@ -13,8 +13,8 @@ it uses ``tfds.testing.mock_data`` instead: random images of the same shapes and
 
 from __future__ import annotations
 
-from nbworkers.distlib import env_settings
 from nbworkers.distlib.cluster import TaskInfo, task
+from nbworkers.protocol import env_settings
 
 ENV_MOCK_DATA = env_settings.MOCK_DATA.name  # "1": mnist() returns tfds mock data (no download)
 ENV_MOCK_EXAMPLES = env_settings.MOCK_EXAMPLES.name  # examples per split of the mock data (default 512)

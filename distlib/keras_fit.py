@@ -76,7 +76,7 @@ def _local_batch_spec(distributed_dataset):
 def _make_train_function(model, strategy) -> Callable:
     import tensorflow as tf
 
-    from nbworkers.distlib.keras3_mwms import global_means
+    from nbworkers.distlib.compat.keras3_mwms import global_means
 
     def first_local(value):
         return strategy.experimental_local_results(value)[0]
@@ -151,7 +151,7 @@ def fit(
     strategy = _model_strategy(model)
     _check_model(model, strategy)
     distributed = distribute(strategy, dataset_or_fn)
-    from nbworkers.distlib import internals
+    from nbworkers.distlib.compat import internals
 
     internals.available("keras_fit", "distlib.fit may fail to build the model or to recognise the dataset")
     if hasattr(model, "_symbolic_build"):  # create optimizer/metric variables before tracing (as Keras does)
@@ -225,7 +225,7 @@ def fit(
 
 def _preemption_guard(checkpoint, save_fn):
     """Save on SIGTERM (``distlib.preemption``) when there is a checkpoint to save to."""
-    from nbworkers.distlib import preemption
+    from nbworkers.distlib.worker import preemption
 
     return preemption.training(save_fn) if checkpoint is not None else preemption._NoTraining()
 
@@ -248,7 +248,8 @@ def _with_backup_and_restore(model, callbacks: list, checkpoint_dir: str, steps_
 
 
 def _save_on_sigterm_callback(keras_module, backup):
-    from nbworkers.distlib import internals, preemption
+    from nbworkers.distlib.compat import internals
+    from nbworkers.distlib.worker import preemption
 
     internals.available("keras_fit.tf_keras", "saving on SIGTERM may fail for tf_keras's BackupAndRestore")
 

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from nbworkers.distlib import env_settings, wire
+from nbworkers.protocol import env_settings, wire
 
 ENV_REPORT_INTERVAL = env_settings.REPORT_INTERVAL.name
 DEFAULT_REPORT_INTERVAL_S = env_settings.REPORT_INTERVAL.default

@@ -35,13 +35,13 @@ def strategy(communication: str = "auto"):
     """
     info = task()  # validates TF_CONFIG before TensorFlow sees it
     if info.uses_parameter_servers or info.is_evaluator:  # ParameterServerStrategy / the evaluator: distlib.roles
-        from nbworkers.distlib.roles import role_strategy
+        from nbworkers.distlib.worker.roles import role_strategy
 
         return role_strategy(info)
     counts = collectives.gpu_counts_from_env()
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
-    from nbworkers.distlib import keras_compat, mwms_patch
+    from nbworkers.distlib.compat import keras_compat, mwms_patch
 
     keras_compat.install_fit_guard()
     import tensorflow as tf

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from nbworkers.distlib import env_settings
+from nbworkers.protocol import env_settings
 
 ENV_TENSORBOARD = env_settings.TENSORBOARD.name  # "0": report() writes no summaries
 SUBDIR = "tensorboard"

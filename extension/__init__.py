@@ -17,7 +17,7 @@ def load_ipython_extension(ipython) -> None:
 
 def get_cluster(name: str):
     """The cluster handle of that name started by this kernel."""
-    from nbworkers.magics import registry
+    from nbworkers.magics.notebook import registry
 
     return registry.get(name)
 
@@ -25,8 +25,8 @@ def get_cluster(name: str):
 def session(name: str):
     """The interactive session of that name (``%%worker -n 2 --session NAME``): ``.pull(expression, worker=0)``,
     ``.stop()``, ``.interrupt()``, ``.logs()``, ``.wait()``, ``.cells``."""
-    from nbworkers.magics import registry
-    from nbworkers.magics.session import Session
+    from nbworkers.magics.notebook import registry
+    from nbworkers.magics.sessions.session import Session
 
     cluster = registry.get(name)
     if not isinstance(cluster, Session):
@@ -35,7 +35,7 @@ def session(name: str):
 
 
 def clusters() -> list:
-    from nbworkers.magics import registry
+    from nbworkers.magics.notebook import registry
 
     return registry.all_clusters()
 

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbworkers.distlib import env_settings
 from nbworkers.kernel_driver import CellFailed, KernelDriver
+from nbworkers.protocol import env_settings
 
 KERNEL_READY_TIMEOUT = 120.0  # seconds for the kernel to start and answer
 CELL_TIMEOUT = 120.0  # seconds for one short cell in the kernel (loading the extension, a snapshot)
@@ -143,7 +143,7 @@ def _progress_line(snap: dict) -> str:
 
 def _wait_for_no_processes(run_root: Path) -> list[int]:
     """Wait for the run's processes to go; kill the process groups of any that stay. Returns their pids."""
-    from nbworkers.magics.strays import kill_strays, processes_under
+    from nbworkers.procs.strays import kill_strays, processes_under
 
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while time.monotonic() < deadline:

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-FINAL_SUMMARY_MARK = 'class="nbw-summary"'  # magics/summary.py render_summary_html
-LIVE_MARK = 'class="nbw-fallback"'  # magics/summary.py render_html, while the run goes on
-RUN_NAME = re.compile(r"^nbworkers cluster (\S+): ", re.M)  # magics/summary.py headline
+FINAL_SUMMARY_MARK = 'class="nbw-summary"'  # magics/views/summary.py render_summary_html
+LIVE_MARK = 'class="nbw-fallback"'  # magics/views/summary.py render_html, while the run goes on
+RUN_NAME = re.compile(r"^nbworkers cluster (\S+): ", re.M)  # magics/views/summary.py headline
 
 
 def _text(value: Any) -> str:
@@ -35,8 +35,8 @@ def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
 
 def run_is_over(name: str) -> bool:
     """True when the run's state file says it ended, or that its kernel is gone (``lost``)."""
-    from nbworkers.magics.run_listing import describe
-    from nbworkers.magics.rundir import run_dir_of
+    from nbworkers.magics.rundir.layout import run_dir_of
+    from nbworkers.magics.rundir.listing import describe
 
     try:
         described = describe(run_dir_of(name))

@@ -13,7 +13,7 @@ stopping writes the ``stop-requested`` file the cluster's supervisor thread obey
 directly when the kernel is gone. Blocking work runs in thread pools, never on the server's event loop: reads
 (GET) and stops (DELETE, which may wait the stop grace) in separate pools, so slow stops never stall reads.
 A DELETE only ever signals processes that are the run's own (same user, started after the run, carrying its
-NBWORKERS_RUN_ID: ``magics/ownership.py``), whatever pids its state file lists.
+NBWORKERS_RUN_ID: ``procs/ownership.py``), whatever pids its state file lists.
 Every endpoint needs an authenticated, authorized user; names and worker ids cannot leave the run root.
 
 Configure with ``c.NbworkersAPI.<setting>`` in ``jupyter_server_config.py``.
@@ -87,8 +87,8 @@ class ClusterAPIHandler(APIHandler):
         return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
 
     def run_dir(self, name: str) -> Path:
-        from nbworkers.magics import rundir
-        from nbworkers.magics.names import valid_name
+        from nbworkers.magics.launch.names import valid_name
+        from nbworkers.magics.rundir import layout as rundir
 
         if not valid_name(name or ""):
             raise web.HTTPError(400, f"{name!r} is not a cluster name: letters, digits, '.', '_', '-' (at most 64).")
@@ -99,7 +99,7 @@ class ClusterAPIHandler(APIHandler):
 
     def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
         """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""
-        from nbworkers.magics.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
+        from nbworkers.magics.rundir.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
 
         self.finish(json.dumps(shape(data), default=str))
 
@@ -108,7 +108,7 @@ class ClustersHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from nbworkers.magics import run_listing
+        from nbworkers.magics.rundir import listing as run_listing
 
         runs = await self.run_blocking(run_listing.list_runs, self.api.run_root)
         self.write_json({"run_root": self.api.run_root, "clusters": runs})
@@ -118,7 +118,7 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        from nbworkers.magics import run_listing
+        from nbworkers.magics.rundir import listing as run_listing
 
         run_dir = self.run_dir(name)
         data = await self.run_blocking(lambda: run_listing.describe(run_dir, full=True))
@@ -130,7 +130,7 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        from nbworkers.magics import run_stop
+        from nbworkers.magics.rundir import stop as run_stop
 
         run_dir = self.run_dir(name)
         result = await self.run_blocking(
@@ -144,7 +144,7 @@ class LogHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str, worker: str) -> None:
-        from nbworkers.magics import rundir
+        from nbworkers.magics.rundir import layout as rundir
 
         run_dir = self.run_dir(name)
         if not rundir.WORKER_ID.fullmatch(worker):

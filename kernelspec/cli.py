@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
-from .install import KernelspecError, install, uninstall
+from nbworkers.kernelspec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
+from nbworkers.kernelspec.install import KernelspecError, install, uninstall
 
 DESCRIPTION = (
     "Install or remove the nbworkers Jupyter kernel: a Python kernel that loads the nbworkers extension at"

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
+from nbworkers.kernelspec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
 
 LAUNCH_MODULE = "nbworkers.kernelspec.launch"
 EXTENSION_ARGUMENT = "--IPKernelApp.extra_extensions=nbworkers"  # loads the extension as the kernel starts

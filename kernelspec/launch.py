@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from nbworkers.magics.gpus import ALL_GPUS, MACHINE_GPUS_ENV
+from nbworkers.magics.launch.gpus import ALL_GPUS, MACHINE_GPUS_ENV
 
 HIDDEN = "-1"
 
@@ -32,8 +32,8 @@ def kernel_gpu_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def worker_gpu_pool(environ: Mapping[str, str] | None = None) -> list[str]:
-    """GPU ids the workers share: see ``nbworkers.magics.gpus.visible_gpus``."""
-    from nbworkers.magics.gpus import visible_gpus
+    """GPU ids the workers share: see ``nbworkers.magics.launch.gpus.visible_gpus``."""
+    from nbworkers.magics.launch.gpus import visible_gpus
 
     return visible_gpus(environ)
 

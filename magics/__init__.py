@@ -6,15 +6,15 @@ imports this package and must start fast. Nothing here imports TensorFlow.
 
 
 def load_ipython_extension(ipython) -> None:
-    from .magic import WorkerMagics
-    from .settings import configure
+    from nbworkers.magics.notebook.magic import WorkerMagics
+    from nbworkers.magics.settings import configure
 
     configure(ipython.config)
     ipython.register_magics(WorkerMagics)
-    from .leftovers import scan_at_load
+    from nbworkers.magics.rundir.leftovers import scan_at_load
 
     scan_at_load()  # reap what kernels that died left behind (in the background)
-    from .backends.zygotes import zygotes
+    from nbworkers.magics.backends.zygotes import zygotes
 
     try:
         zygotes().prewarm()  # the zygote imports TensorFlow now, in its own process (settings: zygote_prewarm)

@@ -11,7 +11,7 @@ from pathlib import Path
 from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
-from nbworkers.distlib import env_settings
+from nbworkers.protocol import env_settings
 
 
 class WorkerSettings(Configurable):
@@ -79,7 +79,7 @@ class WorkerSettings(Configurable):
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
     widget_chart_points = Int(300, help="Points per worker and metric the widget's charts keep (older history is "
                               "merged by step).").tag(config=True)
-    # sessions (issue 16, magics/session.py): %%worker --session NAME
+    # sessions (issue 16, magics/sessions/session.py): %%worker --session NAME
     session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
                                "cell raised, before their collectives are aborted.").tag(config=True)
     session_abort_grace = Float(5.0, help="Seconds workers get to end a cell after an abort (or a Stop) before the "
@@ -116,7 +116,7 @@ class WorkerSettings(Configurable):
     max_workers = Int(64, help="Largest -n (plus --ps/--chief/--evaluator tasks) a %%worker run may ask for.").tag(
         config=True)
 
-    # The defaults environment variables give (distlib/env_settings.py: a bad value warns and uses the default)
+    # The defaults environment variables give (protocol/env_settings.py: a bad value warns and uses the default)
     @default("zygote")
     def _default_zygote(self) -> bool:
         return env_settings.ZYGOTE.get()

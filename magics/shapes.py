@@ -2,18 +2,18 @@
 
 ``ClusterSnapshot`` / ``WorkerSnapshot`` are the one shape of a run, whoever holds it:
 
-- ``ClusterState.snapshot()`` (magics/state.py) makes it: the live views, the widget and ``%workers`` read it;
+- ``ClusterState.snapshot()`` (magics/run/core/state.py) makes it: the live views, the widget and ``%workers`` read it;
 - the supervisor writes it to ``state.json`` with the process fields (``hostname`` .. ``run_id``), without the
   metric ``history`` and with metrics encoded as strict JSON (``wire.encode_metrics``);
 - ``run_listing.describe(full=True)`` adds the liveness fields read from outside the kernel (the REST API's
   ``GET /clusters/<name>``), ``%workers attach`` adds ``attached``; the REST API adds ``*_iso`` times beside
-  the Unix ones (magics/rest_fields.py).
+  the Unix ones (magics/rundir/rest_fields.py).
 
 Fields only some of those carry are ``NotRequired``; every consumer reads them with ``.get``. Statuses are the
-string values of ``magics/statuses.py``. ``RunRow`` is the short row of a listing (``describe(full=False)``).
+string values of ``magics/run/core/statuses.py``. ``RunRow`` is the short row of a listing (``describe(full=False)``).
 
 ``Backend`` / ``WorkerHandle`` are what the supervisor needs of a backend (``backends/local.py``,
-``backends/ray_backend.py``) and of one launched worker. Imports nothing of nbworkers at run time.
+``magics/backends/ray/backend.py``) and of one launched worker. Imports nothing of nbworkers at run time.
 
 No ``from __future__ import annotations`` here: TypedDict reads ``NotRequired`` from evaluated annotations only
 (``ClusterSnapshot.__optional_keys__``).
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 if TYPE_CHECKING:
-    from .backends.local import Placement
+    from nbworkers.magics.backends.local import Placement
 
 
 class RestartEntry(TypedDict, total=False):
@@ -31,7 +31,7 @@ class RestartEntry(TypedDict, total=False):
 
     generation: int
     cause: str
-    kind: str  # the WorkerFailure class (magics/failures.py)
+    kind: str  # the WorkerFailure class (magics/run/core/failures.py)
     worker: int | None
     time: float  # Unix time of the restart
     resumed_from: dict[str, int | None] | None  # epoch, step of the first progress after it (None until then)
@@ -95,7 +95,7 @@ class ClusterSnapshot(TypedDict):
     attached: NotRequired[bool]
     output_echoed: NotRequired[bool]  # summary.ECHOED_KEY: a blocking wait wrote the output into the cell
     error_below: NotRequired[bool]  # run_errors.ERROR_BELOW_KEY: the traceback is raised below the summary
-    session: NotRequired[dict[str, Any]]  # %%worker --session: its cells, idle/busy (magics/session.py)
+    session: NotRequired[dict[str, Any]]  # %%worker --session: its cells, idle/busy (magics/sessions/session.py)
     started_iso: NotRequired[str]
     ended_iso: NotRequired[str]
 

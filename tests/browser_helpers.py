@@ -56,7 +56,7 @@ class FakeCluster:
         run_dir: str = "/tmp/nbworkers-fake",
         interval: float = 0.25,
     ):
-        from nbworkers.magics.state import ClusterState, WorkerState
+        from nbworkers.magics.run.core.state import ClusterState, WorkerState
 
         self.name = name
         self.epochs, self.steps, self.step_time = epochs, steps, step_time
@@ -94,7 +94,7 @@ class FakeCluster:
         self._restart.set()
 
     def show(self, view_factory=None):
-        from nbworkers.magics.widget import ClusterWidgetView
+        from nbworkers.magics.views.widget import ClusterWidgetView
 
         view = (view_factory or ClusterWidgetView)(self)
         self.views.append(view)

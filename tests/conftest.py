@@ -14,7 +14,7 @@ from nbworkers.kernel_driver import (  # noqa: F401 (tests import CellResult and
     wait_until,
 )
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
-from nbworkers.magics.strays import kill_strays, processes_under
+from nbworkers.procs.strays import kill_strays, processes_under
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)

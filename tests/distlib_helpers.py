@@ -1,7 +1,7 @@
 """Run real 2-worker TensorFlow clusters for the distlib tests (no %%worker magic involved).
 
 Each worker is a fresh interpreter running the real worker bootstrap (``python -m
-nbworkers.distlib.bootstrap``) with its own TF_CONFIG on free localhost ports, the relay variables pointing
+nbworkers.distlib.worker.bootstrap``) with its own TF_CONFIG on free localhost ports, the relay variables pointing
 at a ``RelayReceiver`` in the test process, and its own session; the process groups are killed at the end.
 Worker scripts print ``RESULT <json>`` lines that the tests read.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.distlib import wire
-from nbworkers.magics.ports import pick_free_ports as free_ports
-from nbworkers.magics.relay import Message, RelayReceiver
+from nbworkers.magics.launch.ports import pick_free_ports as free_ports
+from nbworkers.magics.run.relay import Message, RelayReceiver
+from nbworkers.protocol import wire
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN_PYTHON = sys.executable
@@ -134,7 +134,7 @@ def run_cluster(
             with open(logs[index], "w") as log:
                 processes.append(
                     subprocess.Popen(
-                        [str(python), "-m", "nbworkers.distlib.bootstrap"],
+                        [str(python), "-m", "nbworkers.distlib.worker.bootstrap"],
                         env=worker_env,
                         cwd=workdir,
                         stdout=log,

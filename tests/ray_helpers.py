@@ -21,10 +21,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import wait_until
 
-from nbworkers.magics.backends.ray_backend import ACTOR_PROCESS_TITLE
+from nbworkers.magics.backends.ray.backend import ACTOR_PROCESS_TITLE
 
 RAY_INSTALLED = importlib.util.find_spec("ray") is not None
 NO_RAY = 'Ray is not installed: pip install "nbworkers[ray]" (the ray extra) to run the Ray backend tests'

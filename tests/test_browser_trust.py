@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import SLEEP, worker_cell  # noqa: E402
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     cell_executed,
@@ -25,6 +24,7 @@ from browser_helpers import (  # noqa: E402
     wait_widget_status,
     write_notebook,
 )
+from cells import SLEEP, worker_cell  # noqa: E402
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_MS = 120_000

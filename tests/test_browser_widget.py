@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     card_statuses,
-    cell_running,
     cell_executed,
+    cell_running,
     chart_lines,
     chart_pixels,
     chart_points,

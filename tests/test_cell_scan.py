@@ -1,4 +1,4 @@
-"""The one scan of what a cell uses (magics/cell_scan.py): made once in the kernel, read by the roles check,
+"""The one scan of what a cell uses (protocol/cell_scan.py): made once in the kernel, read by the roles check,
 the zygotes and the workers' early collectives. No TensorFlow, no processes."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import builtins
 from argparse import Namespace
 
-from nbworkers.distlib import collective_startup, wire
-from nbworkers.magics import cell_scan, roles
+from nbworkers.distlib.worker import collective_startup
 from nbworkers.magics.backends import run_env, zygotes
-from nbworkers.magics.launch import build_spec
+from nbworkers.magics.launch import roles
+from nbworkers.magics.launch.parse import build_spec
+from nbworkers.protocol import cell_scan, wire
 
 
 def test_one_scan_answers_every_question(tmp_path):

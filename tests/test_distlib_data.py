@@ -20,7 +20,8 @@ from distlib_helpers import CLUSTER_TIMEOUT_S, run_cluster  # noqa: E402
 DATA_CELL = """
 import json, types
 from nbworkers import distlib
-from nbworkers.distlib import collectives, mwms_patch
+from nbworkers.distlib import collectives
+from nbworkers.distlib.compat import mwms_patch
 import tensorflow as tf
 
 info = distlib.task()

@@ -17,8 +17,11 @@ import types
 
 import pytest
 
-from nbworkers.distlib import cluster, collectives, dirs, import_hooks, keras_compat, leader_wait, reporting, wire
-from nbworkers.magics.relay import RelayReceiver
+from nbworkers.distlib import cluster, collectives, dirs, reporting
+from nbworkers.distlib.compat import import_hooks, keras_compat
+from nbworkers.distlib.worker import leader_wait
+from nbworkers.magics.run.relay import RelayReceiver
+from nbworkers.protocol import wire
 
 SUBPROCESS_TIMEOUT_S = 60
 
@@ -38,7 +41,7 @@ def test_import_and_startup_hook_do_not_import_tensorflow():
         """
         import sys
         import nbworkers.distlib as distlib
-        from nbworkers.distlib import startup
+        from nbworkers.distlib.worker import startup
         startup.before_user_code()
         distlib.task(); distlib.is_chief(); distlib.report(loss=1.0); distlib.ReportCallback()
         [getattr(distlib, name) for name in distlib.__all__]  # every public name loads without TensorFlow
@@ -274,7 +277,7 @@ def test_fit_error_message_names_both_fixes():
 
 
 def test_early_collectives_only_for_cells_that_use_a_multi_worker_strategy(tmp_path):
-    from nbworkers.distlib import collective_startup
+    from nbworkers.distlib.worker import collective_startup
 
     info = cluster.task(tf_config(TWO_WORKERS))
     cell = tmp_path / "cell.py"

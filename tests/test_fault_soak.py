@@ -16,7 +16,6 @@ import signal
 import time
 
 import psutil
-
 from cells import CUSTOM_LOOP_STEP
 from conftest import processes_of_run_root, wait_until
 from test_fault_tolerance import assert_same_final_weights, snapshot, worker_log

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cells import CUSTOM_LOOP_STEP
 from conftest import processes_of_run_root, wait_until
 
@@ -504,7 +503,7 @@ def test_tf_keras_fit_with_checkpoint_dir_saves_on_sigterm_and_resumes(kernel, r
 
 
 def test_preemption_saving_is_on_only_for_cluster_workers_and_can_be_turned_off(monkeypatch):
-    from nbworkers.distlib import preemption
+    from nbworkers.distlib.worker import preemption
 
     tf_config = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}'
     monkeypatch.delenv("TF_CONFIG", raising=False)

@@ -1,4 +1,4 @@
-"""The registry of private TensorFlow / Keras symbols (``distlib/internals.py``) against the installed packages.
+"""The registry of private TensorFlow / Keras symbols (``distlib/compat/internals.py``) against the installed packages.
 
 One fast test per symbol (TensorFlow, Keras 3 and tf_keras are imported in this test process), plus checks
 that the registry stays honest: every entry is used by the module it names, every private module distlib
@@ -16,10 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.distlib import internals
+from nbworkers.distlib.compat import internals
 
 REPO = Path(__file__).resolve().parents[1]
 DISTLIB = REPO / "distlib"
+
+
+def _module_path(stem: str) -> Path:
+    """distlib's module of a registry group (groups are named after the module that patches: ``zygote``, ...)."""
+    stem = {"session_worker": "session"}.get(stem, stem)
+    found = [p for p in DISTLIB.rglob(f"{stem}.py")]
+    assert len(found) == 1, (stem, found)
+    return found[0]
+
+
+def _module_stem(path: Path) -> str:
+    return {"session": "session_worker"}.get(path.stem, path.stem)
 TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"  # `make estimator-env`: TensorFlow 2.15 + tf.estimator
 PRIVATE_MODULE = r"(?:tensorflow\.(?:python|core|compiler)|keras\.src|tf_keras\.src|tensorflow_estimator\.python)[\w.]*"
 PRIVATE_IMPORT = re.compile(rf"(?:from|import)\s+({PRIVATE_MODULE})|[\"']({PRIVATE_MODULE})[\"']")
@@ -52,7 +64,7 @@ def test_symbols_of_the_tensorflow_215_environment_are_present_there():
     """The entries checked on TensorFlow 2.15 (tf.estimator, and everything else distlib patches there too)."""
     names = [e.name for e in internals.REGISTRY if "2.15" in e.checked]
     assert any(name.startswith("tensorflow_estimator") for name in names)
-    code = ("from nbworkers.distlib import internals\n"
+    code = ("from nbworkers.distlib.compat import internals\n"
             f"gone = [(e.name, internals.problem(e)) for e in internals.REGISTRY if e.name in {names!r}]\n"
             "print([g for g in gone if g[1] is not None])")
     out = subprocess.run([str(TF215_PYTHON), "-c", code], capture_output=True, text=True, timeout=300)
@@ -62,19 +74,19 @@ def test_symbols_of_the_tensorflow_215_environment_are_present_there():
 @pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
 def test_entry_is_documented_and_used_by_its_module(entry):
     assert entry.why and entry.checked and entry.kind in ("attribute", "instance")
-    source = (DISTLIB / f"{entry.group.split('.')[0]}.py").read_text()
+    source = _module_path(entry.group.split('.')[0]).read_text()
     assert entry.attribute.split(".")[-1] in source, f"{entry.group}.py does not use {entry.attribute}: stale entry?"
 
 
 def test_every_private_module_distlib_imports_is_registered():
     registered = {e.module for e in internals.REGISTRY}
-    for path in sorted(DISTLIB.glob("*.py")):
+    for path in sorted(DISTLIB.rglob("*.py")):
         if path.name == "internals.py":
             continue
         for module in (a or b for a, b in PRIVATE_IMPORT.findall(path.read_text())):
             parents = {module.rsplit(".", n)[0] for n in range(module.count(".") + 1)}
             assert registered & (parents | {m for m in registered if m.startswith(module + ".")}), (
-                f"{path.name} imports the private module {module}: register what it touches in distlib/internals.py")
+                f"{path.name} imports the private module {module}: register what it touches in distlib/compat/internals.py")
 
 
 def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
@@ -93,8 +105,8 @@ def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
 
 
 def test_importing_the_registry_and_the_fix_does_not_import_tensorflow():
-    code = ("import sys; import nbworkers.distlib.internals, nbworkers.distlib.keras3_mwms, nbworkers.distlib.startup;"
-            " from nbworkers.distlib import keras_compat; keras_compat.install_fit_guard();"
+    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
+            " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
             " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -122,7 +134,7 @@ def _private_names_used(tree: ast.AST) -> set[str]:
 def _names_defined_by_nbworkers() -> set[str]:
     """Functions, classes, module-level names and attributes nbworkers' own classes set (not upstream's)."""
     defined = set()
-    for path in [*DISTLIB.glob("*.py"), *(REPO / "magics").rglob("*.py")]:
+    for path in [*DISTLIB.rglob("*.py"), *(REPO / "magics").rglob("*.py"), *(REPO / "protocol").rglob("*.py")]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -140,12 +152,12 @@ def test_every_private_upstream_symbol_distlib_touches_is_registered_for_its_mod
     so that X checks it before patching and this file tests it."""
     ours = _names_defined_by_nbworkers() | NOT_UPSTREAM
     unregistered = {}
-    for path in sorted(DISTLIB.glob("*.py")):
-        registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY if e.group.split(".")[0] == path.stem}
+    for path in sorted(DISTLIB.rglob("*.py")):
+        registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY if e.group.split(".")[0] == _module_stem(path)}
         names = _private_names_used(ast.parse(path.read_text())) - ours - registered
         if names:
             unregistered[path.name] = sorted(names)
-    assert not unregistered, f"register these in distlib/internals.py (module: names): {unregistered}"
+    assert not unregistered, f"register these in distlib/compat/internals.py (module: names): {unregistered}"
 
 
 def test_the_check_finds_an_unregistered_private_symbol():
@@ -159,13 +171,13 @@ def test_every_patch_checks_its_symbols_before_installing():
         module = group.split(".")[0]
         if module == "reporting":  # implements tf_keras's callback protocol; patches nothing
             continue
-        source = (DISTLIB / f"{module}.py").read_text()
+        source = _module_path(module).read_text()
         assert re.search(rf"internals\.(available|missing)\(\s*(group=)?\"{re.escape(group)}\"", source), (
             f"{module}.py never checks the group {group!r} before using it")
 
 
 def test_wrap_once_wraps_with_wrapt_and_never_twice():
-    from nbworkers.distlib.import_hooks import wrap_once
+    from nbworkers.distlib.compat.import_hooks import wrap_once
 
     class Upstream:
         def method(self, x, y=1):
@@ -184,8 +196,9 @@ def test_wrap_once_wraps_with_wrapt_and_never_twice():
 
 
 def test_log_texts_the_kernel_classifies_by_live_in_one_place():
-    from nbworkers.distlib import tf_messages
-    from nbworkers.magics import failures, ports
+    from nbworkers.magics.launch import ports
+    from nbworkers.magics.run.core import failures
+    from nbworkers.protocol import tf_messages
 
     assert failures.PEER_LOST_MARKERS is tf_messages.PEER_LOST_MARKERS
     assert ports.PORT_TAKEN_MARKERS is tf_messages.PORT_TAKEN_MARKERS

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from nbworkers.distlib import keras3_mwms
+from nbworkers.distlib.compat import keras3_mwms
 
 FIXED_TRAINER = '''
 class TensorFlowTrainer:
@@ -77,7 +77,7 @@ def test_patches_a_trainer_with_the_bug(tmp_path, fresh_state):
 
 
 def test_stays_off_with_one_warning_when_an_internal_is_gone(tmp_path, fresh_state, monkeypatch, capsys):
-    from nbworkers.distlib import internals
+    from nbworkers.distlib.compat import internals
 
     gone = internals.Internal(keras3_mwms.TRAINER_MODULE, "reduce_per_replica", "keras3_mwms", "test", "keras 3.15.1",
                               internals.TF72388)

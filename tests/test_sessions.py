@@ -9,7 +9,6 @@ import signal
 import sys
 
 import pytest
-
 from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -179,8 +178,8 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
 
 HOSTILE = """
 import base64, pickle, threading, time
-from nbworkers.distlib import wire
-from nbworkers.magics.session_pull import PullError
+from nbworkers.protocol import wire
+from nbworkers.magics.sessions.pull import PullError
 session = nbworkers.session("train")
 MARK = {mark!r}
 

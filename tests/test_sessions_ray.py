@@ -10,7 +10,6 @@ import sys
 
 import psutil
 import pytest
-
 from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
 from ray_helpers import ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, WORKERS_UP_TIMEOUT, running_cluster
 from test_sessions import BUILD as LOCAL_BUILD
@@ -27,8 +26,8 @@ print("TRAINED", len(history.history["loss"]), "BUILT", built_in_cell)
 """
 STRANGER = """
 import time, zmq
-from nbworkers.distlib import wire
-from nbworkers.magics.relay_curve import client_keypair
+from nbworkers.protocol import wire
+from nbworkers.magics.run.relay_curve import client_keypair
 session = nbworkers.session("rs")
 channel = session._channel
 peers, refused = dict(channel._peers), channel.curve.keys.refused

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import zmq
 
-from nbworkers.distlib import session_values, session_wire, wire
-from nbworkers.magics.session_channel import CommandChannel
-from nbworkers.magics.session_pull import PullError, PullRequest, decode, read_npy
+from nbworkers.magics.sessions.channel import CommandChannel
+from nbworkers.magics.sessions.pull import PullError, PullRequest, decode, read_npy
+from nbworkers.protocol import session_values, session_wire, wire
 
 
 def test_commands_verify_only_with_the_right_key_and_untouched():
@@ -125,9 +125,9 @@ def test_the_decoder_refuses_pickles_and_malformed_replies():
 
 
 def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_failure(tmp_path):
-    from nbworkers.magics.session import Session
+    from nbworkers.magics.launch.spec import LaunchSpec
+    from nbworkers.magics.sessions.session import Session
     from nbworkers.magics.settings import WorkerSettings
-    from nbworkers.magics.spec import LaunchSpec
 
     config = WorkerSettings(run_root=str(tmp_path / "runs"))
     spec = LaunchSpec(code="x = 1", workers=2, name="plain", python=sys.executable, cwd=str(tmp_path))
@@ -158,10 +158,10 @@ def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_fai
 
 
 def test_output_goes_to_the_cell_that_printed_it_even_when_a_marker_is_split(tmp_path):
-    from nbworkers.magics.session import Session
-    from nbworkers.magics.session_cell import SessionCell
+    from nbworkers.magics.launch.spec import LaunchSpec
+    from nbworkers.magics.sessions.cell import SessionCell
+    from nbworkers.magics.sessions.session import Session
     from nbworkers.magics.settings import WorkerSettings
-    from nbworkers.magics.spec import LaunchSpec
 
     session = Session(LaunchSpec(code="x = 1", workers=2, name="route", python=sys.executable, cwd=str(tmp_path)),
                       WorkerSettings(run_root=str(tmp_path / "runs")))
@@ -180,9 +180,9 @@ STUCK = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # as
 
 
 def test_a_cell_that_ignores_stop_restarts_the_processes_and_says_the_state_is_gone(tmp_path):
-    from nbworkers.magics.session import Session
+    from nbworkers.magics.launch.spec import LaunchSpec
+    from nbworkers.magics.sessions.session import Session
     from nbworkers.magics.settings import WorkerSettings
-    from nbworkers.magics.spec import LaunchSpec
 
     config = WorkerSettings(run_root=str(tmp_path / "runs"), session_pause_wait=0.2,
                             session_interrupt_grace=60.0)

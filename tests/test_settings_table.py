@@ -1,4 +1,4 @@
-"""The settings tables: every NBWORKERS_* variable declared once (distlib/env_settings.py), parsed the same way
+"""The settings tables: every NBWORKERS_* variable declared once (protocol/env_settings.py), parsed the same way
 everywhere (a bad value warns and the default applies, never a crash), the README's table generated from it, and
 every kernel-side setting (magics/settings.py) both declared and read."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.distlib import env_settings
-from nbworkers.distlib.env_settings import EnvSettingWarning
 from nbworkers.magics.settings import WorkerSettings
+from nbworkers.protocol import env_settings
+from nbworkers.protocol.env_settings import EnvSettingWarning
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FOLDERS = ("extension", "magics", "distlib", "kernelspec")
+CODE_FOLDERS = ("extension", "protocol", "procs", "host", "magics", "distlib", "kernelspec")
 ENV_NAME = re.compile(r"NBWORKERS_[A-Z0-9_]*[A-Z0-9]")
 BAD_VALUES = {
     env_settings.SECONDS: ["soon", "-1", "nan"],
@@ -77,7 +77,7 @@ def test_every_variable_the_code_names_is_declared():
         for name in ENV_NAME.findall(path.read_text(encoding="utf-8")):
             if name not in declared:
                 undeclared.setdefault(name, path.relative_to(ROOT).as_posix())
-    assert not undeclared, f"declare these in distlib/env_settings.py: {undeclared}"
+    assert not undeclared, f"declare these in protocol/env_settings.py: {undeclared}"
 
 
 def test_no_module_spells_a_variable_name_itself():
@@ -116,8 +116,10 @@ def test_good_values_parse(setting, text, value):
 
 
 def test_the_modules_read_their_variables_through_the_table(monkeypatch):
-    from nbworkers.distlib import collective_startup, data, keras3_mwms, leader_wait, preemption, worker_facts
-    from nbworkers.magics.backends import host
+    from nbworkers.distlib import data
+    from nbworkers.distlib.compat import keras3_mwms
+    from nbworkers.distlib.worker import collective_startup, leader_wait, preemption, worker_facts
+    from nbworkers.host import worker_host as host
 
     monkeypatch.setenv("NBWORKERS_FACTS_TIMEOUT", "not-a-number")  # crashed the worker before the table
     with pytest.warns(EnvSettingWarning, match="NBWORKERS_FACTS_TIMEOUT"):
@@ -148,7 +150,7 @@ def test_kernel_settings_take_their_defaults_from_the_table(monkeypatch, tmp_pat
 def test_every_kernel_setting_is_read_somewhere():
     """A setting declared and never read (``failure_grace`` was) does nothing; one read and never declared
     (``widget_chart_points`` was) cannot be set."""
-    text = "\n".join(path.read_text(encoding="utf-8") for folder in ("extension", "magics")
+    text = "\n".join(path.read_text(encoding="utf-8") for folder in ("extension", "magics", "host", "procs")
                      for path in (ROOT / folder).rglob("*.py") if path.name != "settings.py")
     traits = WorkerSettings.class_trait_names(config=True)
     unread = [name for name in traits if not re.search(rf"(\.{name}\b|[\"']{name}[\"'])", text)]
@@ -159,14 +161,15 @@ def test_every_kernel_setting_is_read_somewhere():
 
 
 def test_one_preemption_exit_code():
-    from nbworkers.distlib import preemption, wire
-    from nbworkers.magics import failures
+    from nbworkers.distlib.worker import preemption
+    from nbworkers.magics.run.core import failures
+    from nbworkers.protocol import wire
 
     assert preemption.PREEMPTION_EXIT_CODE == wire.PREEMPTION_EXIT_CODE
     assert failures.PREEMPTION_EXIT_CODES == (wire.PREEMPTION_EXIT_CODE,)
 
 
 def test_the_table_imports_no_tensorflow():
-    code = "import sys, nbworkers.distlib.env_settings, nbworkers.magics.settings; print('tensorflow' in sys.modules)"
+    code = "import sys, nbworkers.protocol.env_settings, nbworkers.magics.settings; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.magics import shapes, summary
-from nbworkers.magics.logtail import LogTail
-from nbworkers.magics.run_listing import describe, list_runs
-from nbworkers.magics.rundir import read_state, write_state
-from nbworkers.magics.state import ClusterState, WorkerState
-from nbworkers.magics.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics import shapes
+from nbworkers.magics.run.core.logtail import LogTail
+from nbworkers.magics.run.core.state import ClusterState, WorkerState
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.rundir.layout import read_state, write_state
+from nbworkers.magics.rundir.listing import describe, list_runs
+from nbworkers.magics.views import summary
 
 
 def _declared(typed_dict) -> set[str]:
@@ -64,7 +65,7 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     assert [row["name"] for row in rows] == ["run"]
     assert set(rows[0]) == _declared(shapes.RunRow)
 
-    from nbworkers.magics.attach import AttachedCluster
+    from nbworkers.magics.notebook.attach import AttachedCluster
 
     attached = AttachedCluster(run_dir).snapshot()
     assert set(attached) <= _declared(shapes.ClusterSnapshot) and attached["attached"] is True
@@ -92,7 +93,7 @@ def _members(protocol) -> set[str]:
 
 def test_the_backends_and_views_have_what_the_protocols_declare():
     from nbworkers.magics.backends.local import LocalBackend, WorkerProcess
-    from nbworkers.magics.view import TextView
+    from nbworkers.magics.views.view import TextView
 
     for cls, protocol in ((LocalBackend, shapes.Backend), (TextView, shapes.View)):
         missing = {name for name in _members(protocol) if not hasattr(cls, name)}

@@ -1,17 +1,18 @@
-"""The supervisor core (magics/supervisor.py) driven by events and a fake clock: no processes, no TensorFlow,
+"""The supervisor core (magics/run/core/supervisor.py) driven by events and a fake clock: no processes, no TensorFlow,
 no threads. Each test checks the decisions (actions), the status sequence of the run and its workers' statuses."""
 
 from __future__ import annotations
 
 import signal
 
-from nbworkers.magics import events as ev
-from nbworkers.magics import roles
-from nbworkers.magics.failures import UserRestart
-from nbworkers.magics.restart_policy import RestartPolicy
-from nbworkers.magics.state import ClusterState, WorkerState
-from nbworkers.magics.statuses import ClusterStatus as C, WorkerStatus as W
-from nbworkers.magics.supervisor import Supervisor, Timings
+from nbworkers.magics.launch import roles
+from nbworkers.magics.run.core import events as ev
+from nbworkers.magics.run.core.failures import UserRestart
+from nbworkers.magics.run.core.restart_policy import RestartPolicy
+from nbworkers.magics.run.core.state import ClusterState, WorkerState
+from nbworkers.magics.run.core.statuses import ClusterStatus as C
+from nbworkers.magics.run.core.statuses import WorkerStatus as W
+from nbworkers.magics.run.core.supervisor import Supervisor, Timings
 
 PORT_TAKEN_LOG = "E grpc_server_lib Could not start gRPC server"
 RAISED_LOG = "Traceback (most recent call last):\n  File \"cell.py\", line 3\nValueError: shapes differ"

@@ -1,14 +1,23 @@
-"""The restart policy alone (magics/restart_policy.py): every rule, without processes or a clock."""
+"""The restart policy alone (magics/run/core/restart_policy.py): every rule, without processes or a clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from nbworkers.magics.failures import (
-    GroupStalled, PeerLost, PortCollision, RelaunchFailed, RestartsExhausted, RunTimedOut, UserRestart, WorkerCrashed,
-    WorkerPreempted, WorkerRaised, classify_exit,
+from nbworkers.magics.run.core.failures import (
+    GroupStalled,
+    PeerLost,
+    PortCollision,
+    RelaunchFailed,
+    RestartsExhausted,
+    RunTimedOut,
+    UserRestart,
+    WorkerCrashed,
+    WorkerPreempted,
+    WorkerRaised,
+    classify_exit,
 )
-from nbworkers.magics.restart_policy import Action, RestartPolicy
+from nbworkers.magics.run.core.restart_policy import Action, RestartPolicy
 
 
 def policy(max_restarts=3, port_retries=2, backoff=1.0, backoff_max=5.0) -> RestartPolicy:

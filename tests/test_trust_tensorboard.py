@@ -13,7 +13,6 @@ import urllib.request
 
 import psutil
 import pytest
-
 from cells import IMPORTS, KERAS_MODEL, worker_cell
 from conftest import wait_until
 
@@ -49,7 +48,7 @@ def tensorboard_processes(logdir) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
-            tied = any("nbworkers.magics.tied" in part for part in cmdline)  # its host: counted apart
+            tied = any("nbworkers.procs.tied" in part for part in cmdline)  # its host: counted apart
             if not tied and any("tensorboard.main" in part for part in cmdline) and str(logdir) in cmdline:
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc)

@@ -7,16 +7,16 @@ import io
 
 import pytest
 
-from nbworkers.magics import summary
-from nbworkers.magics.echo import WorkerEcho
-from nbworkers.magics.environment import cpp_log_level, worker_env
 from nbworkers.magics.errors import RunFailed
-from nbworkers.magics.help_cell import help_only_cell
-from nbworkers.magics.noise import NoiseFilter, is_noise
-from nbworkers.magics.rest_fields import shape
-from nbworkers.magics.run_errors import ERROR_BELOW_KEY, failure_message, mark_error_below, run_failure
-from nbworkers.magics.zygotes_listing import zygotes_text_html
-from nbworkers.magics.state import ClusterState, WorkerState
+from nbworkers.magics.launch.environment import cpp_log_level, worker_env
+from nbworkers.magics.notebook.help_cell import help_only_cell
+from nbworkers.magics.notebook.zygotes_listing import zygotes_text_html
+from nbworkers.magics.run.core.state import ClusterState, WorkerState
+from nbworkers.magics.run.failed import ERROR_BELOW_KEY, failure_message, mark_error_below, run_failure
+from nbworkers.magics.run.noise import NoiseFilter, is_noise
+from nbworkers.magics.rundir.rest_fields import shape
+from nbworkers.magics.views import summary
+from nbworkers.magics.views.echo import WorkerEcho
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "/runs/x/cell.py", line 7, in <module>',
              '    raise ValueError("bad")', "ValueError: bad"]
@@ -252,7 +252,7 @@ def test_saved_notebooks_drop_widget_views_of_runs_that_are_over():
 
 
 def test_a_final_summary_keeps_the_workers_last_lines_unless_a_wait_wrote_them():
-    from nbworkers.magics.summary import ECHOED_KEY
+    from nbworkers.magics.views.summary import ECHOED_KEY
 
     state = ClusterState(name="x", run_dir="/runs/x", workers=[WorkerState(index=0), WorkerState(index=1)])
     state.status = "finished"

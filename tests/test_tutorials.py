@@ -18,10 +18,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import kill_leftovers, processes_of_run_root, wait_until
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-
-from conftest import kill_leftovers, processes_of_run_root, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 TUTORIALS = REPO / "tutorials"
@@ -30,7 +29,7 @@ NOTEBOOK_TIMEOUT = 900  # seconds for one notebook on 2 shared cores (they take 
 CELL_TIMEOUT = 600  # seconds for one cell (a blocking wait for a training run)
 KERNEL_START_TIMEOUT = 120  # seconds for the kernel to start
 LEFTOVER_TIMEOUT = 20  # seconds for worker processes to be gone after the kernel shut down
-SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/summary.py render_summary_html)
+SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/views/summary.py render_summary_html)
 DEMO_TIMEOUT = 900  # seconds for `python -m nbworkers.demo`
 
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))

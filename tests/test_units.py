@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.distlib import wire
-from nbworkers.magics.gpus import GpuAssignmentError, assign_gpus, visible_gpus
-from nbworkers.magics.logtail import LogTail
-from nbworkers.magics.names import fresh_name, valid_name
-from nbworkers.magics.relay import RelayReceiver
-from nbworkers.magics.state import WorkerState
-from nbworkers.magics.tfconfig import plan_tasks, tf_configs
+from nbworkers.magics.launch.gpus import GpuAssignmentError, assign_gpus, visible_gpus
+from nbworkers.magics.launch.names import fresh_name, valid_name
+from nbworkers.magics.launch.tfconfig import plan_tasks, tf_configs
+from nbworkers.magics.run.core.logtail import LogTail
+from nbworkers.magics.run.core.state import WorkerState
+from nbworkers.magics.run.relay import RelayReceiver
+from nbworkers.protocol import wire
 
 
 def test_log_tail_collapses_progress_bars_and_stays_bounded():
@@ -109,7 +109,7 @@ def test_the_workers_signer_makes_what_jupyter_client_checks_and_never_imports_i
         check(tampered)
     with pytest.raises(ValueError, match="Signature"):
         check(wire.Signer(wire.new_key()).frames("log", content))
-    code = ("import sys\nfrom nbworkers.distlib import wire\n"
+    code = ("import sys\nfrom nbworkers.protocol import wire\n"
             "wire.Sender('tcp://127.0.0.1:9', 'aa', 0).send('log', lines=['x'])\n"
             "print('jupyter_client' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -16,10 +16,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import FakeCluster  # noqa: E402
 
-from nbworkers.magics import summary, widget  # noqa: E402
-from nbworkers.magics.state import ClusterState, WorkerState  # noqa: E402
-from nbworkers.magics.statuses import ClusterStatus, WorkerStatus  # noqa: E402
-from nbworkers.magics.widget import (  # noqa: E402
+from nbworkers.magics.run.core.state import ClusterState, WorkerState  # noqa: E402
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus  # noqa: E402
+from nbworkers.magics.views import summary, widget  # noqa: E402
+from nbworkers.magics.views.widget import (  # noqa: E402
     WIDGET_MIMETYPE,
     ClusterWidget,
     ClusterWidgetView,
@@ -30,7 +30,7 @@ from nbworkers.magics.widget import (  # noqa: E402
 )
 
 REPO = Path(__file__).resolve().parent.parent
-MAGICS = REPO / "magics"
+MAGICS = REPO / "magics" / "views"
 
 
 @pytest.fixture(autouse=True)
@@ -359,7 +359,7 @@ def test_the_widget_module_carries_the_vendored_chart_library():
 
 def test_the_vendored_files_and_license_are_package_data():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["nbworkers.magics"]
+    patterns = config["tool"]["setuptools"]["package-data"]["nbworkers.magics.views"]
     shipped = [p.relative_to(MAGICS).as_posix() for p in (MAGICS / "vendor-uplot").iterdir()]
     assert {f"vendor-uplot/{name}" for name in ("LICENSE", "uPlot.iife.min.js", "uPlot.min.css")} <= set(shipped)
     for path in shipped + [p.name for p in widget.ESM_PARTS + widget.CSS_PARTS if p.parent == MAGICS]:

@@ -9,7 +9,6 @@ import signal
 import time
 
 import pytest
-
 from cells import CHECKSUM, FIT, KERAS_TRAINING, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 
@@ -132,7 +131,7 @@ def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, 
     assert not kernel.run(SLEEP_CELL.format(name="forged")).error
     address = kernel.value("nbworkers.get_cluster('forged')._relay.address")
     key = kernel.value("nbworkers.get_cluster('forged')._key")
-    from nbworkers.distlib.wire import Sender
+    from nbworkers.protocol.wire import Sender
 
     forger = Sender(address, "00" * 32, worker=0)  # the wrong key
     forger.send("status", state="failed", detail="forged")

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import processes_of_run_root, wait_until
 
 from nbworkers.magics.backends import zygotes
-from nbworkers.magics.private_dirs import module_command
+from nbworkers.protocol.private_dirs import module_command
 
 ZYGOTE_READY_TIMEOUT = 120  # seconds for a zygote to import TensorFlow on a busy 2-core machine
 HOST_RUN_TIMEOUT = 180  # seconds for one host + worker run (a fallback spawn imports TensorFlow)
@@ -97,7 +96,7 @@ def test_key_is_the_import_time_environment_only(tmp_path):
 # A zygote in a subprocess; RUN_OP starts TensorFlow's runtime in it before it serves (what the guard must refuse).
 ZYGOTE_SCRIPT = textwrap.dedent("""
     import os, sys
-    from nbworkers.distlib import zygote
+    from nbworkers.distlib.worker import zygote
     z = zygote.Zygote(sys.argv[1])
     zygote.preload()
     assert zygote.fork_refusal() is None, zygote.fork_refusal()
@@ -115,9 +114,9 @@ def run_host(tmp_path: Path, socket_path: Path, name: str) -> tuple[int, str]:
     log = tmp_path / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBWORKERS_")}
     env.update({"NBWORKERS_CODE": str(cell), "NBWORKERS_CWD": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"})
-    command = [*module_command(sys.executable, "nbworkers.magics.backends.host", "--log", str(log), "--zygote",
+    command = [*module_command(sys.executable, "nbworkers.host.worker_host", "--log", str(log), "--zygote",
                                str(socket_path), "--zygote-timeout", "150"),
-               "--", *module_command(sys.executable, "nbworkers.distlib.bootstrap", unbuffered=True)]
+               "--", *module_command(sys.executable, "nbworkers.distlib.worker.bootstrap", unbuffered=True)]
     host = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, cwd=tmp_path, start_new_session=True)
     try:  # its stdin stays open (end of file would mean: the kernel died, stop the worker)
         code = host.wait(timeout=HOST_RUN_TIMEOUT)
@@ -181,9 +180,9 @@ def test_a_forked_worker_whose_host_is_killed_is_killed_by_the_zygote(tmp_path):
     log = tmp_path / "sleepy.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBWORKERS_")}
     env.update({"NBWORKERS_CODE": str(cell), "NBWORKERS_CWD": str(tmp_path)})
-    command = [*module_command(sys.executable, "nbworkers.magics.backends.host", "--log", str(log), "--zygote",
+    command = [*module_command(sys.executable, "nbworkers.host.worker_host", "--log", str(log), "--zygote",
                                str(socket_path)),
-               "--", *module_command(sys.executable, "nbworkers.distlib.bootstrap", unbuffered=True)]
+               "--", *module_command(sys.executable, "nbworkers.distlib.worker.bootstrap", unbuffered=True)]
     host = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, cwd=tmp_path, start_new_session=True)
     try:
         assert wait_until(lambda: "WORKER" in log.read_text() if log.exists() else False, ZYGOTE_READY_TIMEOUT)

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("extension", "magics", "distlib", "kernelspec")
+FOLDERS = ("extension", "protocol", "procs", "host", "magics", "distlib", "kernelspec")
 RUFF_PATHS = (*FOLDERS, "tools")
 PYFLAKES_PATHS = ("tests", "benchmarks")  # pyflakes rules only (undefined and unused names): not the package's style
 TREE = ROOT / "build" / "lint"
-SUBPACKAGES = {"magics": "magics", "distlib": "distlib", "kernelspec": "kernelspec"}  # nbworkers.<name> -> folder
+SUBPACKAGES = {name: name for name in FOLDERS if name != "extension"}  # nbworkers.<name> -> folder
 
 
 def _tool(name: str) -> str:

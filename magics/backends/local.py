@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..ownership import RUN_ID_ENV, RunMarker
-from ..process_kill import group_alive, kill_group, kill_groups
-from .host_command import host_command
+from nbworkers.host.command import host_command
+from nbworkers.procs.kill import group_alive, kill_group, kill_groups
+from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,15 @@ class LocalBackend:
 
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
         """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked)."""
-        from ..gpus import assign_gpus, visible_gpus
-        from ..ports import pick_free_ports
+        from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
+        from nbworkers.magics.launch.ports import pick_free_ports
 
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
         return [Placement(self.worker_host, port, gpus) for port, gpus in zip(pick_free_ports(len(tasks)), gpu_lists)]
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        from ..settings import settings
+        from nbworkers.magics.settings import settings
 
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(settings().run_root))
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
@@ -127,8 +127,8 @@ class LocalBackend:
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:
-        from ..settings import settings
-        from .zygotes import zygotes
+        from nbworkers.magics.backends.zygotes import zygotes
+        from nbworkers.magics.settings import settings
 
         socket_path, note = zygotes().socket_for(python, env, cwd)
         if note:

@@ -6,9 +6,8 @@ variables that differ from run to run or worker to worker; its forked children a
 
 from __future__ import annotations
 
-from nbworkers.distlib import session_wire, wire
-
-from ..ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
+from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
+from nbworkers.protocol import session_wire, wire
 
 # Variables that differ from run to run (or worker to worker): never part of a zygote's environment or key.
 PER_RUN_VARIABLES = frozenset({

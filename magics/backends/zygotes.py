@@ -1,6 +1,6 @@
 """The kernel's zygotes: one fork server per (interpreter, import-time environment), started on first use.
 
-A zygote (``nbworkers.distlib.zygote``) imports TensorFlow once and forks workers, so a cold ``%%worker -n N``
+A zygote (``nbworkers.distlib.worker.zygote``) imports TensorFlow once and forks workers, so a cold ``%%worker -n N``
 pays one import instead of N, and every later run, restart and session start pays a fork. ``LocalBackend``
 asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to the worker's host
 (``host --zygote``), which asks the zygote for the fork and supervises the child as it does a spawned worker.
@@ -8,7 +8,7 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
 - **Key**: the interpreter plus the variables that matter at ``import tensorflow`` / ``import keras``
   (``IMPORT_TIME_PREFIXES``, ``IMPORT_TIME_NAMES``: ``TF_USE_LEGACY_KERAS``, ``KERAS_*``, ``TF_*``, library paths,
   ``HOME``...). Everything else — ``TF_CONFIG``, ``--env`` values, ``CUDA_VISIBLE_DEVICES`` (read by CUDA only at
-  ``cuInit``, which the zygote never reaches: see ``distlib/zygote.py``), the relay, the cell — is applied in
+  ``cuInit``, which the zygote never reaches: see ``distlib/worker/zygote.py``), the relay, the cell — is applied in
   the child. A cell that changes its environment or calls ``use_tf_keras()`` before importing TensorFlow
   (``cell_scan.CHANGES_ENVIRONMENT``) is spawned: its import must see its own environment.
 - **Fallback to spawning**: ``settings().zygote = False`` (or ``$NBWORKERS_ZYGOTE=0``); the Ray backend (it
@@ -39,15 +39,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import cell_scan
-from ..cell_scan import CellScan
-from ..ownership import ZYGOTE_MARKER_ENV, RunMarker
-from ..private_dirs import module_command, runtime_dir
-from ..process_kill import kill_groups
-from ..settings import settings as current_settings
-from .run_env import base_env
+from nbworkers.magics.backends.run_env import base_env
+from nbworkers.magics.settings import settings as current_settings
+from nbworkers.procs.kill import kill_groups
+from nbworkers.procs.ownership import ZYGOTE_MARKER_ENV, RunMarker
+from nbworkers.protocol import cell_scan
+from nbworkers.protocol.cell_scan import CellScan
+from nbworkers.protocol.private_dirs import module_command, runtime_dir
 
-ZYGOTE_MODULE = "nbworkers.distlib.zygote"
+ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
 IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
                         "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
@@ -137,13 +137,14 @@ class ZygotePool:
         config = current_settings()
         if not config.zygote:
             return None, ""
-        from nbworkers.distlib import wire
+        from nbworkers.protocol import wire
 
         reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
             return None, f"spawned, not forked: {reason}"
         if not self._can_serve(python, config):
-            return None, "spawned, not forked: this interpreter has no nbworkers zygote (nbworkers.distlib.zygote)"
+            return None, ("spawned, not forked: this interpreter has no nbworkers zygote "
+                          "(nbworkers.distlib.worker.zygote)")
         key = zygote_key(python, env)
         launch = (key, env.get(wire.ENV_RUN_DIR, ""), env.get(wire.ENV_GENERATION, ""))
         with self._lock:
@@ -173,7 +174,7 @@ class ZygotePool:
         config = current_settings()
         if not (config.zygote and config.zygote_prewarm):
             return None
-        from ..environment import worker_env
+        from nbworkers.magics.launch.environment import worker_env
 
         env = worker_env(os.environ if environ is None else environ, {}, "", "", {})  # what a default run gets
         key = zygote_key(sys.executable, env)
@@ -191,7 +192,7 @@ class ZygotePool:
             try:
                 result = subprocess.run(
                     [python, "-c",
-                     "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.zygote"],
+                     "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.worker.zygote"],
                     capture_output=True, timeout=config.python_check_timeout, cwd=str(runtime_dir(ZYGOTE_DIR_NAME)),
                 )
                 self._checked[python] = result.returncode == 0

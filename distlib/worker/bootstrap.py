@@ -1,0 +1,135 @@
+"""The worker entry point: ``python -m nbworkers.distlib.worker.bootstrap`` runs one notebook cell as ``__main__``.
+
+The launcher hands it, through the environment (names in ``wire``): ``TF_CONFIG``, the relay's address and
+key, the worker's index and launch generation, the path of the cell's code, an optional file of pushed
+kernel variables, and the directory the cell runs in (put first on ``sys.path`` so that modules written with
+``%%writefile`` import as in the tutorials).
+
+``SIGUSR1`` dumps every thread's Python stack into the worker's log (the no-progress watchdog uses it).
+
+A worker forked from a zygote (``nbworkers.distlib.worker.zygote``) does not start here: the zygote imported
+``PRELOAD`` ahead, and its child takes the run's environment (``adopt_environment``) and calls ``main()``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import traceback
+import types
+
+from nbworkers.protocol import env_settings, wire
+
+# What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
+# environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
+# starts TensorFlow's eager context, a server, or opens a port.
+PRELOAD = (
+    "tensorflow",
+    "zmq",
+    "jupyter_client.session",
+    "nbworkers.distlib.worker.startup",
+    "nbworkers.distlib.compat.mwms_patch",
+    "nbworkers.distlib.worker.collective_startup",
+    "nbworkers.distlib.compat.keras_compat",
+    "nbworkers.distlib.reporting",
+)
+
+
+def load_pushed(path: str | None) -> dict:
+    """Variables the kernel pushed (``%%worker --push``). Kernel to worker only: the kernel never unpickles."""
+    if not path:
+        return {}
+    with open(path, "rb") as file:
+        return pickle.load(file)
+
+
+def run_startup_hook(name: str) -> None:
+    """``startup.before_user_code`` / ``after_user_code``: distlib's import hooks, last metrics, cleanup."""
+    from nbworkers.distlib.worker import startup
+
+    getattr(startup, name)()
+
+
+def print_user_traceback(code_path: str) -> str:
+    """Print the exception with the bootstrap's own frames cut off; return its last line."""
+    kind, error, tb = sys.exc_info()
+    while tb is not None and tb.tb_frame.f_code.co_filename != code_path:
+        tb = tb.tb_next
+    if tb is None and error is not None:
+        tb = error.__traceback__
+    lines = traceback.format_exception(kind, error, tb)
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
+    return lines[-1].strip()
+
+
+def main() -> int:
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    code_path = os.environ[wire.ENV_CODE]
+    cwd = os.environ.get(wire.ENV_CWD) or os.getcwd()
+    os.chdir(cwd)
+    sys.path.insert(0, cwd)
+    sys.argv = [code_path]
+    sender = wire.process_sender()
+
+    with open(code_path, encoding="utf-8") as file:
+        source = file.read()
+    module = types.ModuleType("__main__")
+    module.__file__ = code_path
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+
+    exit_code = 0
+    detail = ""
+    try:
+        run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
+        module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
+        if sender is not None:
+            sender.send("status", state="running")
+        from nbworkers.distlib.worker import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
+
+        if env_settings.SESSION.is_set():  # %%worker --session: serve cells (distlib/worker/session.py)
+            from nbworkers.distlib.worker import session as session_worker
+
+            exit_code = session_worker.main(module)
+        elif not roles.run_role():
+            exec(compile(source, code_path, "exec"), module.__dict__)
+    except SystemExit as stop:
+        exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        detail = print_user_traceback(code_path)
+        exit_code = 1
+    try:
+        run_startup_hook("after_user_code")
+    except Exception:
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if sender is not None:
+        sender.send("status", state="finished" if exit_code == 0 else "failed", detail=detail)
+        sender.close()
+    return exit_code
+
+
+def adopt_environment(env: dict[str, str]) -> None:
+    """Make ``os.environ`` (and the C library's environment TensorFlow reads) exactly ``env``."""
+    for name in list(os.environ):
+        if name not in env:
+            del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+if __name__ == "__main__":
+    code = main()
+    # TensorFlow's gRPC and collective threads can keep a finished worker from exiting; the cell is done and
+    # its output flushed, so leave now without waiting for them.
+    os._exit(code)

@@ -1,0 +1,162 @@
+"""Let the tutorials' order work: input pipeline first, MultiWorkerMirroredStrategy after.
+
+Upstream, collective ops can only be configured before TensorFlow's eager context starts; the first tensor
+or dataset starts it, so ``tf.distribute.MultiWorkerMirroredStrategy()`` after building a dataset raises
+``RuntimeError: Collective ops must be configured at program startup``, and enabling them late leaves the
+earlier tensors on a device that no longer exists (``/job:localhost/... unknown device``).
+
+Under ``%%worker`` every worker has a ``TF_CONFIG`` for a chief/worker cluster, so we know at startup what
+the strategy will need. ``arm()`` (run right after ``import tensorflow``) wraps the eager context's
+``ensure_initialized`` on the context object: when the first op starts the context, it first configures
+collective ops and the coordination service exactly as MultiWorkerMirroredStrategy does, with the config
+as it is at that moment (memory growth and visible devices set earlier by the cell are kept), then starts
+the context, which connects to the other workers. The strategy built later finds everything configured
+(``mwms_patch`` makes it skip starting a second server). The wrapper removes itself after the first call,
+so nothing is left on the op path; a cell that never runs a TensorFlow op pays nothing.
+
+Which cells get it (``NBWORKERS_EARLY_COLLECTIVES``): "auto" (default) arms it when the cell's code, or a
+``.py`` file next to it (the tutorials' ``%%writefile`` modules), mentions a multi-worker strategy or
+``distlib`` (the kernel's scan of the cell, ``protocol/cell_scan.py``); a cell that uses TensorFlow without one
+keeps running locally (with collectives armed, its first op would wait for every worker to connect, and hang
+if some worker never runs TensorFlow). "1" arms it always, "0" never.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import types
+from collections.abc import Mapping
+
+from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
+from nbworkers.distlib.worker import leader_wait
+from nbworkers.distlib.worker.status import send_status
+from nbworkers.protocol import env_settings
+
+ENV_EARLY_COLLECTIVES = env_settings.EARLY_COLLECTIVES.name
+
+_enabled_for: TaskInfo | None = None  # the cluster collective ops were enabled for, when we did it
+
+
+def enabled_for() -> TaskInfo | None:
+    """The task collective ops were configured for at context start by ``arm()``, or None."""
+    return _enabled_for
+
+
+def code_mentions_multi_worker(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the cell or a ``.py`` file in its directory mentions a multi-worker strategy: the kernel's scan
+    (``NBWORKERS_CELL_SCAN``, ``protocol/cell_scan.py``), else a scan of the cell file (``NBWORKERS_CODE``) with
+    the same code. True when there is neither (not started by the worker bootstrap)."""
+    from nbworkers.protocol import (
+        cell_scan,  # standard library only: no kernel machinery
+        wire,
+    )
+
+    env = os.environ if environ is None else environ
+    scan = cell_scan.from_env(env)
+    if scan is None and env.get(wire.ENV_CODE):
+        scan = cell_scan.scan_file(env[wire.ENV_CODE], env.get(wire.ENV_CWD) or os.getcwd())
+        if scan is None:  # the cell file is unreadable: its directory still counts
+            scan = cell_scan.scan("", env.get(wire.ENV_CWD) or os.getcwd())
+    return True if scan is None else scan.multi_worker
+
+
+def wanted(info: TaskInfo, environ: dict[str, str] | None = None) -> bool:
+    """Early collectives apply to a chief/worker cluster task (not ps / evaluator) whose code uses a
+    multi-worker strategy, unless NBWORKERS_EARLY_COLLECTIVES says otherwise."""
+    env = os.environ if environ is None else environ
+    setting = env_settings.EARLY_COLLECTIVES.get(env)  # "auto", "1" or "0"
+    if setting == "0":
+        return False
+    if not (info.in_cluster and info.type in TRAINING_JOBS and set(info.cluster) <= set(TRAINING_JOBS)):
+        return False
+    return setting == "1" or code_mentions_multi_worker(env)
+
+
+def _server_def_for_collectives(info: TaskInfo):
+    """What MultiWorkerMirroredStrategy would configure, from the context config as it is now."""
+    from tensorflow.core.protobuf import tensorflow_server_pb2
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+    from tensorflow.python.training import server_lib
+
+    ctx = context.context()
+    spec = multi_worker_util.normalize_cluster_spec(server_lib.ClusterSpec(info.cluster))
+    ctx.configure_collective_ops(
+        collective_leader=multi_worker_util.collective_leader(spec, info.type, info.index),
+        scoped_allocator_enabled_ops=("CollectiveReduce",),
+        device_filters=(f"/job:{info.type}/task:{info.index}",),
+    )
+    if ctx.coordination_service is None:
+        jobs = [
+            cars.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in TRAINING_JOBS
+            if job in spec.jobs
+        ]
+        ctx.configure_coordination_service(
+            service_type="standalone",
+            service_leader=multi_worker_util.coordination_leader(spec),
+            coordinated_jobs=jobs,
+        )
+    # CollectiveAllReduceExtended._update_config_proto only reads these four attributes in eager mode.
+    strategy_like = types.SimpleNamespace(
+        _communication_options=None, _cluster_spec=spec, _task_type=info.type, _task_id=info.index
+    )
+    session_config = cars.CollectiveAllReduceExtended._update_config_proto(strategy_like, copy.deepcopy(ctx.config))
+    return tensorflow_server_pb2.ServerDef(
+        cluster=spec.as_cluster_def(),
+        default_session_config=session_config,
+        job_name=info.type,
+        task_index=info.index,
+        protocol="grpc",
+        port=0,
+    )
+
+
+def arm(tensorflow_module: object = None) -> bool:
+    """Prepare collectives to be configured when the eager context starts. True when armed."""
+    try:
+        info = task()
+    except TFConfigError:
+        return False  # strategy() / task() will say what is wrong when the cell asks for them
+    if not wanted(info):
+        return False
+    from nbworkers.distlib.compat import internals
+
+    if not internals.available("collective_startup", "create the strategy before any TensorFlow op"):
+        return False
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    if getattr(ctx, "_context_handle", None) is not None or ctx.executing_eagerly() is False:
+        return False  # already started (or graph mode): the normal upstream rules apply
+    original = type(ctx).ensure_initialized
+
+    def ensure_initialized_then_disarm() -> None:
+        global _enabled_for
+        if ctx._context_handle is not None:  # started meanwhile by someone else
+            ctx.__dict__.pop("ensure_initialized", None)
+            return original(ctx)
+        with ctx._initialize_lock:
+            if ctx._context_handle is None and ctx._collective_ops_server_def is None and ctx._server_def is None:
+                try:
+                    server_def = _server_def_for_collectives(info)
+                except Exception as error:  # an internal API moved: fall back to upstream behaviour
+                    sys.stderr.write(f"nbworkers: could not set up collectives early ({error!r}); create the"
+                                     " strategy before any TensorFlow op.\n")
+                    server_def = None
+                if server_def is not None:
+                    ctx.enable_collective_ops(server_def)  # stored; applied by the start below
+                    _enabled_for = info
+        send_status("waiting", f"connecting to the {info.num_workers} workers")
+        leader_wait.wait_for_leader(info)
+        original(ctx)
+        ctx.__dict__.pop("ensure_initialized", None)
+        send_status("running")
+
+    # An attribute of this one context object, removed at its first call (not a wrapt wrapper of the class: the
+    # op path keeps no wrapper afterwards, and other contexts are never touched).
+    ctx.ensure_initialized = ensure_initialized_then_disarm
+    return True

@@ -1,0 +1,350 @@
+"""Save a checkpoint when a worker is asked to leave (SIGTERM), then leave so the whole group restarts.
+
+Built on ``tf.distribute.experimental.PreemptionCheckpointHandler`` (PCH): the worker that gets SIGTERM
+tells the others through TensorFlow's coordination service, every worker saves at the same step, then each
+exits with code 42 (PCH's restart code; the ``%%worker`` supervisor restarts the group on it and the
+restarted run resumes from that checkpoint).
+
+``distlib.fit(..., checkpoint_dir=)`` and ``TrainingCheckpoint.steps()`` use it on their own; nothing to do
+in the cell. What we add around PCH:
+
+- one PCH per process, made at the first training step and reused (its coordination-service keys cannot be
+  reset, so a second handler in the same cluster would be broken);
+- the save is ours (``save_fn``: ``TrainingCheckpoint.save`` with the epoch and the step reached), PCH only
+  picks the step; it never restores or writes anything itself;
+- SIGTERM is handled only while a training loop runs. Outside one it kills as usual. A second SIGTERM kills
+  at once. The signal is seen by a thread (``signal.set_wakeup_fd``), so a worker stuck in a collective
+  (a peer died) still reacts: when no training step finishes for ``NBWORKERS_PREEMPTION_WAIT`` seconds (or 3
+  step times, whichever is longer) it leaves without a save, killed by SIGTERM as it would have been
+  without us. ``NBWORKERS_PREEMPTION_SAVE_TIMEOUT`` caps the whole wait.
+- ``NBWORKERS_PREEMPTION``: ``auto`` (default: on for workers of a cluster), ``1`` (also without TF_CONFIG),
+  ``0`` (off: SIGTERM kills as usual).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from nbworkers.protocol import env_settings, wire
+
+ENV_PREEMPTION = env_settings.PREEMPTION.name
+ENV_STEP_WAIT = env_settings.PREEMPTION_WAIT.name
+ENV_SAVE_TIMEOUT = env_settings.PREEMPTION_SAVE_TIMEOUT.name
+DEFAULT_STEP_WAIT_S = env_settings.PREEMPTION_WAIT.default  # no step finished for this long after SIGTERM: no save
+DEFAULT_SAVE_TIMEOUT_S = env_settings.PREEMPTION_SAVE_TIMEOUT.default  # SIGTERM to exit, at most
+STEP_TIME_FACTOR = 3.0  # ... or this many times the average step time, when longer
+PREEMPTION_EXIT_CODE = wire.PREEMPTION_EXIT_CODE  # PCH's default; magics.failures.PREEMPTION_EXIT_CODES
+WATCH_INTERVAL_S = 0.1
+
+
+def enabled() -> bool:
+    setting = env_settings.PREEMPTION.get()  # "auto", "1" or "0"
+    if setting != "auto":
+        return setting == "1"
+    from nbworkers.distlib.cluster import task
+
+    try:
+        return task().in_cluster
+    except Exception:
+        return False
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"nbworkers: {message}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _die_by_sigterm() -> None:
+    """Leave now, killed by SIGTERM as without any handler (callable from any thread)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    try:
+        libc = ctypes.CDLL(None)
+        libc.signal(signal.SIGTERM, ctypes.c_void_p(0))  # SIG_DFL, below Python's own handler table
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    finally:
+        os._exit(128 + signal.SIGTERM)
+
+
+class _PreemptionExit(SystemExit):
+    """Raised in the training loop after the preemption checkpoint was saved."""
+
+
+class PreemptionSaver:
+    """The process's preemption handling; use ``saver()``, then ``with s.training(save_fn): ... s.step_done()``."""
+
+    def __init__(self) -> None:
+        self._handler: Any = None  # tf.distribute's PreemptionCheckpointHandler, made at the first training step
+        self._save_fn: Callable[[], object] | None = None
+        self._active = False
+        self._lock = threading.Lock()
+        self._term_at: float | None = None
+        self._terms = 0
+        self._last_step_at = time.monotonic()
+        self._step_time = 0.0
+        self._steps = 0
+        self._previous_handler: Any = None
+        self._wakeup_r: int | None = None
+        self._previous_wakeup = -1
+        self._wakeup_thread: threading.Thread | None = None
+        self.saves = 0
+        self.leaving = False  # saved and on the way out with code 42
+
+    # --------------------------------------------------------------------------- the training loop's side
+    def training(self, save_fn: Callable[[], object]) -> "_Training":
+        """A context in which SIGTERM saves through ``save_fn`` at the next ``step_done()`` and exits 42."""
+        return _Training(self, save_fn)
+
+    def _start(self, save_fn: Callable[[], object]) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False  # signal handlers can only be set from the main thread
+        try:
+            self._ensure_handler()
+        except Exception as error:  # no coordination service, unsupported platform...: train without it
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            _log(f"saving on SIGTERM is off: {type(error).__name__}: {first_line}")
+            return False
+        with self._lock:
+            self._save_fn = save_fn
+            self._active = True
+            self._last_step_at = time.monotonic()
+        self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm_in_main_thread)
+        self._install_wakeup()
+        return True
+
+    def _stop(self) -> None:
+        with self._lock:
+            self._active = False
+            self._save_fn = None
+            terminating = self._term_at is not None
+        if threading.current_thread() is threading.main_thread():
+            self._remove_wakeup()
+            signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
+        if terminating:  # asked to leave and the loop ended before the save step: leave now
+            _log("SIGTERM received; training ended before the checkpoint step: leaving")
+            _die_by_sigterm()
+
+    def step_done(self) -> None:
+        """Call after every training step, on every worker (they must call it equally often)."""
+        now = time.monotonic()
+        self._steps += 1
+        self._step_time += (now - self._last_step_at - self._step_time) / min(self._steps, 20)
+        self._last_step_at = now
+        if self._handler is not None and self._active:
+            self._handler.save_checkpoint_if_preempted()
+
+    # --------------------------------------------------------------------------- TensorFlow's handler
+    def _ensure_handler(self) -> None:
+        if self._handler is not None:
+            return
+        import tensorflow as tf
+
+        from nbworkers.distlib.compat import internals
+
+        gone = internals.missing("preemption")
+        if gone:  # the caller turns this into "saving on SIGTERM is off: ..."
+            raise RuntimeError("TensorFlow's PreemptionCheckpointHandler moved:\n" + internals.describe(gone))
+        from tensorflow.python.distribute.failure_handling import failure_handling
+
+        from nbworkers.distlib.cluster import task
+
+        resolver = None
+        if task().in_cluster:
+            from nbworkers.distlib.worker import worker_facts
+
+            if not worker_facts.coordination_service_available():
+                raise RuntimeError(
+                    "TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        # PCH never restores or saves for us: an empty checkpoint in a directory nobody writes to.
+        # (under this user's private runtime directory: another user cannot plant a checkpoint there; issue 15)
+        from nbworkers.protocol.private_dirs import runtime_dir
+
+        scratch = os.path.join(runtime_dir("nbworkers-pch"), f"{os.getpid()}-never-written")
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(), directory=scratch, max_to_keep=1)
+        config = tf.distribute.experimental.TerminationConfig(
+            exit_fn=self._exit_after_save, save_fn=self._save, grace_period=0,
+        )
+        previous = signal.getsignal(signal.SIGTERM)
+        try:
+            self._handler = failure_handling.PreemptionCheckpointHandler(resolver, manager, termination_config=config)
+        finally:
+            signal.signal(signal.SIGTERM, previous)  # PCH sets its own: ours goes in while training runs
+
+    def _save(self, *args, **kwargs) -> None:
+        save_fn = self._save_fn
+        if save_fn is None:
+            return
+        save_fn()
+        self.saves += 1
+
+    def _exit_after_save(self) -> None:
+        self.leaving = True
+        received = "received SIGTERM" if self._term_at is not None else "a peer received SIGTERM"
+        _log(f"{received}; every worker saved a checkpoint at the same step; exiting with code "
+             f"{PREEMPTION_EXIT_CODE} so the group restarts from it")
+        try:
+            from nbworkers.distlib.reporting import flush_reports
+
+            flush_reports()
+        except Exception:
+            pass
+        raise _PreemptionExit(PREEMPTION_EXIT_CODE)
+
+    # --------------------------------------------------------------------------- the signal
+    def _on_sigterm_in_main_thread(self, signum, frame) -> None:
+        if self._wakeup_r is None:  # no wakeup fd: this handler is the only one that sees the signal
+            self._on_term()
+
+    def _install_wakeup(self) -> None:
+        if self._wakeup_r is not None:
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        if previous != -1:  # someone else (an event loop) owns it: leave it to them, use the plain handler
+            signal.set_wakeup_fd(previous)
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        self._wakeup_r, self._wakeup_w = read_fd, write_fd
+        self._wakeup_thread = threading.Thread(target=self._watch_wakeup, args=(read_fd,), daemon=True,
+                                               name="nbworkers-sigterm")
+        self._wakeup_thread.start()
+
+    def _remove_wakeup(self) -> None:
+        if self._wakeup_r is None:
+            return
+        signal.set_wakeup_fd(-1)
+        self._wakeup_r = None
+        os.close(self._wakeup_w)  # the watcher thread sees end of file and closes read_fd
+
+    def _watch_wakeup(self, read_fd: int) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(read_fd, 64)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                for signum in data:
+                    if signum == signal.SIGTERM:
+                        self._on_term()
+        finally:
+            try:
+                os.close(read_fd)
+            except OSError:
+                pass
+
+    def _on_term(self) -> None:
+        if self.leaving:  # the checkpoint is saved and the worker is exiting with code 42 anyway
+            return
+        with self._lock:
+            self._terms += 1
+            first = self._terms == 1
+            active = self._active
+            if first:
+                self._term_at = time.monotonic()
+        if not first or not active:
+            _die_by_sigterm()
+        _log("SIGTERM received: saving a checkpoint at the next step before leaving")
+        threading.Thread(target=self._announce, daemon=True, name="nbworkers-preemption-notice").start()
+        threading.Thread(target=self._watch_deadline, daemon=True, name="nbworkers-preemption-deadline").start()
+
+    def _announce(self) -> None:
+        try:
+            self._handler._maybe_set_received_own_sigterm()  # tells the peers (coordination service)
+        except Exception as error:
+            _log(f"could not tell the other workers about the SIGTERM ({type(error).__name__}): leaving without a save")
+            _die_by_sigterm()
+
+    def _watch_deadline(self) -> None:
+        step_wait = max(env_settings.PREEMPTION_WAIT.get(), STEP_TIME_FACTOR * self._step_time)
+        cap = env_settings.PREEMPTION_SAVE_TIMEOUT.get()
+        term_at = self._term_at if self._term_at is not None else time.monotonic()  # (set before this thread starts)
+        while True:
+            time.sleep(WATCH_INTERVAL_S)
+            if self.leaving:  # saved and exiting with code 42: a slow exit is not a lost peer
+                return
+            now = time.monotonic()
+            since_step = now - max(self._last_step_at, term_at)
+            if since_step > step_wait or now - term_at > cap:
+                why = (f"no training step finished for {since_step:.1f} s" if since_step > step_wait
+                       else f"{cap:g} s passed")
+                _log(f"SIGTERM received and {why} (a peer may be gone): leaving without a save")
+                _die_by_sigterm()
+
+
+class _Training:
+    def __init__(self, saver: PreemptionSaver, save_fn: Callable[[], object]):
+        self.saver = saver
+        self.save_fn = save_fn
+        self.on = False
+
+    def __enter__(self) -> "_Training":
+        self.on = self.saver._start(self.save_fn)
+        return self
+
+    def step_done(self) -> None:
+        if self.on:
+            self.saver.step_done()
+
+    def __exit__(self, kind, error, tb) -> None:
+        if self.on:
+            self.on = False
+            if isinstance(error, _PreemptionExit):
+                return  # leaving with code 42: keep the handlers, nothing else should run
+            self.saver._stop()
+
+
+_saver: PreemptionSaver | None = None
+
+
+def saver() -> PreemptionSaver | None:
+    """The process's ``PreemptionSaver``, or None when saving on SIGTERM is off (``NBWORKERS_PREEMPTION``)."""
+    global _saver
+    if not enabled():
+        return None
+    if _saver is None:
+        _saver = PreemptionSaver()
+    return _saver
+
+
+class _NoTraining:
+    on = False
+
+    def __enter__(self) -> "_NoTraining":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def step_done(self) -> None:
+        return None
+
+
+def training(save_fn: Callable[[], object]):
+    """``with training(save_fn) as t: ... t.step_done()`` — a no-op context when preemption saving is off."""
+    current = saver()
+    return current.training(save_fn) if current is not None else _NoTraining()

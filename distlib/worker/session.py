@@ -1,0 +1,279 @@
+"""A session worker (``%%worker --session NAME``): a worker that stays alive and runs cell after cell.
+
+The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After the usual start-up (directory,
+``sys.path``, ``__main__``, distlib's hooks, pushed variables) the worker
+
+- keeps one namespace for every cell (a ``__main__`` module's dict, as IPython's ``user_ns``): the strategy,
+  the model, datasets and iterators made by one cell are there for the next;
+- listens for the kernel's commands on a DEALER socket in a thread of its own (``session_wire``: signed,
+  generation- and sequence-checked; CurveZMQ with the relay's keys on ``--backend ray``) that blocks in
+  ``recv``: an idle session costs no CPU;
+- runs ``run`` and ``pull`` commands in the main thread, one at a time, in order;
+- answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
+  (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
+  plain ``KeyboardInterrupt``, for cells that do not report), and ``abort`` by aborting this process's pending
+  collective ops first
+  (``context.abort_collective_ops``, as MultiWorkerMirroredStrategy's own health check does), for a cell
+  blocked in a collective whose peer failed, where a KeyboardInterrupt alone cannot reach it.
+
+Each cell's output is framed by marker lines (``session_wire.marker``) and its end reported on the relay with
+its status and traceback. A cell's last expression is printed (``repr``) as IPython shows ``Out[n]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import linecache
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+import types
+import uuid
+
+from nbworkers.protocol import session_wire, wire
+
+
+class SessionWorker:
+    def __init__(self, module: types.ModuleType):
+        self.namespace = module.__dict__
+        self.key = os.environ[wire.ENV_KEY]
+        self.index = int(os.environ.get(wire.ENV_WORKER, "0"))
+        self.gen = int(os.environ.get(wire.ENV_GENERATION, "0"))
+        self.sender = wire.process_sender()
+        self.commands: queue.Queue = queue.Queue()
+        self.in_cell = False
+        self.cell = 0
+        self.aborted = False
+        self.dropped = 0
+        # Stop at a step every worker agrees on (see step_point): the kernel's pause, then resume(stop_at)
+        self.steps = 0
+        self.pause_requested = False
+        self.stop_at: int | None = None
+        self.resumed = threading.Event()
+        self._main_ident = threading.main_thread().ident
+
+    # ------------------------------------------------------------------------------ the command thread
+    def listen(self, address: str) -> None:
+        import zmq
+
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.IDENTITY, uuid.uuid4().hex.encode())
+        socket.setsockopt(zmq.LINGER, 0)
+        curve = session_wire.client_curve(os.environ)
+        if curve is not None:  # --backend ray: encrypted, and only this node's client key is let in
+            socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = (k.encode("ascii") for k in curve)
+        socket.connect(address)
+        signer = wire.Signer(self.key)
+        socket.send_multipart(signer.frames("ready", {"worker": self.index, "gen": self.gen}))
+        last_seq = 0
+        while True:
+            frames = socket.recv_multipart()  # blocks: no polling while idle
+            message = session_wire.verify(frames, self.key)
+            if message is None:
+                self.dropped += 1
+                continue
+            kind, content = message
+            seq = content.get("seq")
+            if content.get("gen") != self.gen or not isinstance(seq, int) or seq <= last_seq:
+                self.dropped += 1  # another generation's, or replayed
+                continue
+            last_seq = seq
+            if kind in ("run", "pull", "shutdown"):
+                self.commands.put((kind, content))
+            elif kind == "interrupt" and content.get("cell") == self.cell:
+                self.interrupt()
+            elif kind == "pause" and content.get("cell") == self.cell and self.in_cell:
+                self.pause_requested = True
+            elif kind == "resume" and content.get("cell") == self.cell and isinstance(content.get("stop_at"), int):
+                self.stop_at = content["stop_at"]
+                self.resumed.set()
+            elif kind == "abort" and content.get("cell") == self.cell:
+                self.abort(str(content.get("reason") or "aborted by nbworkers"))
+
+    def interrupt(self) -> None:
+        if self.in_cell and self._main_ident is not None:  # (the main thread's ident is always set)
+            signal.pthread_kill(self._main_ident, signal.SIGINT)
+
+    def abort(self, reason: str) -> None:
+        """Unblock a cell waiting in a collective for a peer that gave up: abort this process's collectives
+        (they stay unusable in this process afterwards: the kernel restarts the group), then interrupt."""
+        if not self.in_cell:
+            return
+        from nbworkers.distlib.compat import internals
+
+        if "tensorflow" in sys.modules and internals.available(
+                "session_worker", "a cell stuck in a collective is only interrupted, its collectives not aborted"):
+            try:
+                from tensorflow.python.eager import context  # private: listed in distlib/compat/internals.py
+                from tensorflow.python.framework import errors
+
+                ctx = context.context()
+                if ctx._context_handle is not None:  # never initialise a context from this thread
+                    ctx.abort_collective_ops(errors.UNAVAILABLE, reason)
+                    self.aborted = True
+            except Exception as error:  # the interrupt below still applies
+                print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
+        self.interrupt()
+
+    def step_point(self) -> None:
+        """Called at every report (each training step of distlib.fit, ReportCallback, report()): where a Stop
+        ends the cell. On the kernel's ``pause`` the worker says at which step it is and waits; the kernel
+        answers ``resume`` with the step at which every worker raises KeyboardInterrupt (the furthest one,
+        plus one when a worker could not pause: it is inside that step's collective, waiting for the others).
+        So no worker is left waiting in a collective for a peer that already stopped."""
+        if not self.in_cell:
+            return
+        self.steps += 1
+        if self.stop_at is None and self.pause_requested:
+            self._send("cell", event="paused", cell=self.cell, step=self.steps)
+            self.resumed.wait()  # a SIGINT (the fallback) still interrupts this wait
+        if self.stop_at is not None and self.steps >= self.stop_at:
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.in_cell:
+            raise KeyboardInterrupt
+        # between cells: nothing to interrupt
+
+    # ------------------------------------------------------------------------------ the main thread
+    def serve(self) -> int:
+        signal.signal(signal.SIGINT, self._on_sigint)  # the host started us with SIGINT ignored
+        while True:
+            kind, content = self.commands.get()
+            if kind == "shutdown":
+                return 0
+            if kind == "run":
+                self.run_cell(int(content["cell"]), str(content["code"]))
+            elif kind == "pull":
+                self.pull(content)
+
+    def run_cell(self, cell: int, code: str) -> None:
+        filename = f"<session cell {cell}>"
+        code = "\n" + code  # line 1 is the cell's %%worker line: line numbers as in the notebook
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        self.cell, self.aborted = cell, False
+        self.steps, self.pause_requested, self.stop_at = 0, False, None
+        self.resumed.clear()
+        sys.stdout.write(session_wire.marker(cell, "start"))
+        sys.stdout.flush()
+        self._send("cell", event="start", cell=cell)
+        status, error, text = "ok", "", ""
+        try:
+            self.in_cell = True
+            body, last = _split_last_expression(code, filename)
+            exec(body, self.namespace)
+            if last is not None:
+                value = eval(last, self.namespace)
+                if value is not None:
+                    print(repr(value))
+        except KeyboardInterrupt:
+            self.in_cell = False
+            status, error, text = "interrupted", "KeyboardInterrupt", _user_traceback(filename)
+        except BaseException as exc:  # SystemExit included: the session goes on
+            self.in_cell = False
+            status, text = "error", _user_traceback(filename)
+            error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500] if str(exc) else type(exc).__name__
+        finally:
+            self.in_cell = False
+        if text:
+            sys.stderr.write(text)
+        self._after_cell()
+        self._send("cell", event="end", cell=cell, status=status, error=error,
+                   traceback=text[-session_wire.MAX_TRACEBACK_CHARS:], aborted=self.aborted)
+        sys.stdout.write(session_wire.marker(cell, "end"))
+        sys.stdout.flush()
+
+    def _after_cell(self) -> None:
+        try:
+            from nbworkers.distlib import reporting
+
+            reporting.flush_reports()
+        except Exception:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def pull(self, content: dict) -> None:
+        from nbworkers.protocol import session_values
+
+        request = str(content.get("request"))
+        max_bytes = int(content.get("max_bytes") or 0)
+        chunk = max(1, int(content.get("chunk_bytes") or 1 << 20))
+        try:
+            value = eval(compile(str(content.get("expression")), "<pull>", "eval"), self.namespace)
+            tree, blobs = session_values.encode(value)
+            sizes = [len(b) for b in blobs]
+            meta = {"value": tree, "blobs": sizes}
+            if len(json.dumps(meta, allow_nan=False)) > chunk:
+                raise session_values.PullValueError(
+                    "the value's non-array part is larger than one message: put large data in numpy arrays")
+            payload = b"".join(blobs)
+            if max_bytes and len(payload) > max_bytes:
+                raise session_values.PullValueError(
+                    f"the value is {len(payload) / 2**20:.1f} MiB, more than the pull limit "
+                    f"({max_bytes / 2**20:.1f} MiB, setting pull_max_bytes): pull a slice, or save it to a file")
+        except BaseException as error:  # the kernel raises it; the session goes on
+            if isinstance(error, (SystemExit, KeyboardInterrupt)):
+                error = RuntimeError(f"{type(error).__name__} while evaluating the pull expression")
+            self._send("pull", request=request, index=0, count=1, size=0, data="", meta=None,
+                       error=f"{type(error).__name__}: {error}"[:2000])
+            return
+        count = max(1, -(-len(payload) // chunk))
+        for i in range(count):
+            piece = payload[i * chunk:(i + 1) * chunk]
+            self._send("pull", request=request, index=i, count=count, size=len(payload),
+                       data=base64.b64encode(piece).decode("ascii"), meta=meta if i == 0 else None, error=None)
+
+    def _send(self, kind: str, **fields) -> None:
+        if self.sender is not None:
+            self.sender.send(kind, **fields)
+
+
+def _hook_reports(worker: SessionWorker) -> None:
+    """Make every report (``Reporter.report``: distlib.fit's and ReportCallback's steps, ``distlib.report``) a
+    point where a Stop can end the cell on every worker at the same step."""
+    from nbworkers.distlib import reporting
+
+    original = reporting.Reporter.report
+
+    def report(self, fields, force=False):
+        worker.step_point()
+        return original(self, fields, force)
+
+    reporting.Reporter.report = report  # type: ignore[method-assign]  # every report is a step point
+
+
+def _split_last_expression(code: str, filename: str):
+    """The cell compiled as a body, plus its last statement compiled apart when it is an expression."""
+    tree = ast.parse(code, filename, "exec")
+    last = None
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr):
+        tree.body.pop()
+        last = compile(ast.Expression(final.value), filename, "eval")
+    return compile(tree, filename, "exec"), last
+
+
+def _user_traceback(filename: str) -> str:
+    """The current exception's traceback from the cell's own frames on."""
+    kind, error, tb = sys.exc_info()
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename != filename:
+        start = start.tb_next
+    return "".join(traceback.format_exception(kind, error, start if start is not None else tb))
+
+
+def main(module: types.ModuleType) -> int:
+    """Serve cells until the kernel says ``shutdown`` (or the host stops this process)."""
+    worker = SessionWorker(module)
+    _hook_reports(worker)
+    thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),
+                              name="nbworkers-session-commands", daemon=True)
+    thread.start()
+    return worker.serve()

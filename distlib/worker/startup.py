@@ -1,0 +1,52 @@
+"""Hooks the worker bootstrap calls around the user's cell. Neither imports TensorFlow.
+
+``before_user_code()`` registers post-import hooks, so a cell that never imports TensorFlow pays nothing:
+- when ``tensorflow`` is imported: arm early collectives (``collective_startup``: the tutorials' "dataset
+  before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``mwms_patch``: "waiting" /
+  "running" status, the cross-worker GPU-count check);
+- when Keras 3's TensorFlow trainer is imported: fix its ``model.fit`` / ``evaluate`` / ``predict`` (and
+  ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``keras3_mwms``), and where that fix cannot apply,
+  turn the upstream failure into a message naming the two ways that work (``keras_compat``).
+
+``after_user_code()`` sends the last throttled metrics and removes non-chief private directories (the
+bootstrap leaves with ``os._exit``, which skips ``atexit``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from nbworkers.distlib.compat.import_hooks import when_imported
+
+
+def _on_tensorflow_imported(module: ModuleType) -> None:
+    from nbworkers.distlib.compat import mwms_patch
+    from nbworkers.distlib.worker import collective_startup
+
+    mwms_patch.install()
+    collective_startup.arm(module)
+
+
+_hooks_installed = False
+
+
+def before_user_code() -> None:
+    """Install the import hooks (cheap: no TensorFlow import; idempotent)."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    from nbworkers.distlib.compat import keras_compat
+
+    when_imported("tensorflow", _on_tensorflow_imported)
+    keras_compat.install_fit_guard()
+
+
+def after_user_code() -> None:
+    """Flush the last metrics and clean up private write directories."""
+    from nbworkers.distlib import dirs, reporting
+
+    try:
+        reporting.flush_reports()
+    finally:
+        dirs._remove_all_pending()

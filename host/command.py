@@ -1,0 +1,22 @@
+"""The command line of a worker host and its worker: ``host [options] -- python bootstrap``.
+
+One place for the modules both are started from, shared by the local backend (``local``) and the Ray node
+(``ray_node``); neither imports the other for it. Standard library only (the Ray node imports it).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nbworkers.protocol.private_dirs import module_command
+
+HOST_MODULE = "nbworkers.host.worker_host"
+BOOTSTRAP_MODULE = "nbworkers.distlib.worker.bootstrap"
+
+
+def host_command(python: str, host_args: list[str]) -> list[str]:
+    """The host (this interpreter) with ``host_args``, then ``--`` and the worker (``python``, unbuffered)."""
+    return [
+        *module_command(sys.executable, HOST_MODULE, *host_args),
+        "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
+    ]

@@ -1,0 +1,264 @@
+"""The worker host: a small supervisor process between the kernel and one worker interpreter.
+
+``python -m nbworkers.host.worker_host --log PATH --grace S -- PYTHON -m nbworkers.distlib.worker.bootstrap``
+
+It starts the worker in a session and process group of its own, then
+
+- copies everything the worker writes to stdout and stderr (TensorFlow's C++ logs on fd 2 included) into
+  the worker's log file and, batched, to the kernel over the relay — nothing is lost when the worker is
+  killed, because this process, not the worker, holds the pipe;
+- watches its stdin, a pipe from the kernel: ``stop`` stops the worker group, ``stacks`` makes the worker
+  dump its Python stacks (SIGUSR1, see bootstrap), and end-of-file — the kernel died, even by ``kill -9`` —
+  stops the worker group at once;
+- on SIGTERM stops the worker group (TERM, a grace period, KILL), then reports the worker's exit code and
+  exits with it (128+N when the worker was killed by signal N).
+
+With ``--zygote SOCKET`` (``zygotes``, the default for local workers) the worker is not spawned but forked by
+the kernel's zygote, TensorFlow already imported (``zygote_client``): this host passes it the write end of its
+output pipe and the worker's environment, gets the worker's pid (its own session) and, when it ends, its exit
+code; everything else above is unchanged. When the zygote cannot fork, the worker is spawned (noted in its log).
+
+Modelled on Horovod's ``safe_shell_exec``. It imports neither TensorFlow nor IPython.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING, BinaryIO
+
+from nbworkers.protocol import env_settings
+
+if TYPE_CHECKING:  # imported when needed: a host starts fast
+    from nbworkers.host.zygote_client import ForkedWorker
+    from nbworkers.protocol.wire import Sender
+
+LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
+LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
+MAX_LINE_CHARS_ENV = env_settings.MAX_LINE_CHARS.name  # longest line sent to the kernel (the log file keeps it all)
+DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
+MIN_LINE_CHARS = 80  # a smaller NBWORKERS_MAX_LINE_CHARS is raised to this
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
+
+
+def _die_with_host():
+    """A ``preexec_fn`` that makes the worker get SIGKILL when this host dies (Linux; elsewhere None): a host
+    killed before its worker's ``hello`` — the kernel does not know the worker's pid yet — leaves no worker."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    host = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != host:  # the host died between fork and prctl
+            os._exit(137)
+
+    return arm
+
+
+class LineCap:
+    """Cuts output lines (text between newlines or carriage returns) to ``limit`` characters, with a note; the
+    relay and the kernel never see an endless line (the log file gets every byte)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._length = 0  # characters of the current line so far
+        self._cut = False
+
+    def __call__(self, text: str) -> str:
+        if not self._cut and self._length + len(text) <= self.limit:  # the usual case: no line can be too long
+            last = max(text.rfind("\n"), text.rfind("\r"))
+            self._length = self._length + len(text) if last == -1 else len(text) - last - 1
+            return text
+        out = []
+        start = 0
+        while start < len(text):
+            ends = [i for i in (text.find("\n", start), text.find("\r", start)) if i != -1]
+            end = min(ends) + 1 if ends else len(text)
+            piece = text[start:end]
+            start = end
+            ended = piece[-1] in "\n\r"
+            body = piece[:-1] if ended else piece
+            room = self.limit - self._length
+            if len(body) > room:
+                if not self._cut:
+                    out.append(body[:max(room, 0)] + f" [… line cut by nbworkers at {self.limit} characters; the log "
+                                                      "file has all of it]")
+                    self._cut = True
+            else:
+                out.append(body)
+            self._length += len(body)
+            if ended:
+                out.append(piece[-1])
+                self._length, self._cut = 0, False
+        return "".join(out)
+
+
+def max_line_chars() -> int:
+    return max(MIN_LINE_CHARS, env_settings.MAX_LINE_CHARS.get())
+
+
+def kill_group(pgid: int, grace: float) -> None:
+    """SIGTERM the process group, wait up to ``grace`` seconds for it to go, then SIGKILL it (``process_kill``;
+    imported here only when needed: psutil is not loaded at the host's start)."""
+    from nbworkers.procs.kill import kill_group as kill
+
+    kill(pgid, grace)
+
+
+def group_alive(pgid: int) -> bool:
+    """Does the process group have a member that is not a zombie? (``process_kill``)"""
+    from nbworkers.procs.kill import group_alive as alive
+
+    return alive(pgid)
+
+
+class LogForwarder:
+    """Reads the worker's output pipe; writes it to the log file at once and to the relay in batches."""
+
+    def __init__(self, pipe, log_file: BinaryIO, sender: Sender | None):
+        self._pipe = pipe
+        self._log = log_file
+        self._sender = sender
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._cap = LineCap(max_line_chars())
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def _take(self, chunk: bytes) -> bool:
+        """Record one chunk of output (caller holds the lock); True when a relay batch should go now."""
+        self._log.write(chunk)
+        text = self._cap(self._decoder.decode(chunk))
+        if text:
+            self._pending.append(text)
+            self._pending_chars += len(text)
+        return self._pending_chars >= LOG_BATCH_MAX_CHARS
+
+    def run(self) -> None:
+        flusher = threading.Thread(target=self._flush_loop, name="nbworkers-log-flush", daemon=True)
+        flusher.start()
+        fd = self._pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._lock:
+                urgent = self._take(chunk)
+            if urgent:
+                self.flush()
+        with self._lock:
+            tail = self._cap(self._decoder.decode(b"", final=True))
+            if tail:
+                self._pending.append(tail)
+        self._done.set()
+        flusher.join()
+        self.flush()
+
+    def _flush_loop(self) -> None:
+        while not self._done.wait(LOG_BATCH_INTERVAL):
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending, self._pending_chars = self._pending, [], 0
+            sender = self._sender
+        if pending and sender is not None:
+            sender.send("log", lines=["".join(pending)])
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nbworkers-host")
+    parser.add_argument("--log", required=True, help="the worker's log file (appended to)")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--role", default="worker")
+    parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
+                        "spawn the command when it cannot")
+    parser.add_argument("--zygote-timeout", type=float, default=120.0, help="seconds to wait for the zygote's answer")
+    parser.add_argument("--zygote-connect-timeout", type=float, default=15.0,
+                        help="seconds to retry connecting to a zygote that has not bound its socket yet")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the worker's command line")
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("no worker command given after --")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook's Interrupt button is not for workers
+    log_file = open(args.log, "ab", buffering=0)
+    try:
+        worker: subprocess.Popen | ForkedWorker | None = None
+        if args.zygote:  # forked, TensorFlow already imported (zygote_client.py)
+            from nbworkers.host.zygote_client import fork_worker
+
+            worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout)
+        if worker is None:
+            worker = subprocess.Popen(
+                args.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_host(),
+            )
+    except OSError as error:
+        log_file.write(f"nbworkers: could not start the worker {args.command[0]!r}: {error}\n".encode())
+        return 127
+
+    # Only now pay for zmq and jupyter_client: the worker is already importing TensorFlow.
+    from nbworkers.protocol.wire import Sender
+
+    sender = Sender.from_env()
+    if sender is not None:
+        sender.send("hello", pid=worker.pid, host=socket.gethostname(), role=args.role, python=args.command[0])
+    forwarder = LogForwarder(worker.stdout, log_file, sender)
+
+    stop_once = threading.Lock()
+
+    def stop_worker() -> None:
+        if stop_once.acquire(blocking=False):
+            kill_group(worker.pid, args.grace)
+
+    def watch_kernel() -> None:
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "stop":
+                stop_worker()
+            elif command == "stacks":
+                try:
+                    os.kill(worker.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+        stop_worker()  # end of file: the kernel is gone
+
+    threading.Thread(target=watch_kernel, name="nbworkers-kernel-watch", daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=stop_worker, daemon=True).start())
+
+    forwarder.run()
+    code = worker.wait()
+    # The worker is gone; whatever it left in its group (rare) goes too.
+    if group_alive(worker.pid):
+        kill_group(worker.pid, 0)
+    if sender is not None:
+        sender.send("exit", code=code)
+        sender.close()
+    log_file.close()
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""The Ray backend: ``%%worker --backend ray`` runs each worker on whichever Ray node a placement group puts it.
+
+One Ray actor per worker (``ray_node.NbworkersWorkerHost``), all in one placement group (``--spread``:
+STRICT_SPREAD, one worker per node; else PACK). ``plan()`` places the group and asks every actor for its
+node's address, a free port there and the GPUs Ray gave it: that is each worker's ``TF_CONFIG`` entry.
+``launch()`` makes the actor start the usual worker host on its node, so logs, relay messages, exit codes,
+stop, kill and stack dumps behave as with the local backend. The kernel's relay listens on every interface
+and tells the workers the kernel node's address; messages stay signed with the cluster's key.
+
+When the worker's node does not see the kernel's files (no shared file system), the cell and the pushed
+variables are copied to the node, the log is written there and copied back, a chunk every
+``log_mirror_interval`` seconds, into the kernel's run directory (where ``%workers logs`` reads it).
+
+Once a worker group is gone, ``close()`` releases every actor (``ray.kill``) and then the placement group.
+The actors belong to the kernel, the Ray driver: if the kernel dies, even by ``kill -9``, Ray kills them, and
+each host, seeing its stdin close, stops its worker.
+
+Ray is imported only when this backend is used; the kernel stays free of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from traitlets import Float, Int, List, Unicode
+from traitlets.config import Configurable
+
+from nbworkers.magics.backends.local import Placement
+from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
+from nbworkers.magics.backends.ray.worker import RayWorkerProcess, _Group
+from nbworkers.magics.errors import LaunchError
+from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
+from nbworkers.magics.settings import settings as current_settings
+from nbworkers.protocol import wire
+
+INSTALL_HINT = 'pip install "nbworkers[ray]"'
+ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors' processes are called on the nodes
+# The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
+# the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
+WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+
+
+class RayBackendError(LaunchError):
+    """The Ray backend cannot start the workers as asked; nothing was left running."""
+
+
+class RaySettings(Configurable):
+    """Tunables of the Ray backend (``c.RaySettings.placement_timeout = 300`` in the IPython config)."""
+
+    connect_timeout = Float(10.0, help="Seconds to wait for the Ray address to answer before giving up.").tag(
+        config=True)
+    placement_timeout = Float(
+        60.0, help="Seconds to wait for Ray to place the worker group (enough free CPUs/GPUs/nodes)."
+    ).tag(config=True)
+    actor_start_timeout = Float(
+        120.0, help="Seconds for the worker host actors to start on their nodes (Ray may start new processes)."
+    ).tag(config=True)
+    call_timeout = Float(30.0, help="Seconds to wait for an answer from a worker host actor.").tag(config=True)
+    log_mirror_interval = Float(
+        0.5, help="Seconds between copies of a node's new log output into the kernel's run directory."
+    ).tag(config=True)
+    log_mirror_chunk = Int(1 << 20, help="Bytes of a node's log copied per request.").tag(config=True)
+    poll_interval = Float(0.05, help="Seconds between checks of a worker's exit with its actor.").tag(config=True)
+    relay_host = Unicode(
+        "", help="Address the workers use to reach the kernel's relay (default: the kernel node's Ray address)."
+    ).tag(config=True)
+    forward_env_prefixes = List(
+        Unicode(), ["TF_", "KERAS_", "NBWORKERS_"],
+        help="Kernel environment variables with these prefixes are also set on the workers (besides --env).",
+    ).tag(config=True)
+
+
+def ray_settings() -> RaySettings:
+    return RaySettings(config=current_settings().config)
+
+
+# ---------------------------------------------------------------------------------------- checks before a launch
+def import_ray():
+    """Ray, or a clear error saying how to get it."""
+    try:
+        import ray
+    except ImportError as error:
+        raise RayBackendError(
+            f"--backend ray needs Ray, which is not installed here ({error}). Install it with `{INSTALL_HINT}`"
+            " (in the kernel's environment and on every Ray node), then restart the kernel."
+        ) from None
+    return ray
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``/``local``/empty."""
+    from nbworkers.magics.backends.ray.address import parse_address
+
+    parsed = parse_address(address)
+    if parsed is None:
+        return None
+    host, port = parsed
+    if port is None or not host:
+        raise RayBackendError(
+            f"--address {address}: expected HOST:PORT of the Ray head node (as `ray start --head` prints it),"
+            " ray://HOST:PORT, or auto."
+        )
+    return host, port
+
+
+def check_address(address: str, timeout: float | None = None) -> None:
+    """Fail fast, before anything starts, when nothing answers at the Ray address."""
+    where = split_address(address)
+    if where is None:
+        return
+    timeout = ray_settings().connect_timeout if timeout is None else timeout
+    try:
+        with socket.create_connection(where, timeout=timeout):
+            pass
+    except OSError as error:
+        raise RayBackendError(
+            f"--address {address}: nothing answers there ({error}). Is the Ray head node up (`ray status"
+            f" --address {where[0]}:{where[1]}`) and its port open to this machine? Nothing was started."
+        ) from None
+
+
+def check_launch(address: str) -> None:
+    """Everything a ``--backend ray`` launch needs that can be checked before the cluster exists."""
+    import_ray()
+    check_address(address)
+
+
+class RayBackend:
+    """``%%worker --backend ray``. ``address``: the Ray cluster (HOST:PORT of the head node, ray://HOST:PORT,
+    or auto: ``RAY_ADDRESS``, else the cluster started on this machine)."""
+
+    name = "ray"
+    worker_host = ""  # per worker: see plan()
+    encrypt_relay = True  # the relay crosses machines: CurveZMQ, only the keys of this run's nodes (relay_curve.py)
+
+    def __init__(self, address: str = "", cpus_per_worker: float | None = None, gpus_per_worker: int | None = None,
+                 spread: bool = False, extra_env: dict[str, str] | None = None, cluster_name: str = "",
+                 grace: float | None = None, settings: RaySettings | None = None):
+        self.address = address or os.environ.get("RAY_ADDRESS", "") or "auto"
+        self.cpus_per_worker = 1.0 if cpus_per_worker is None else float(cpus_per_worker)
+        self.gpus_per_worker = gpus_per_worker or 0
+        self.spread = spread
+        self.extra_env = dict(extra_env or {})
+        self.cluster_name = cluster_name
+        self.grace = current_settings().stop_grace if grace is None else grace
+        self.settings = settings or ray_settings()
+        self._group: _Group | None = None
+        self._generation = 0
+        self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
+        self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
+        if self.cpus_per_worker <= 0:
+            raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "RayBackend":
+        return cls(address=spec.address, cpus_per_worker=spec.cpus_per_worker, gpus_per_worker=spec.gpus_per_worker,
+                   spread=spec.spread, extra_env=spec.env, cluster_name=spec.name)
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self):
+        ray = import_ray()
+        if ray.is_initialized():
+            self._check_same_cluster(ray)
+            return ray
+        check_address(self.address, self.settings.connect_timeout)
+        kernel_sigterm = _sigterm_handler()
+        try:
+            ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
+                     namespace="nbworkers")
+            from nbworkers.magics.backends.ray.address import remember_connection
+
+            remember_connection(self.address)
+        except Exception as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            hint = ("Start one with `ray start --head`, or pass --address HOST:PORT of its head node."
+                    if self.address == "auto" else "Check the address (`ray status --address ...`).")
+            raise RayBackendError(f"could not connect to the Ray cluster at {self.address}: {first}. {hint}"
+                                  " Nothing was started.") from None
+        finally:
+            _restore_sigterm(kernel_sigterm)  # ray.init turns SIGTERM into SystemExit in the main thread
+        return ray
+
+    def _check_same_cluster(self, ray) -> None:
+        """One Ray cluster per kernel: any spelling of the connected head is fine (``127.0.0.1:P``, ``localhost:P``,
+        the host's IP, ``auto``, ``ray://``); another cluster is refused (ray_address.py)."""
+        from nbworkers.magics.backends.ray.address import connected_address, same_cluster
+
+        current = connected_address(ray)
+        if current and not same_cluster(self.address, current):
+            raise RayBackendError(
+                f"--address {self.address}: this kernel is already connected to another Ray cluster, at {current}"
+                " (one per kernel). Use that address (or auto), or restart the kernel to use another cluster."
+            )
+
+    def attach_relay(self, relay: Any) -> None:
+        """The cluster's relay, to allow each placed actor's CurveZMQ client key (made on its node)."""
+        self._relay = relay
+
+    def relay_hosts(self) -> tuple[str, str | None]:
+        """(bind, advertise) for the kernel's relay: every interface, and the address the nodes reach us at."""
+        ray = self._connect()
+        if self.settings.relay_host:
+            return "0.0.0.0", self.settings.relay_host
+        if self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
+            head = split_address(self.address)  # a ray:// address always has a host
+            return "0.0.0.0", _route_address(head[0] if head else "")
+        return "0.0.0.0", ray.util.get_node_ip_address()
+
+    # ------------------------------------------------------------------ placement
+    def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
+        """Place one actor per task; each worker's TensorFlow address (its node's IP, a port free there) and
+        GPUs (those Ray assigned, or ``-1``)."""
+        ray = self._connect()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self._release_group()
+        gpus = self.gpus_per_worker if gpus_per_worker is None else (gpus_per_worker or 0)
+        bundle = {"CPU": self.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
+        strategy = "STRICT_SPREAD" if self.spread else "PACK"
+        count = len(tasks)
+        group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+        try:
+            ray.get(group.ready(), timeout=self.settings.placement_timeout)
+        except Exception as error:
+            _remove_placement_group(ray, group)
+            raise RayBackendError(self._placement_failure(ray, count, bundle, strategy, error)) from None
+        remote = _actor_class(ray)
+        actors = []
+        try:
+            for i in range(count):
+                actors.append(remote.options(
+                    num_cpus=self.cpus_per_worker, num_gpus=gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=i,
+                        placement_group_capture_child_tasks=False),
+                ).remote())
+            where = ray.get([a.where.remote() for a in actors], timeout=self.settings.actor_start_timeout)
+        except Exception as error:
+            self._group = _Group(group, actors, [])
+            self._release_group()
+            raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
+        self._group = _Group(group, actors, where, open=set(range(count)))
+        for w in where:
+            if self._relay is not None and w.get("relay_client_key"):
+                self._relay.allow_client(w["relay_client_key"])
+        self._generation += 1
+        self.placements = where
+        return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
+
+    def _placement_failure(self, ray, count: int, bundle: dict[str, float], strategy: str, error: Exception) -> str:
+        want = " and ".join(f"{v:g} {k}" for k, v in bundle.items())
+        try:
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            total = ray.cluster_resources()
+            free = ray.available_resources()
+            have = (f"the cluster has {len(nodes)} node(s), {free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs"
+                    f" and {free.get('GPU', 0):g} of {total.get('GPU', 0):g} GPUs free")
+        except Exception:
+            have = "the cluster's resources could not be read"
+        spread = " on separate nodes (--spread)" if strategy == "STRICT_SPREAD" else ""
+        return (f"Ray could not place {count} workers with {want} each{spread} within"
+                f" {self.settings.placement_timeout:g} s; {have}. Use fewer workers, lower --cpus-per-worker /"
+                f" --gpus-per-worker{', drop --spread' if spread else ''}, or add nodes. Nothing was started.")
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
+               role: str = "worker") -> RayWorkerProcess:
+        ray = import_ray()
+        group = self._group
+        if group is None or index >= len(group.actors):
+            raise RayBackendError("internal error: launch() before plan() placed the workers")
+        self.grace = grace
+        run_dir = log_path.parent
+        files = {}
+        for name in (CELL_FILE, PUSH_FILE):
+            if (run_dir / name).exists() and (name == CELL_FILE or env.get(wire.ENV_PUSH)):
+                files[name] = (run_dir / name).read_bytes()
+        request = {
+            "index": index,
+            "generation": int(env.get(wire.ENV_GENERATION, "0") or 0),
+            "role": role,
+            "grace": grace,
+            "python": "" if not python or python == sys.executable else python,
+            "env": self._worker_variables(env),
+            "cwd": cwd,
+            "run_dir": str(run_dir),
+            "node_dir_name": f"{self.cluster_name or run_dir.name}-{socket.gethostname()}-{os.getpid()}",
+            "log": str(log_path),
+            "probe": log_probe(log_path),
+            "files": files,
+        }
+        actor = group.actors[index]
+        try:
+            started = ray.get(actor.start.remote(request), timeout=self.settings.call_timeout)
+        except Exception as error:
+            self._release_group()
+            raise RayBackendError(
+                f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
+            ) from None
+        with open(log_path, "ab") as log:
+            where = group.where[index]
+            log.write(
+                f"--- nbworkers: on Ray node {where['ip']} ({where['hostname']}, node {where['node_id'][:12]}),"
+                f" host pid {started['host_pid']}, python {started['python'] or where['python']}, log there:"
+                f" {started['log']}{'' if started['shared'] else ' (copied here)'}\n".encode()
+            )
+        return RayWorkerProcess(self, index, actor, log_path, started, group.where[index])
+
+    def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
+        """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the
+        kernel's variables with ``forward_env_prefixes``; the node supplies the rest."""
+        prefixes = tuple(self.settings.forward_env_prefixes)
+        return {
+            k: v for k, v in env.items()
+            if k in WORKER_VARIABLES or k in self.extra_env or k.startswith(prefixes)
+        }
+
+    # ------------------------------------------------------------------ release
+    def _release_actor(self, proc: RayWorkerProcess) -> None:
+        group = self._group
+        if group is None or proc.actor not in group.actors:
+            _kill_actor(proc._ray, proc.actor)
+            return
+        index = group.actors.index(proc.actor)
+        _kill_actor(proc._ray, proc.actor)
+        group.open.discard(index)
+        if not group.open:
+            self._release_group()
+
+    def _release_group(self) -> None:
+        """Kill every actor of the current group (their hosts stop their workers) and remove its placement group."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        import ray
+
+        for actor in group.actors:
+            _kill_actor(ray, actor)
+        _remove_placement_group(ray, group.placement_group)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+_remote_class = None
+
+
+def _actor_class(ray):
+    """The actor class, made once per kernel (threaded: ``wait`` blocks while other calls answer)."""
+    global _remote_class
+    if _remote_class is None:
+        _remote_class = ray.remote(max_concurrency=8, max_restarts=0)(NbworkersWorkerHost)
+    return _remote_class
+
+
+def _sigterm_handler():
+    return signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+
+
+def _restore_sigterm(handler) -> None:
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _kill_actor(ray, actor) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        pass
+
+
+def _remove_placement_group(ray, group) -> None:
+    try:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(group)
+    except Exception:
+        pass
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[-1] if text else ''}"
+
+
+def _actor_failure(error: BaseException, timeout: float) -> str:
+    text = str(error)
+    if "No module named" in text and "nbworkers" in text:
+        return (f"nbworkers is not installed on a Ray node ({_first_line(error)}). Install the same nbworkers"
+                f" (`{INSTALL_HINT}`) in the Python environment Ray runs there. Nothing was started.")
+    if "GetTimeoutError" in type(error).__name__ or "Timed out" in text:
+        return (f"the worker host actors did not start within {timeout:g} s (c.RaySettings.actor_start_timeout)."
+                " Nothing was started.")
+    return f"the worker host actors could not start: {_first_line(error)}. Nothing was started."
+
+
+def _same_host(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return socket.gethostbyname(a) == socket.gethostbyname(b)
+    except OSError:
+        return False
+
+
+def _route_address(host: str) -> str:
+    """This machine's address on the route to ``host`` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((host, 9))
+            return sock.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())

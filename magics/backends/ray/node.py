@@ -1,0 +1,264 @@
+"""The node side of the Ray backend: one Ray actor per worker, hosting that worker's process on its node.
+
+The actor starts the same worker host as the local backend (``python -m nbworkers.host.worker_host
+... -- PYTHON -u -m nbworkers.distlib.worker.bootstrap``) as its child, in a session of its own, holding a pipe to
+its stdin. So on the node everything behaves as it does locally: the host tees the worker's output to the
+log file and the relay, ``stop`` / ``stacks`` / end-of-file on its stdin stop the worker group or dump its
+stacks, and the host's exit code is the worker's (128+N: killed by signal N).
+
+When the actor dies for any reason (``ray.kill``, the kernel — the Ray driver that owns the actor — died,
+the node's raylet went away), its end of the pipe closes and the host stops the worker group (TERM, grace,
+KILL), exactly as when a local kernel dies. For that the actor runs with
+``RAY_kill_child_processes_on_worker_exit=false`` (``ACTOR_ENV``): otherwise Ray SIGKILLs the actor's
+direct children, the host, and the worker — a grandchild in its own session — would be left running.
+
+This module is imported on the nodes (Ray unpickles the actor class by reference: nbworkers must be
+installed there). It imports neither TensorFlow nor IPython, and Ray only inside the actor's methods.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from nbworkers.host.command import host_command
+from nbworkers.magics.rundir.layout import cell_path, push_path
+from nbworkers.procs.kill import kill_group
+from nbworkers.protocol import wire
+from nbworkers.protocol.private_dirs import private_dir, runtime_dir
+
+# The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
+# SIGKILL from Ray, stops the worker group (see the module docstring).
+ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
+# private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be
+# made there
+NODE_RUN_ROOT = "nbworkers-ray"
+PROBE_BYTES = 4096  # bytes of the end of the kernel's log file compared to tell a shared file system
+
+
+def free_port(bind_host: str = "0.0.0.0") -> int:
+    """A TCP port free on this node right now (TensorFlow's server binds it a moment later; the cluster
+    relaunches the group on fresh ports when that race is lost, as for the local backend)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((bind_host, 0))
+        return sock.getsockname()[1]
+
+
+def log_probe(path: Path) -> tuple[int, bytes]:
+    """(size, last bytes) of a file: the kernel's view of a log file, for ``same_file`` on the node."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            size = file.tell()
+            file.seek(max(0, size - PROBE_BYTES))
+            return size, file.read()
+    except OSError:
+        return -1, b""
+
+
+def same_file(path: str, probe: tuple[int, bytes]) -> bool:
+    """Does ``path`` here hold what the kernel just wrote into its log file? (Same machine or a shared file
+    system: the node then writes the kernel's log file itself and nothing needs copying back.) The file ends
+    with the launch header the kernel wrote a moment ago, fresh ports in its TF_CONFIG included."""
+    size, tail = probe
+    return size > 0 and log_probe(Path(path)) == (size, tail)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def node_run_dir(name: str) -> Path:
+    """The run directory on a node that does not see the kernel's: under the node's temp dir, never the
+    kernel's path, and private (``private_dirs``: another user's or an open ``nbworkers-ray`` is never used; on a
+    file system that only looked unshared, e.g. NFS with stale attributes, the node would write the very file the
+    kernel copies its log into)."""
+    return private_dir(runtime_dir(NODE_RUN_ROOT) / name)
+
+
+class NbworkersWorkerHost:
+    """Hosts one worker on its node. Wrapped with ``ray.remote`` (threaded: ``wait`` blocks in one thread
+    while ``tell``, ``read_log`` and ``kill`` answer in others) by the kernel side."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._host: subprocess.Popen | None = None
+        self._log_path: Path | None = None
+        self._worker_pgid: int | None = None
+        self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
+
+    # ------------------------------------------------------------------ placement
+    def where(self) -> dict[str, Any]:
+        """Where this actor landed: the node's address, a free port there for the worker's TensorFlow
+        server, the GPUs Ray gave it, and facts for diagnosis."""
+        import ray
+
+        import nbworkers
+
+        context = ray.get_runtime_context()
+        from nbworkers.magics.run.relay_curve import client_keypair
+
+        self._relay_keys = client_keypair()  # the secret half never leaves this node
+        return {
+            "relay_client_key": self._relay_keys[0],
+            "ip": ray.util.get_node_ip_address(),
+            "port": free_port(),
+            "gpus": [str(g) for g in ray.get_gpu_ids()],
+            "node_id": context.get_node_id(),
+            "hostname": socket.gethostname(),
+            "actor_pid": os.getpid(),
+            "python": sys.executable,
+            "version": getattr(nbworkers, "__version__", ""),
+        }
+
+    # ------------------------------------------------------------------ the worker
+    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Start the worker host. ``request``: index, generation, role, grace, python ("" = this node's
+        interpreter), env (the variables that make the worker: TF_CONFIG, relay, --env, ...), cwd, run_dir
+        and log (the kernel's paths), probe (``log_probe`` of the kernel's log), files (name -> bytes: the
+        cell and the pushed variables, written here when the node does not share the kernel's files)."""
+        with self._lock:
+            if self._host is not None and self._host.poll() is None:
+                raise RuntimeError("this actor already hosts a running worker")
+            notes = []
+            shared = same_file(request["log"], request["probe"])
+            env = dict(os.environ)
+            for name in ACTOR_ENV:
+                env.pop(name, None)
+            env.update(request["env"])
+            if env.get(wire.ENV_RELAY_SERVERKEY) and self._relay_keys is not None:
+                env[wire.ENV_RELAY_CLIENTKEY], env[wire.ENV_RELAY_CLIENTSECRET] = self._relay_keys
+            if shared:
+                run_dir = Path(request["run_dir"])
+                log_path = Path(request["log"])
+            else:
+                run_dir = node_run_dir(request["node_dir_name"])
+                log_path = run_dir / Path(request["log"]).name
+                if request["generation"] == 0:
+                    log_path.write_bytes(b"")
+                for name, data in request["files"].items():
+                    write_atomically(run_dir / name, data)
+                env[wire.ENV_RUN_DIR] = str(run_dir)
+                env[wire.ENV_CODE] = str(cell_path(run_dir))
+                if env.get(wire.ENV_PUSH):
+                    env[wire.ENV_PUSH] = str(push_path(run_dir))
+            cwd = request["cwd"]
+            if not cwd or not os.path.isdir(cwd):
+                notes.append(f"--- nbworkers: {cwd or 'the cell directory'} does not exist on this node"
+                             f" ({socket.gethostname()}); the cell runs in {run_dir}\n")
+                cwd = str(run_dir)
+            env[wire.ENV_CWD] = cwd
+            python = request["python"] or sys.executable
+            offset = log_path.stat().st_size if log_path.exists() else 0
+            with open(log_path, "ab") as log:
+                for note in notes:
+                    log.write(note.encode())
+            command = host_command(python, ["--log", str(log_path), "--grace", str(request["grace"]),
+                                            "--role", request["role"]])
+            with open(log_path, "ab") as stderr:
+                self._host = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,
+                    start_new_session=True, close_fds=True,
+                )
+            self._log_path = log_path
+            self._worker_pgid = None
+            return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
+                    "host_pid": self._host.pid, "cwd": cwd, "python": python}
+
+    def wait(self) -> int:
+        """Block until the host exits; its exit code (the worker's; 128+N when killed by signal N)."""
+        host = self._host
+        if host is None:
+            raise RuntimeError("no worker was started")
+        return host.wait()
+
+    def tell(self, command: str) -> None:
+        """``stop`` (TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
+        host = self._host
+        if host is None or host.stdin is None or host.poll() is not None:
+            return
+        try:
+            host.stdin.write(f"{command}\n".encode())
+            host.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def _worker_group(self) -> int | None:
+        """The worker's process group: the host's child, in a session (and group) of its own."""
+        if self._worker_pgid is None and self._host is not None:
+            try:
+                import psutil
+
+                children = psutil.Process(self._host.pid).children()
+                if children:
+                    self._worker_pgid = children[0].pid
+            except Exception:
+                pass
+        return self._worker_pgid
+
+    def kill(self) -> None:
+        """SIGKILL the host's and the worker's process groups, now."""
+        host = self._host
+        if host is None:
+            return
+        worker_group = self._worker_group()
+        if worker_group:
+            kill_group(worker_group)  # SIGKILL (process_kill.py)
+        if host.poll() is None:
+            kill_group(host.pid)
+
+    def release(self, grace: float) -> bool:
+        """Leave nothing behind: stop the worker group (TERM, ``grace``, KILL) if it still runs, reap the
+        host. True when everything is gone."""
+        host = self._host
+        if host is None:
+            return True
+        if host.poll() is None:
+            self.tell("stop")
+            try:
+                host.wait(timeout=grace + 2.0)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                try:
+                    host.wait(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    return False
+        if host.stdin:
+            try:
+                host.stdin.close()
+            except OSError:
+                pass
+        return True
+
+    # ------------------------------------------------------------------ logs
+    def read_log(self, offset: int, limit: int) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of the node's log file from ``offset``, and the offset after them."""
+        if self._log_path is None:
+            return b"", offset
+        try:
+            with open(self._log_path, "rb") as file:
+                file.seek(offset)
+                data = file.read(limit)
+        except OSError:
+            return b"", offset
+        return data, offset + len(data)
+
+    def processes(self) -> list[int]:
+        """Pids of the host and everything under it that still runs (diagnosis and tests)."""
+        host = self._host
+        if host is None or host.poll() is not None:
+            return []
+        try:
+            import psutil
+
+            proc = psutil.Process(host.pid)
+            return [host.pid] + [child.pid for child in proc.children(recursive=True)]
+        except Exception:
+            return []

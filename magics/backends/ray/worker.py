@@ -1,0 +1,196 @@
+"""One Ray-hosted worker as the cluster sees it (``RayWorkerProcess``, the interface of ``local.WorkerProcess``):
+its exit code from the actor, stop/kill/stack requests sent to the actor, and the node's log copied back into
+the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbworkers.magics.backends.ray.backend import RayBackend
+
+
+@dataclass
+class RemoteHost:
+    """Stands in for the local host's ``Popen`` in the cluster's state file: the host runs on a Ray node,
+    so there is no local pid for the server extension to signal (``pid`` is None)."""
+
+    node_ip: str
+    node_pid: int
+    pid: None = None
+
+
+@dataclass
+class _Group:
+    """One placement group and its actors: one launch generation of a cluster's workers."""
+
+    placement_group: Any
+    actors: list[Any]
+    where: list[dict[str, Any]]
+    open: set[int] = field(default_factory=set)
+
+
+class RayWorkerProcess:
+    """One worker as the cluster sees it (the interface of ``local.WorkerProcess``), hosted by a Ray actor."""
+
+    def __init__(self, backend: "RayBackend", index: int, actor: Any, log_path: Path, started: dict[str, Any],
+                 where: dict[str, Any]):
+        import ray
+
+        self._ray = ray
+        self._backend = backend
+        self._settings = backend.settings
+        self.index = index
+        self.actor = actor
+        self.log_path = log_path
+        self.node = where
+        self.host = RemoteHost(node_ip=where["ip"], node_pid=started["host_pid"])
+        self.node_log = started["log"]
+        self.remote_worker_pid: int | None = None
+        self._mirrored = started["shared"]  # the node writes the kernel's log file itself: nothing to copy
+        self._offset = started["offset"]
+        self._mirror_ref = None
+        self._last_mirror = 0.0
+        self._wait_ref = actor.wait.remote()
+        self._code: int | None = None
+        self._last_check = 0.0
+        self._sent: list[Any] = []  # fire-and-forget calls, collected so that their errors are not reported
+        self._closed = False
+
+    # The cluster records the pid a worker reports (``hello``) here and hands these to the state file as
+    # process groups to kill from the kernel's machine. A pid on another machine must never be used so.
+    @property
+    def worker_pid(self) -> int | None:
+        return None
+
+    @worker_pid.setter
+    def worker_pid(self, pid: int | None) -> None:
+        self.remote_worker_pid = pid
+
+    def pgids(self) -> list[int]:
+        return []  # nothing of this worker runs in a process group of the kernel's machine
+
+    def poll(self) -> int | None:
+        """The worker's exit code (negative: killed by that signal), or None while it runs."""
+        if self._code is not None:
+            return self._code
+        now = time.monotonic()
+        if now - self._last_check < self._settings.poll_interval:
+            return None
+        self._last_check = now
+        self._mirror_step()
+        ready, _ = self._ray.wait([self._wait_ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            raw = self._ray.get(self._wait_ref, timeout=self._settings.call_timeout)
+            code = -(raw - 128) if raw > 128 else raw
+        except Exception as error:  # the actor died: its node went away, or Ray killed it
+            code = -signal.SIGKILL
+            self._note(f"--- nbworkers: the Ray actor hosting worker {self.index} on {self.node['ip']} died:"
+                       f" {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}\n")
+        self._mirror_rest()
+        self._code = code
+        return code
+
+    def alive(self) -> bool:
+        return self.poll() is None
+
+    def _send(self, method: str, *args: Any) -> None:
+        if self._code is None and not self._closed:
+            self._sent.append(getattr(self.actor, method).remote(*args))
+
+    def request_stop(self) -> None:
+        """Ask the host to stop the worker group (TERM, grace, KILL); returns at once."""
+        self._send("tell", "stop")
+
+    def dump_stacks(self) -> None:
+        self._send("tell", "stacks")
+
+    def kill(self) -> None:
+        """SIGKILL the host's and the worker's process groups on the node; returns at once."""
+        self._send("kill")
+
+    def close(self) -> None:
+        """The group is gone: leave nothing on the node, then release the actor (and, with the last one,
+        the placement group)."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        try:
+            ray.get(self.actor.release.remote(self._backend.grace),
+                    timeout=self._backend.grace + self._settings.call_timeout)
+        except Exception:
+            pass  # the actor is gone already: its host saw its stdin close and stopped the worker
+        self._mirror_rest()
+        self._forget_sent()
+        self._backend._release_actor(self)
+
+    def _forget_sent(self) -> None:
+        if not self._sent:
+            return
+        ready, _ = self._ray.wait(self._sent, num_returns=len(self._sent), timeout=0)
+        for ref in ready:
+            try:
+                self._ray.get(ref, timeout=0)
+            except Exception:
+                pass
+        self._sent = []
+
+    # ------------------------------------------------------------------ the node's log, copied back
+    def _note(self, text: str) -> None:
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(text.encode())
+        except OSError:
+            pass
+
+    def _append(self, data: bytes, offset: int) -> None:
+        if data:
+            try:
+                with open(self.log_path, "ab") as log:
+                    log.write(data)
+            except OSError:
+                pass
+        self._offset = offset
+
+    def _mirror_step(self) -> None:
+        if self._mirrored:
+            return
+        if self._mirror_ref is not None:
+            ready, _ = self._ray.wait([self._mirror_ref], timeout=0)
+            if not ready:
+                return
+            ref, self._mirror_ref = self._mirror_ref, None
+            try:
+                self._append(*self._ray.get(ref, timeout=0))
+            except Exception:
+                return
+        now = time.monotonic()
+        if now - self._last_mirror >= self._settings.log_mirror_interval:
+            self._last_mirror = now
+            self._mirror_ref = self.actor.read_log.remote(self._offset, self._settings.log_mirror_chunk)
+
+    def _mirror_rest(self) -> None:
+        """Everything the node's log holds and the kernel's copy does not yet (at the worker's exit)."""
+        if self._mirrored:
+            return
+        ray = self._ray
+        try:
+            if self._mirror_ref is not None:
+                ref, self._mirror_ref = self._mirror_ref, None
+                self._append(*ray.get(ref, timeout=self._settings.call_timeout))
+            while True:
+                data, offset = ray.get(self.actor.read_log.remote(self._offset, self._settings.log_mirror_chunk),
+                                       timeout=self._settings.call_timeout)
+                self._append(data, offset)
+                if not data:
+                    break
+        except Exception:
+            pass
+        self._mirrored = self._closed or self._code is not None

@@ -1,0 +1,31 @@
+"""What a ``%%worker`` cell asked for, checked: the input of a cluster launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nbworkers.protocol.cell_scan import CellScan
+
+
+@dataclass
+class LaunchSpec:
+    code: str
+    workers: int = 2
+    name: str = ""
+    python: str = ""  # the workers' interpreter
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    gpus_per_worker: int | None = None
+    block: bool = False
+    timeout: float | None = None
+    push: dict[str, object] = field(default_factory=dict)
+    backend: str = "local"  # local | ray (--backend)
+    address: str = ""  # ray: the Ray cluster (--address HOST:PORT; "" = RAY_ADDRESS or the one on this machine)
+    cpus_per_worker: float | None = None  # ray: CPUs Ray reserves per worker (None: 1)
+    spread: bool = False  # ray: at most one worker per node (--spread: STRICT_SPREAD placement)
+    max_restarts: int | None = None  # None: settings().max_restarts
+    stall_timeout: float | None = None  # None: settings().stall_timeout; 0: no watchdog
+    chief: bool = False  # --chief: a chief task besides the -n workers (implied by --ps)
+    evaluator: int = 0  # --evaluator: 1 evaluator task, outside the training cluster
+    ps: int = 0  # --ps N: N parameter servers (ParameterServerStrategy: the cell runs on the chief only)
+    scan: CellScan | None = None  # what the cell uses, scanned once at launch (protocol/cell_scan.py)

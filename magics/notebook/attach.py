@@ -1,0 +1,128 @@
+"""``%workers attach NAME``: a read-only handle on a run this kernel did not start (a dead kernel's, another
+kernel's), shown and waited for like a ``Cluster``. Imports no TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, run_dir_of
+from nbworkers.magics.rundir.listing import describe
+from nbworkers.magics.rundir.liveness import LOST, effective_status, leftover_processes
+from nbworkers.magics.rundir.stop import stop_run
+from nbworkers.magics.settings import settings as current_settings
+from nbworkers.magics.shapes import ClusterSnapshot
+
+POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
+
+
+class AttachedCluster:
+    """A read-only handle on a run this kernel did not start (a dead kernel's, or another kernel's).
+
+    ``.name .status .done .snapshot() .logs(worker, tail) .stop() .wait(timeout)`` like a ``Cluster``;
+    ``.restart()`` is refused (re-run the cell instead).
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.name = self.run_dir.name
+        self.settings = current_settings()
+        self._stopper: threading.Thread | None = None
+
+    def snapshot(self) -> ClusterSnapshot:
+        data = describe(self.run_dir, full=True)
+        if data is None:
+            raise RunNotFound(f"the state of cluster {self.name!r} is gone from {self.run_dir}.")
+        data.setdefault("backend", "")
+        data.setdefault("restarts", 0)
+        data.setdefault("run_dir", str(self.run_dir))
+        if data.get("status") not in DONE_STATES and isinstance(data.get("started"), (int, float)):
+            data["wall_time"] = time.time() - data["started"]
+        data["attached"] = True
+        return data
+
+    @property
+    def status(self) -> str:
+        state = read_state(self.run_dir)
+        return effective_status(state) if state else "unknown"
+
+    @property
+    def done(self) -> bool:
+        state = read_state(self.run_dir)
+        if state is None or state.get("status") in DONE_STATES:
+            return True
+        return effective_status(state) == LOST and not leftover_processes(state, self.run_dir)
+
+    def logs(self, worker: int | None = None, tail: int | None = None) -> str:
+        count = len((read_state(self.run_dir) or {}).get("workers") or [])
+        if worker is not None:
+            try:
+                return read_log(self.run_dir, worker, tail)
+            except RunNotFound as error:
+                raise ValueError(str(error)) from None
+        parts = []
+        for i in range(count):
+            lines = read_log(self.run_dir, i, tail).splitlines()
+            parts.append("\n".join(f"[{i}] {line}" for line in lines))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """Stop the run (a stop request, then a direct kill if its kernel is gone); returns at once."""
+        if self._stopper is None or not self._stopper.is_alive():
+            self._stopper = threading.Thread(target=stop_run, args=(self.run_dir,), daemon=True,
+                                             name=f"nbworkers-stop-{self.name}")
+            self._stopper.start()
+
+    def restart(self) -> None:
+        raise RuntimeError(f"cluster {self.name!r} is attached read-only: re-run its %%worker cell to start it again.")
+
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
+        """Block until the run is over (True) or ``timeout`` passes (False). ``raise_on_failure`` and ``echo``
+        are accepted for ``Cluster.wait``'s callers and not used: an attached run is only watched."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_INTERVAL)
+        if self._stopper is not None:
+            self._stopper.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return True
+
+    def show(self) -> None:
+        from IPython.display import display
+
+        from nbworkers.magics.views.summary import render_summary_html, render_text
+        from nbworkers.magics.views.view import HtmlBundle
+
+        snapshot = self.snapshot()
+        display(HtmlBundle(render_text(snapshot), render_summary_html(snapshot)))
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+    def __repr__(self) -> str:
+        return f"<AttachedCluster {self.name!r}: {self.status}, {self.run_dir}>"
+
+
+def attach(name: str, root: str | os.PathLike | None = None) -> AttachedCluster:
+    """A read-only handle on the run ``name`` under the run root (raises RunNotFound with what to do)."""
+    return AttachedCluster(run_dir_of(name, root))
+
+
+def workers_attach(name: str | None) -> Any:
+    """``%workers attach NAME``: this kernel's own cluster of that name, else a read-only attached handle,
+    registered so that ``%workers``, ``%workers logs/stop/wait NAME`` work on it."""
+    from nbworkers.magics.notebook import registry
+
+    if not name:
+        raise RunNotFound("`%workers attach` needs a cluster name; "
+                          "GET /nbworkers/api/clusters or the run root lists them.")
+    if name in registry.names():
+        return registry.get(name)
+    cluster = attach(name)
+    registry.add(cluster)  # type: ignore[arg-type]  # duck-typed like a Cluster
+    return cluster

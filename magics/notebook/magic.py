@@ -1,0 +1,297 @@
+"""``%%worker`` (run a cell on N worker processes) and ``%workers`` (list, logs, stop, wait)."""
+
+from __future__ import annotations
+
+import sys
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from nbworkers.magics.errors import LaunchError, RunFailed
+from nbworkers.magics.launch.parse import build_spec
+from nbworkers.magics.notebook import registry
+from nbworkers.magics.run.cluster import Cluster
+from nbworkers.magics.run.failed import mark_error_below, run_failure
+from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.views.summary import ECHOED_KEY, render_summary_html, render_text
+from nbworkers.magics.views.view import HtmlBundle
+
+
+@magics_class
+class WorkerMagics(Magics):
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell, **kwargs)
+        if shell is not None:
+            from nbworkers.magics.notebook.help_cell import install
+
+            install(shell)  # `%%worker --help` alone in a cell
+
+    @magic_arguments()
+    @argument("-n", "--workers", type=int, default=2, help="number of worker processes (default 2)")
+    @argument("--name", default="", help="the cluster's name (default: a fresh readable name)")
+    @argument("--python", default="", metavar="PATH",
+              help="interpreter the workers run (default: the kernel's); it must have nbworkers installed")
+    @argument("--env", action="append", default=[], metavar="KEY=VALUE",
+              help="an environment variable for every worker (repeatable)")
+    @argument("--cwd", default="", metavar="DIR", help="directory the cell runs in (default: the notebook's)")
+    @argument("--gpus-per-worker", type=int, default=None, metavar="G",
+              help="GPUs per worker; 0 hides GPUs (CUDA_VISIBLE_DEVICES=-1); default: an equal share")
+    @argument("--block", action="store_true", help="wait until the run ends (scripts, headless runs); a failed "
+              "run then fails the cell (RunFailed) and the workers' output is written into the cell")
+    @argument("--no-raise", action="store_true", help="--block: a failed run does not fail the cell")
+    @argument("--timeout", type=float, default=None, metavar="SECONDS",
+              help="stop the run and mark it failed after this many seconds")
+    @argument("--max-restarts", type=int, default=None, metavar="K",
+              help="restarts of the whole group after a crash, OOM kill, preemption or stall (default 3)")
+    @argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+              help="no progress for this long: dump stacks, then restart or fail the group (default 1800; 0: off)")
+    @argument("--chief", action="store_true",
+              help="add a 'chief' task that takes the chief's duties (checkpoints, summaries) instead of worker 0")
+    @argument("--evaluator", nargs="?", type=int, const=1, default=0, metavar="1",
+              help="add one 'evaluator' task, outside the training cluster (Estimator's train_and_evaluate)")
+    @argument("--ps", type=int, default=None, metavar="N",
+              help="N parameter servers for ParameterServerStrategy: the cell runs on the chief (the coordinator, "
+                   "implied), the -n workers and the parameter servers run TensorFlow servers it drives")
+    @argument("--backend", choices=("local", "ray"), default="local",
+              help="where the workers run: local processes (default) or a Ray cluster (pip install nbworkers[ray])")
+    @argument("--address", default="", metavar="HOST:PORT",
+              help="ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster started on this machine)")
+    @argument("--cpus-per-worker", type=float, default=None, metavar="C",
+              help="ray: CPUs reserved per worker (default 1)")
+    @argument("--spread", action="store_true", help="ray: at most one worker per node")
+    @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
+              help="kernel variables (picklable) placed in the workers' globals before the cell runs")
+    @argument("--session", default=None, metavar="NAME",
+              help="run the cell in the live session NAME (its workers and variables stay between cells); "
+                   "start it (with -n and the other flags) when there is none")
+    @cell_magic
+    def worker(self, line: str, cell: str):
+        """Run this cell on N background worker processes, each with its own TF_CONFIG.
+
+        The cell returns at once (unless --block) and shows a live view of the workers; the returned
+        cluster handle (also `%workers` NAME) has .status, .wait(), .stop(), .logs(worker).
+
+        Example::
+
+            %%worker -n 2
+            import tensorflow as tf
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        """
+        if _wants_help(line):
+            print(_usage(self.worker, "%%worker"))
+            return None
+        try:
+            args = parse_argstring(self.worker, line)
+        except UsageError as error:
+            raise UsageError(f"{error}\nSee `%%worker --help`.") from None
+        if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
+            from nbworkers.magics.notebook.session_magic import run_session_cell
+
+            return run_session_cell(self, args, cell)
+        try:
+            user_ns = self.shell.user_ns if self.shell is not None else {}
+            spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())
+            cluster = Cluster(spec)
+            cluster.start()  # raises before anything runs, or leaves nothing behind
+            registry.add(cluster)
+        except LaunchError as error:
+            raise UsageError(str(error)) from None
+        if not args.block:
+            return cluster
+        cluster.show()
+        try:
+            cluster.wait(raise_on_failure=not args.no_raise, echo=_echo())
+        except KeyboardInterrupt:
+            print(f"Stopped waiting; cluster {cluster.name!r} is still running. "
+                  f"`%workers stop {cluster.name}` stops it.", file=sys.stderr)
+        except RunFailed as error:
+            raise error from None  # shown as its message alone (RunFailed._render_traceback_)
+        return None
+
+    @magic_arguments()
+    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach, tensorboard")
+    @argument("name", nargs="?", default=None, help="the cluster's name")
+    @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
+    @argument("--tail", type=int, default=None, help="logs: only the last N lines")
+    @argument("--all", action="store_true", help="stop: every running cluster")
+    @argument("--cell", action="store_true", help="stop NAME --cell: interrupt the session's running cell only")
+    @argument("--timeout", type=float, default=None, help="wait: give up after this many seconds")
+    @argument("--no-raise", action="store_true",
+              help="wait: a failed run (or a wait that timed out) does not fail the cell")
+    @line_magic
+    def workers(self, line: str):
+        """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
+        `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
+        e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries)."""
+        if _wants_help(line):
+            print(_usage(self.workers, "%workers"))
+            return None
+        try:
+            args = parse_argstring(self.workers, line)
+        except UsageError as error:
+            raise UsageError(f"{error}\nSee `%workers --help`.") from None
+        action = args.action
+        if action == "list":
+            display(HtmlBundle(*_cluster_table()))
+            return None
+        if action not in ("logs", "stop", "wait", "attach", "tensorboard"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach or tensorboard. "
+                             "See `%workers --help`.")
+        if action == "stop" and args.all:
+            stopping = registry.running()
+            for cluster in stopping:
+                cluster.stop()
+            for cluster in stopping:
+                cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.stop_wait_margin)
+            print(_stopped_text(stopping))
+            return None
+        if not args.name:
+            raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
+        if action == "tensorboard":
+            _tensorboard(args.name)
+            return None
+        if action == "attach":
+            from nbworkers.magics.notebook.attach import workers_attach
+            from nbworkers.magics.rundir.layout import RunNotFound
+
+            try:
+                workers_attach(args.name).show()
+            except RunNotFound as error:
+                raise UsageError(str(error)) from None
+            return None
+        try:
+            cluster = registry.get(args.name)
+        except KeyError as error:
+            raise UsageError(error.args[0]) from None
+        if action == "logs":
+            try:
+                print(cluster.logs(args.worker, tail=args.tail))
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+            return None
+        if action == "stop" and args.cell:  # a session's running cell (magics/notebook/session_magic.py)
+            from nbworkers.magics.notebook.session_magic import stop_cell
+
+            print(stop_cell(args.name))
+            return None
+        if action == "stop":
+            cluster.stop()
+            cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.stop_wait_margin)
+            display(HtmlBundle(render_text(cluster.snapshot()), render_summary_html(cluster.snapshot())))
+            return None
+        echo = _echo()
+        try:
+            ended = cluster.wait(timeout=args.timeout, echo=echo)
+        except KeyboardInterrupt:
+            print(f"Stopped waiting; cluster {cluster.name!r} is still {cluster.status}.", file=sys.stderr)
+            return None
+        snapshot = cluster.snapshot()
+        failure = None if args.no_raise else run_failure(snapshot, ended=ended, waited=args.timeout)
+        shown = mark_error_below(snapshot) if failure is not None else snapshot
+        if echo is not None:  # the output is above already
+            shown = shown.copy()
+            shown[ECHOED_KEY] = True
+        display(HtmlBundle(render_text(shown), render_summary_html(shown)))
+        if failure is not None:
+            raise failure from None  # shown as its message alone (RunFailed._render_traceback_)
+        if not ended:
+            print(f"cluster {cluster.name!r} is still {cluster.status} after {args.timeout:g} s", file=sys.stderr)
+        return None
+
+
+def _echo():
+    """What a blocking wait writes of the workers' output into the cell (magics/views/echo.py); None when off."""
+    from nbworkers.magics.settings import settings
+    from nbworkers.magics.views.echo import WorkerEcho
+
+    config = settings()
+    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+
+
+def _tensorboard(name: str) -> None:
+    """`%workers tensorboard NAME`: TensorBoard on the run's summaries, inline, and its URL (``tensorboard``)."""
+    from nbworkers.magics.notebook import tensorboard
+    from nbworkers.magics.rundir.layout import RunNotFound, run_dir_of
+    from nbworkers.magics.settings import settings
+
+    try:
+        run_dir = registry.get(name).run_dir
+    except KeyError:
+        try:
+            run_dir = run_dir_of(name)  # a run this kernel did not start
+        except RunNotFound as error:
+            raise UsageError(str(error)) from None
+    try:
+        board = tensorboard.start(run_dir, settings().tensorboard_start_timeout, settings().tensorboard_reload_interval)
+    except LaunchError as error:
+        raise UsageError(str(error)) from None
+    tensorboard.show(board)
+    print(f"TensorBoard on {board.logdir}: {board.url} (stopped with this kernel)")
+
+
+def _stopped_text(stopped: list) -> str:
+    """What `%workers stop --all` did, one line per cluster."""
+    if not stopped:
+        return "No running clusters to stop."
+    lines = [f"Stopped {len(stopped)} cluster{'s' if len(stopped) != 1 else ''}:"]
+    lines += [f"  {c.name}: {len(c.snapshot()['workers'])} workers, now {c.status}" for c in stopped]
+    return "\n".join(lines)
+
+
+def _wants_help(line: str) -> bool:
+    return any(token in ("-h", "--help") for token in line.split())
+
+
+def _usage(magic, prog: str) -> str:
+    """The usage text of a magic's argument parser (magic_arguments' parsers have no --help of their own)."""
+    parser = magic.parser
+    parser.prog = prog[1:]  # IPython's formatter prefixes one '%'
+    text = parser.format_help()
+    return "usage: " + text.split("::", 1)[-1].lstrip("\n ") if text.startswith("::") else text
+
+
+def _worker_label(worker: WorkerSnapshot, roles: bool) -> str:
+    """The worker's index; with roles (--chief, --ps, --evaluator) also its role: ``0 chief``, ``1 worker0``."""
+    if not roles:
+        return str(worker["index"])
+    role = worker.get("role") or "worker"
+    suffix = "" if role in ("chief", "evaluator") else str(worker.get("role_index", 0))
+    return f"{worker['index']} {role}{suffix}"
+
+
+def _running_names() -> set[str]:
+    return {c.name for c in registry.running()}
+
+
+def _cluster_table() -> tuple[str, str]:
+    from nbworkers.magics.notebook.zygotes_listing import warm_text_html
+
+    warm_text, warm_html = warm_text_html()
+    clusters = registry.all_clusters()
+    if not clusters:
+        text = "no clusters yet: run a cell with %%worker"
+        page = "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
+        return (text + "\n" + warm_text if warm_text else text), page + warm_html
+    rows = []
+    for cluster in clusters:
+        snap = cluster.snapshot()
+        roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
+        statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
+        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"] + _session_column(snap),
+                     statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
+    header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)
+    import html
+
+    cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
+    table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
+    return (text + "\n" + warm_text if warm_text else text), table + warm_html
+
+
+def _session_column(snapshot: ClusterSnapshot) -> str:
+    from nbworkers.magics.notebook.session_magic import session_column
+
+    return session_column(snapshot)

@@ -1,0 +1,47 @@
+"""The clusters this kernel started, by name."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from nbworkers.magics.run.cluster import Cluster
+
+_clusters: dict[str, Cluster] = {}
+_lock = threading.Lock()
+
+
+def add(cluster: Cluster) -> None:
+    with _lock:
+        _clusters[cluster.name] = cluster
+
+
+def get(name: str) -> Cluster:
+    with _lock:
+        if name not in _clusters:
+            known = ", ".join(sorted(_clusters)) or "none yet"
+            raise KeyError(f"no cluster named {name!r} in this kernel (known: {known}); `%workers` lists them")
+        return _clusters[name]
+
+
+def all_clusters() -> list[Cluster]:
+    with _lock:
+        return list(_clusters.values())
+
+
+def names() -> set[str]:
+    with _lock:
+        return set(_clusters)
+
+
+def running() -> list[Cluster]:
+    return [c for c in all_clusters() if not c.done]
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """A kernel that shuts down cleanly stops its clusters; one that dies hard is covered by the hosts."""
+    for cluster in running():
+        cluster.stop()
+    for cluster in running():
+        cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.exit_stop_margin)

@@ -1,0 +1,130 @@
+"""What the supervisor core (magics/run/core/supervisor.py) is told, and what it asks the cluster to do.
+
+Events are what ``Cluster`` observed (a relay message, processes that exited, a stop button, the clock ticking);
+actions are what it must do with processes (stop them, kill them, ask for their stacks, start the group again)
+or tell its subclasses (a session ends its cells when a restart is scheduled or the run failed). Plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
+
+
+# ----------------------------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Progress:
+    """A worker printed something (or, in a session, a cell event arrived): the run is not stalled."""
+
+    worker: int | None = None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """A worker reported metrics (epoch, step, values): progress, and the run is running."""
+
+    worker: int
+    content: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StatusReported:
+    """A worker said where it is (``waiting`` for its peers, ``running``, ...)."""
+
+    worker: int
+    state: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Exited:
+    """Processes that exited since the last look: (worker index, exit code, the end of its log)."""
+
+    exits: tuple[tuple[int, int, str], ...]
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """``stop()``, the widget's Stop button or the server extension's stop file. Not a failure."""
+
+
+@dataclass(frozen=True)
+class RestartRequested:
+    """``restart()``, the widget's Restart button, or a session restarting its processes on purpose."""
+
+    cause: UserRestart = field(default_factory=lambda: UserRestart("restart requested"))
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Once per supervisor round: timeouts, the kill deadline, the watchdog, retirement, a due restart."""
+
+    idle: bool = False  # a session with no cell running: silence is not a stall
+
+
+@dataclass(frozen=True)
+class LaunchFailed:
+    """A relaunch of the group raised (for example, too few nodes are left)."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Every process is gone and the relay is drained: the run's final status is decided."""
+
+
+@dataclass(frozen=True)
+class SupervisorCrashed:
+    traceback: str
+
+
+# ----------------------------------------------------------------------------------------------- actions
+@dataclass(frozen=True)
+class StopGroup:
+    """Ask every worker to stop (TERM; the kill deadline follows)."""
+
+
+@dataclass(frozen=True)
+class KillGroup:
+    """SIGKILL every process of the run that is left."""
+
+
+@dataclass(frozen=True)
+class DumpStacks:
+    """Ask every worker to write its threads' stacks into its log (the watchdog)."""
+
+
+@dataclass(frozen=True)
+class RetireWorker:
+    """Stop one unawaited task (a server, the evaluator): training ended."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """Kill what is left of the group and launch it again (``attempt.generation``, fresh ports)."""
+
+    attempt: Any  # supervisor.Attempt
+
+
+@dataclass(frozen=True)
+class RestartScheduled:
+    """A restart was decided (the group is being stopped): subclasses end what the restart loses."""
+
+    cause: WorkerFailure
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The run failed and is being stopped."""
+
+    failure: WorkerFailure
+
+
+Event = Union[Progress, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick, LaunchFailed, Ended,
+              SupervisorCrashed]
+Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, Failed]

@@ -1,0 +1,160 @@
+"""What the kernel knows about a cluster and its workers, built from relay messages and process exits.
+
+``ClusterState.snapshot()`` is the one plain, JSON-able picture of a run that every view reads: the live
+text/HTML output, the widget, ``%workers``, the state file the server extension serves. Its shape is declared
+in ``magics/shapes.py`` (``ClusterSnapshot``, ``WorkerSnapshot``); statuses are ``magics/run/core/statuses.py``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbworkers.magics.run.core.logtail import LogTail
+from nbworkers.magics.run.core.statuses import ClusterStatus
+from nbworkers.magics.shapes import ClusterSnapshot, RestartEntry, WorkerSnapshot
+
+CLUSTER_STATES = tuple(status.value for status in ClusterStatus)
+# the ends a run's own kernel records (LOST, also terminal, is what others conclude when that kernel died)
+DONE_STATES = (ClusterStatus.FINISHED.value, ClusterStatus.FAILED.value, ClusterStatus.STOPPED.value)
+
+
+@dataclass
+class WorkerState:
+    index: int
+    role: str = "worker"
+    role_index: int = 0
+    host: str = ""
+    pid: int | None = None
+    status: str = "starting"
+    detail: str = ""
+    exit_code: int | None = None
+    epoch: int | None = None
+    epochs_total: int | None = None
+    step: int | None = None
+    steps_total: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    steps_per_sec: float | None = None
+    restarts: int = 0
+    log_path: str = ""
+    log_tail: LogTail = field(default_factory=LogTail)
+    log_hidden: int = 0  # TensorFlow C++ start-up lines kept out of the tail (magics/run/noise.py); the file has them
+    history: deque = field(default_factory=lambda: deque(maxlen=2000))  # (global_step, {metric: value})
+    last_progress: float = field(default_factory=time.time)
+    _rate_anchor: tuple[float, int] | None = None
+
+    def apply_metrics(self, content: dict[str, Any]) -> None:
+        now = content.get("t") or time.time()
+        for name in ("epoch", "epochs_total", "step", "steps_total"):
+            if content.get(name) is not None:
+                setattr(self, name, content[name])
+        self.metrics.update(content.get("metrics") or {})
+        # the rate is taken over the global step (epochs x steps_total + step): the per-epoch step restarts
+        # every epoch, which would make a rate across an epoch's end wrong or never measured
+        step = self.global_step() if content.get("step") is not None else None
+        if step is not None:
+            if self._rate_anchor is None or step < self._rate_anchor[1]:
+                self._rate_anchor = (now, step)
+            elif now - self._rate_anchor[0] >= 1.0:
+                self.steps_per_sec = (step - self._rate_anchor[1]) / (now - self._rate_anchor[0])
+                self._rate_anchor = (now, step)
+        if content.get("metrics"):
+            self.history.append((self.global_step(), dict(content["metrics"])))
+        self.last_progress = time.time()
+        if self.status in ("starting", "waiting"):
+            self.status = "running"
+
+    def global_step(self) -> int:
+        """A monotone x for charts: steps across epochs when the step restarts every epoch.
+
+        ``epoch`` and ``step`` are 1-based (distlib/reporting.py), so step s of epoch e is
+        ``(e - 1) * steps_total + s``; reports that name only the epoch are placed at the epoch number.
+        """
+        step = self.step or 0
+        if self.epoch is not None and self.steps_total:
+            return max(self.epoch - 1, 0) * self.steps_total + step
+        if self.epoch is not None and self.step is None:
+            return self.epoch
+        return step
+
+    def apply_status(self, state: str, detail: str = "") -> None:
+        """A worker's own status message; a new state without a detail clears the old state's detail."""
+        if detail or state != self.status:
+            self.detail = detail or ""
+        self.status = state
+
+    def snapshot(self) -> WorkerSnapshot:
+        return {
+            "index": self.index,
+            "role": self.role,
+            "role_index": self.role_index,
+            "host": self.host,
+            "pid": self.pid,
+            "status": self.status,
+            "detail": self.detail,
+            "exit_code": self.exit_code,
+            "epoch": self.epoch,
+            "epochs_total": self.epochs_total,
+            "step": self.step,
+            "steps_total": self.steps_total,
+            "metrics": dict(self.metrics),
+            "steps_per_sec": self.steps_per_sec,
+            "restarts": self.restarts,
+            "log_path": self.log_path,
+            "log_tail": self.log_tail.lines(),
+            "log_total": self.log_tail.total,  # complete lines seen so far (the tail's last one may be open)
+            "log_open": bool(getattr(self.log_tail, "_open", False)),
+            "log_hidden": self.log_hidden,
+            "history": [[x, m] for x, m in self.history],
+        }
+
+
+@dataclass
+class ClusterState:
+    name: str
+    workers: list[WorkerState]
+    run_dir: str
+    backend: str = "local"
+    status: str = "starting"
+    error: str = ""
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    restarts: int = 0
+    restart_causes: list[str] = field(default_factory=list)
+    # one entry per restart: generation, cause, kind, worker, time, resumed_from {epoch, step} (once known)
+    restart_history: list[RestartEntry] = field(default_factory=list)
+    failure_kind: str = ""  # the WorkerFailure class behind a failed run (magics/run/core/failures.py)
+    generation: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    kernel_pid: int | None = None
+    kernel_id: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.status in DONE_STATES
+
+    def wall_time(self) -> float:
+        return (self.ended or time.time()) - self.started
+
+    def snapshot(self) -> ClusterSnapshot:
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "status": self.status,
+            "error": self.error,
+            "started": self.started,
+            "ended": self.ended,
+            "wall_time": self.wall_time(),
+            "restarts": self.restarts,
+            "restart_causes": list(self.restart_causes),
+            "restart_history": [RestartEntry(**entry) for entry in self.restart_history],  # copies
+            "failure_kind": self.failure_kind,
+            "generation": self.generation,
+            "run_dir": self.run_dir,
+            "dropped": dict(self.dropped),
+            "kernel_pid": self.kernel_pid,
+            "kernel_id": self.kernel_id,
+            "workers": [w.snapshot() for w in self.workers],
+        }

@@ -1,0 +1,317 @@
+"""The supervisor's decisions, as a state machine: ``Supervisor.handle(event) -> [action]``.
+
+No threads, processes, sockets or TensorFlow in here: ``Cluster`` (magics/run/cluster.py) polls the relay and the
+processes, turns what it saw into events (``events.py``), hands them to ``handle`` and executes the actions it
+gets back (stop, kill, dump stacks, retire one task, relaunch). Time comes from an injectable clock, so the
+whole lifecycle (start, progress, failures, restarts and their back-off, the stall watchdog, stop, the end)
+is unit-tested in milliseconds (tests/test_supervisor_*.py).
+
+It owns every status change of the run (``ClusterState.status``) and of its workers (``WorkerState.status``),
+and the restart bookkeeping of the state (generation, restarts, history). Whether a failure is restarted is
+the policy's (magics/run/core/restart_policy.py); each launch of the group is an ``Attempt``. Statuses are named by
+``ClusterStatus``/``WorkerStatus`` (magics/run/core/statuses.py) and stored as their plain string values, so a snapshot
+is plain data (JSON, ``repr``) everywhere it goes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from nbworkers.magics.launch import roles
+from nbworkers.magics.run.core import events as ev
+from nbworkers.magics.run.core.failures import (
+    GroupStalled,
+    RelaunchFailed,
+    RunTimedOut,
+    WorkerFailure,
+    classify_exit,
+    root_cause,
+)
+from nbworkers.magics.run.core.restart_policy import RestartPolicy
+from nbworkers.magics.run.core.state import ClusterState
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The supervisor's timeouts, in seconds (magics/settings.py; the run's flags override some)."""
+
+    stop_grace: float = 5.0
+    stall_timeout: float = 0.0  # 0: no watchdog
+    stack_dump_wait: float = 3.0
+    evaluator_grace: float = 60.0
+    run_timeout: float = 0.0  # --timeout; 0: none
+    kill_margin: float = 2.0  # stop_kill_margin: beyond stop_grace, the supervisor kills what is left
+
+    @classmethod
+    def from_settings(cls, settings: Any, stall_timeout: float | None = None,
+                      run_timeout: float | None = None) -> "Timings":
+        return cls(
+            stop_grace=settings.stop_grace,
+            stall_timeout=stall_timeout if stall_timeout is not None else settings.stall_timeout,
+            stack_dump_wait=settings.stack_dump_wait,
+            evaluator_grace=roles.evaluator_grace(settings),
+            run_timeout=run_timeout or 0.0,
+            kill_margin=settings.stop_kill_margin,
+        )
+
+
+@dataclass
+class Attempt:
+    """One launch of the whole group: the first, then one per restart (never a single worker)."""
+
+    generation: int
+    cause: WorkerFailure | None  # what restarted the group (None: the first launch)
+    started: float  # clock
+    last_progress: float  # clock: the last log line, metrics, status or cell event
+    stacks_dumped_at: float | None = None  # the watchdog asked for stacks; it acts stack_dump_wait later
+    training_ended_at: float | None = None  # every awaited task exited 0; the others are retired
+    retired: set[int] = field(default_factory=set)  # unawaited tasks stopped because training ended
+
+
+class Supervisor:
+    def __init__(self, state: ClusterState, policy: RestartPolicy, timings: Timings, tasks: list[Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.state = state
+        self.policy = policy
+        self.timings = timings
+        self.tasks = tasks if tasks is not None else roles.plan(len(state.workers))
+        self.clock = clock
+        self.wall = wall  # time.time: the times written into the state (restart history, end)
+        self.started = clock()
+        self.attempt = Attempt(state.generation, None, self.started, self.started)
+        self.stopping_since: float | None = None
+        self.final_status = ""
+        self.kill_deadline: float | None = None
+        self.pending: WorkerFailure | None = None  # a restart is due once the group is gone
+        self.restart_due = 0.0
+        self.dirty = True  # the state changed since the views were last refreshed (the shell clears it)
+
+    # ------------------------------------------------------------------------------------- queries
+    @property
+    def stopping(self) -> bool:
+        return self.stopping_since is not None
+
+    @property
+    def restart_pending(self) -> bool:
+        return self.pending is not None
+
+    @property
+    def all_exited(self) -> bool:
+        return all(w.exit_code is not None for w in self.state.workers)
+
+    @property
+    def ended(self) -> bool:
+        """Every process is gone and no restart is due: the shell drains the relay and sends ``Ended``."""
+        return self.all_exited and self.pending is None
+
+    # ------------------------------------------------------------------------------------- events
+    def handle(self, event: Any) -> list[ev.Action]:
+        """Apply one event (magics/run/core/events.py; each has its ``_on_<Event>`` below); the actions the cluster must
+        carry out, in order."""
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is None:
+            raise TypeError(f"the supervisor has no handler for {event!r}")
+        return handler(event) or []
+
+    def _on_Progress(self, event: ev.Progress) -> None:
+        self.attempt.last_progress = self.clock()
+
+    def _on_Metrics(self, event: ev.Metrics) -> None:
+        self.attempt.last_progress = self.clock()
+        self.state.workers[event.worker].apply_metrics(event.content)
+        self._note_resume(event.content)
+        if self.state.status == ClusterStatus.STARTING:
+            self.state.status = ClusterStatus.RUNNING.value
+        self.dirty = True
+
+    def _on_StatusReported(self, event: ev.StatusReported) -> None:
+        self.attempt.last_progress = self.clock()
+        worker = self.state.workers[event.worker]
+        if worker.exit_code is None and self.pending is None:
+            worker.apply_status(_worker_status(event.state), event.detail)
+            started = event.state in (WorkerStatus.RUNNING, WorkerStatus.WAITING)
+            if started and self.state.status == ClusterStatus.STARTING:
+                self.state.status = ClusterStatus.RUNNING.value
+        self.dirty = True
+
+    def _on_StopRequested(self, event: ev.StopRequested) -> list[ev.Action]:
+        if self.stopping:
+            return []
+        self.pending = None
+        return self._begin_stop(ClusterStatus.STOPPED)
+
+    def _on_RestartRequested(self, event: ev.RestartRequested) -> list[ev.Action]:
+        if self.stopping or self.pending is not None:
+            return []
+        return self._on_failure(event.cause)
+
+    def _on_Exited(self, event: ev.Exited) -> list[ev.Action]:
+        failures = []
+        for index, code, log_tail in event.exits:
+            worker = self.state.workers[index]
+            if worker.exit_code is not None:
+                continue
+            worker.exit_code = code
+            self.dirty = True
+            if self.pending is not None:
+                worker.status = WorkerStatus.RESTARTING.value
+            elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
+                worker.status = WorkerStatus.FINISHED.value
+            elif self.stopping:
+                stopped = self.final_status == ClusterStatus.STOPPED or worker.status != WorkerStatus.FAILED
+                worker.status = (WorkerStatus.STOPPED if stopped else WorkerStatus.FAILED).value
+            else:
+                worker.status = WorkerStatus.FAILED.value
+                failures.append(classify_exit(index, code, log_tail))
+                worker.detail = worker.detail or str(failures[-1])
+        return self._on_failure(root_cause(failures)) if failures else []
+
+    def _on_Tick(self, event: ev.Tick) -> list[ev.Action]:
+        now = self.clock()
+        actions: list[ev.Action] = []
+        if not self.stopping and self.timings.run_timeout and now - self.started > self.timings.run_timeout:
+            actions += self._fail(RunTimedOut(f"the run timed out after {self.timings.run_timeout:g} s (--timeout)"))
+        if self.kill_deadline is not None and now > self.kill_deadline:
+            self.kill_deadline = None
+            actions.append(ev.KillGroup())
+        if event.idle:  # an idle session is not stalled
+            self.attempt.last_progress = now
+        else:
+            actions += self._check_stall(now)
+        if not self.all_exited:
+            actions += self._retire_unawaited(now)
+        elif self.pending is not None and now >= self.restart_due:
+            actions += self._relaunch()
+        return actions
+
+    def _on_LaunchFailed(self, event: ev.LaunchFailed) -> list[ev.Action]:
+        return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
+
+    def _on_Ended(self, event: ev.Ended) -> list[ev.Action]:
+        self.state.ended = self.wall()
+        self.dirty = True
+        if self.state.status != ClusterStatus.FAILED:
+            if self.stopping:
+                self.state.status = self.final_status
+            elif all(w.exit_code == 0 or w.index in self.attempt.retired for w in self.state.workers):
+                self.state.status = ClusterStatus.FINISHED.value
+            else:
+                self.state.status = ClusterStatus.FAILED.value
+        return [ev.KillGroup()]
+
+    def _on_SupervisorCrashed(self, event: ev.SupervisorCrashed) -> list[ev.Action]:
+        self.state.status = ClusterStatus.FAILED.value
+        self.state.error = "nbworkers supervisor crashed:\n" + event.traceback
+        self.dirty = True
+        return [ev.KillGroup()]
+
+    # ------------------------------------------------------------------------------------- transitions
+    def _on_failure(self, failure: WorkerFailure) -> list[ev.Action]:
+        """Restart the whole group when the policy allows it, else stop it and show why."""
+        decision = self.policy.decide(failure)
+        if not decision.restart:
+            return self._fail(decision.failure)
+        self.pending = failure
+        self.restart_due = self.clock() + decision.backoff
+        self.state.status = ClusterStatus.RESTARTING.value
+        for worker in self.state.workers:
+            worker.status = WorkerStatus.RESTARTING.value
+        return [self._stop_group(), ev.RestartScheduled(failure)]
+
+    def _fail(self, failure: WorkerFailure) -> list[ev.Action]:
+        self.pending = None  # a failed run is not restarted
+        self.state.status = ClusterStatus.FAILED.value
+        self.state.failure_kind = failure.kind
+        # a short message: the worker's traceback is shown from its log tail, once (views, RunFailed)
+        self.state.error = f"{str(failure).rstrip('.')}."
+        return self._begin_stop(ClusterStatus.FAILED) + [ev.Failed(failure)]
+
+    def _begin_stop(self, final_status: ClusterStatus) -> list[ev.Action]:
+        self.stopping_since = self.clock()
+        if self.state.status != ClusterStatus.FAILED:
+            stopping = ClusterStatus.STOPPING if final_status == ClusterStatus.STOPPED else final_status
+            self.state.status = stopping.value
+        self.final_status = final_status.value
+        return [self._stop_group()]
+
+    def _stop_group(self) -> ev.StopGroup:
+        self.kill_deadline = self.clock() + self.timings.stop_grace + self.timings.kill_margin
+        self.dirty = True
+        return ev.StopGroup()
+
+    def _check_stall(self, now: float) -> list[ev.Action]:
+        """The no-progress watchdog: dump every worker's stacks into its log, then restart or fail the group."""
+        stall, attempt = self.timings.stall_timeout, self.attempt
+        if not stall or self.stopping or self.pending is not None:
+            return []
+        if attempt.stacks_dumped_at is None:
+            if now - attempt.last_progress < stall:
+                return []
+            # The stack dumps themselves are log output: from here on, silence is not measured again.
+            attempt.stacks_dumped_at = now
+            return [ev.DumpStacks()]
+        if now - attempt.stacks_dumped_at < self.timings.stack_dump_wait:
+            return []
+        attempt.stacks_dumped_at = None
+        return self._on_failure(GroupStalled(
+            f"no worker reported progress for {stall:g} s (--stall-timeout); their stacks are in their logs"
+        ))
+
+    def _retire_unawaited(self, now: float) -> list[ev.Action]:
+        """Servers (ParameterServerStrategy's workers and ps) never exit, an evaluator may watch for checkpoints
+        forever: once every awaited task exited well, stop them (servers at once, the evaluator after
+        evaluator_grace); the run then ends as finished."""
+        if self.stopping or self.pending is not None:
+            return []
+        if not all(w.exit_code == 0 for t, w in zip(self.tasks, self.state.workers) if t.awaited):
+            return []
+        attempt = self.attempt
+        attempt.training_ended_at = attempt.training_ended_at or now
+        actions: list[ev.Action] = []
+        for i in roles.due_for_retirement(self.tasks, now - attempt.training_ended_at, self.timings.evaluator_grace):
+            if i not in attempt.retired and self.state.workers[i].exit_code is None:
+                attempt.retired.add(i)
+                self.state.workers[i].detail = roles.retirement_detail(self.tasks[i])
+                actions.append(ev.RetireWorker(i))
+                self.dirty = True
+        return actions
+
+    def _relaunch(self) -> list[ev.Action]:
+        cause, self.pending = self.pending, None
+        assert cause is not None
+        state = self.state
+        state.generation += 1
+        state.restarts += 1
+        state.restart_causes.append(str(cause))
+        state.restart_history.append({
+            "generation": state.generation, "cause": str(cause), "kind": cause.kind,
+            "worker": cause.worker, "time": self.wall(), "resumed_from": None,
+        })
+        state.status = ClusterStatus.STARTING.value
+        for worker in state.workers:
+            worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING.value, None, None, ""
+            worker.restarts += 1
+            worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
+        now = self.clock()
+        self.attempt = Attempt(state.generation, cause, now, now)
+        self.kill_deadline = None
+        self.dirty = True
+        return [ev.Relaunch(self.attempt)]
+
+    def _note_resume(self, content: dict[str, Any]) -> None:
+        """The first progress after a restart is the point the run resumed from."""
+        history = self.state.restart_history
+        if history and history[-1].get("resumed_from") is None and history[-1]["generation"] == self.state.generation:
+            history[-1]["resumed_from"] = {"epoch": content.get("epoch"), "step": content.get("step")}
+            history[-1]["resumed_at"] = self.wall()
+            self.policy.progressed()
+
+
+def _worker_status(state: str) -> str:
+    try:
+        return WorkerStatus(state).value
+    except ValueError:  # the relay checks it (protocol/wire.py); kept as sent all the same
+        return state

@@ -1,0 +1,110 @@
+"""What a run shows outside its supervisor: its live views (added from any thread, refreshed and finished with
+a snapshot; a view that raises is reported on the kernel's stderr and never takes the run down), the blocking
+wait that refreshes them, the final summary's snapshot, the state file's payload and the workers' logs.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from nbworkers.magics.rundir.layout import log_path
+from nbworkers.magics.shapes import ClusterSnapshot, View, WorkerHandle
+from nbworkers.protocol import wire
+
+
+class LiveViews:
+    def __init__(self) -> None:
+        self._views: list[View] = []
+        self.lock = threading.Lock()
+        self.last_flush = 0.0  # time.monotonic() of the last refresh
+
+    def add(self, view: View) -> None:
+        with self.lock:
+            self._views.append(view)
+
+    def refresh(self, take_snapshot: Callable[[], Any]) -> None:
+        """Update every view; ``take_snapshot`` is called (views' lock held) only when there is a view."""
+        with self.lock:
+            self.last_flush = time.monotonic()
+            if not self._views:
+                return
+            snapshot = take_snapshot()
+            for view in list(self._views):
+                _safely(view.update, snapshot)
+
+    def finish(self, take_snapshot: Callable[[], Any]) -> None:
+        """The final summary in every view."""
+        with self.lock:
+            snapshot = take_snapshot()
+            for view in self._views:
+                _safely(view.finish, snapshot)
+
+
+def wait_for(done: threading.Event, timeout: float | None, interval: float, tick: Callable[[], None]) -> bool:
+    """Block until ``done`` (True) or ``timeout`` seconds (False), calling ``tick`` every ``interval`` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not done.is_set():
+        left = interval
+        if deadline is not None:
+            left = min(left, deadline - time.monotonic())
+            if left <= 0:
+                break
+        done.wait(left)
+        tick()
+    return done.is_set()
+
+
+def final_snapshot(snapshot: ClusterSnapshot, error_below: bool, echoed: bool) -> ClusterSnapshot:
+    """The snapshot of the final summary: ``error_below``, a ``RunFailed`` with the traceback is raised below it
+    (not shown twice); ``echoed``, the workers' output is in the cell already (the tail is not repeated)."""
+    from nbworkers.magics.run.failed import mark_error_below
+    from nbworkers.magics.views.summary import ECHOED_KEY
+
+    if error_below:
+        snapshot = mark_error_below(snapshot)
+    if echoed:
+        snapshot = {**snapshot, ECHOED_KEY: True}  # type: ignore[typeddict-unknown-key]
+    return snapshot
+
+
+def state_file_data(snapshot: ClusterSnapshot, procs: list[WorkerHandle], run_id: str) -> dict[str, Any]:
+    """``state.json``'s content: the snapshot with the processes (for the reaper and the REST API's stop),
+    without the metric history, metrics as strict JSON."""
+    data: dict[str, Any] = dict(snapshot)
+    data["hostname"] = socket.gethostname()
+    data["host_pids"] = [p.host.pid for p in procs]
+    data["worker_pgids"] = [p.worker_pid for p in procs if p.worker_pid]
+    data["run_id"] = run_id
+    for worker in data["workers"]:
+        worker.pop("history", None)
+        worker["metrics"] = wire.encode_metrics(worker.get("metrics") or {})  # strict JSON for the REST API
+    return data
+
+
+def read_logs(run_dir: Path, count: int, worker: int | None = None, tail: int | None = None) -> str:
+    """A worker's full log (or every one of the ``count`` workers' logs, each line prefixed by its index);
+    ``tail`` keeps the last lines."""
+    parts = []
+    for i in range(count) if worker is None else [worker]:
+        try:
+            text = log_path(run_dir, i).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        lines = text.splitlines()
+        if tail is not None:
+            lines = lines[-tail:]
+        parts.append("\n".join(f"[{i}] {line}" for line in lines) if worker is None else "\n".join(lines))
+    return "\n".join(parts)
+
+
+def _safely(call: Callable[[Any], Any], snapshot: Any) -> None:
+    try:
+        call(snapshot)
+    except Exception:  # a broken view must not take the run down
+        traceback.print_exc(file=sys.__stderr__)

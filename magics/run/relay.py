@@ -1,0 +1,168 @@
+"""The kernel side of the relay: one ZMQ PULL socket per cluster that checks and decodes what workers send.
+
+Messages that fail the signature (unsigned, forged, replayed) or the schema (malformed) are dropped and
+counted, never acted on. Only JSON is ever decoded.
+
+Memory stays bounded whatever arrives (issue 15): libzmq cuts a connection that sends a frame over
+``relay_max_message_bytes`` before buffering it, at most ``relay_receive_hwm`` messages wait per connection, a
+message of the wrong shape (frame count, total size) is dropped, and the signature is checked here — exactly
+64 lowercase hex digits and the right HMAC — *before* jupyter_client's ``Session`` sees it, because its replay
+history keeps every signature it is shown (forged ones included). That history holds at most
+``relay_replay_history`` signatures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from nbworkers.magics.run.core.logtail import cap_line
+from nbworkers.protocol import wire
+
+SIGNATURE = re.compile(rb"[0-9a-f]{64}")  # an HMAC-SHA256 hex digest, as the senders write it
+HELLO_TEXT_CHARS = 1024  # a hello's host name, role and interpreter path
+FRAMES = 6  # <IDS|MSG>, signature, header, parent, metadata, content (the relay's messages carry no buffers)
+
+
+@dataclass
+class Message:
+    kind: str
+    content: dict[str, Any]
+
+
+@dataclass
+class DropCounts:
+    bad_signature: int = 0
+    malformed: int = 0
+    stale: int = 0  # well signed, but from an earlier launch generation
+    oversized: int = 0  # more bytes than relay_max_message_bytes (a single frame that big never arrives at all)
+    reasons: list[str] = field(default_factory=list)  # the last few, for diagnosis
+
+    def note(self, what: str, reason: str) -> None:
+        setattr(self, what, getattr(self, what) + 1)
+        self.reasons = (self.reasons + [f"{what}: {reason}"])[-5:]
+
+    @property
+    def total(self) -> int:
+        return self.bad_signature + self.malformed + self.stale + self.oversized
+
+
+class RelayReceiver:
+    """Binds a PULL socket (ZMQ picks the port atomically: no bind-then-close race)."""
+
+    def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
+                 max_message_bytes: int | None = None, receive_hwm: int | None = None,
+                 replay_history: int | None = None, curve: bool = False):
+        from nbworkers.magics.settings import settings
+
+        config = settings()
+        self.max_message_bytes = max_message_bytes or config.relay_max_message_bytes
+        self.max_line_chars = config.max_line_chars
+        self._session = wire.make_session(key)
+        self._session.digest_history_size = replay_history or config.relay_replay_history
+        self._hmac = hmac.new(key.encode("ascii") if isinstance(key, str) else key, digestmod=hashlib.sha256)
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.PULL)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)  # per frame: bigger ones cut the connection
+        self._socket.setsockopt(zmq.RCVHWM, receive_hwm or config.relay_receive_hwm)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self.curve = None  # --backend ray: encrypted, only the run's workers' keys (relay_curve.py)
+        if curve:
+            from nbworkers.magics.run.relay_curve import CurveServer
+
+            self.curve = CurveServer(self._context, self._socket)
+        port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
+        self.port = port
+        self.address = f"tcp://{advertise_host or bind_host}:{port}"
+        self.drops = DropCounts()
+        self.received = 0
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+
+    def poll(self, timeout_s: float, max_messages: int = 5000) -> list[Message]:
+        """Wait up to ``timeout_s`` for traffic, then drain what is there (up to ``max_messages``)."""
+        out: list[Message] = []
+        if not self._poller.poll(int(timeout_s * 1000)):
+            return out
+        while len(out) < max_messages:
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            message = self.decode(frames)
+            if message is not None:
+                out.append(message)
+        return out
+
+    def _precheck(self, frames: list[bytes]) -> bool:
+        """Shape, size and signature, before anything is parsed or remembered. False: dropped (and counted)."""
+        if sum(len(f) for f in frames) > self.max_message_bytes:
+            self.drops.note("oversized", f"{sum(len(f) for f in frames)} bytes in {len(frames)} frames")
+            return False
+        if len(frames) != FRAMES or frames[0] != wire.Signer.DELIM:
+            self.drops.note("malformed", f"{len(frames)} frames, expected {FRAMES} starting with <IDS|MSG>")
+            return False
+        signature = frames[1]
+        if not SIGNATURE.fullmatch(signature):
+            self.drops.note("bad_signature", f"not a hex HMAC-SHA256 digest ({len(signature)} bytes)")
+            return False
+        digest = self._hmac.copy()
+        for part in frames[2:6]:
+            digest.update(part)
+        if not hmac.compare_digest(digest.hexdigest().encode("ascii"), signature):
+            self.drops.note("bad_signature", "Invalid Signature")
+            return False
+        return True
+
+    def decode(self, frames: list[bytes]) -> Message | None:
+        if not self._precheck(frames):
+            return None
+        try:
+            _, frames = self._session.feed_identities(frames, copy=True)
+            msg = self._session.deserialize(frames, content=True, copy=True)
+        except ValueError as error:  # jupyter_client raises ValueError for bad/duplicate signatures
+            text = str(error)
+            kind = "bad_signature" if ("ignature" in text or "Unsigned" in text) else "malformed"
+            self.drops.note(kind, text[:200])
+            return None
+        except Exception as error:  # undecodable JSON, wrong frame count, ...
+            self.drops.note("malformed", f"{type(error).__name__}: {str(error)[:200]}")
+            return None
+        kind = msg.get("header", {}).get("msg_type") or msg.get("msg_type")
+        content = msg.get("content")
+        problem = wire.validate(kind, content)
+        if problem is not None:
+            self.drops.note("malformed", problem)
+            return None
+        if kind == "metrics":
+            content["metrics"] = wire.decode_metrics(content["metrics"])
+        self._cap_strings(kind, content)
+        self.received += 1
+        return Message(kind, content)
+
+    def _cap_strings(self, kind: str, content: dict[str, Any]) -> None:
+        """Texts the kernel keeps (status detail, hello facts) cut to a line's length: a worker cannot make the
+        kernel, the widget or state.json hold an endless one (log lines: LogTail)."""
+        fields = ("detail",) if kind == "status" else ("host", "role", "python") if kind == "hello" else ()
+        for name in fields:
+            if isinstance(content.get(name), str):
+                content[name] = cap_line(content[name], self.max_line_chars if name == "detail" else HELLO_TEXT_CHARS)
+
+    @property
+    def server_public_key(self) -> str:
+        return self.curve.public_key if self.curve is not None else ""
+
+    def allow_client(self, public_key: str) -> None:
+        if self.curve is not None:
+            self.curve.allow(public_key)
+
+    def close(self) -> None:
+        if self.curve is not None:
+            self.curve.close()
+        self._socket.close(linger=0)
+        self._context.term()

@@ -1,0 +1,80 @@
+"""Reaping the leftovers of dead kernels: runs whose state says not done but whose kernel died.
+
+Reaping kills what is left of such a run (TERM, grace, KILL — only processes that are the run's own:
+``liveness.leftover_processes``) and rewrites its state as failed ("its kernel died"). The kernel scans its run
+root in the background when the extension loads (``scan_at_load``); the server extension and tests call
+``reap_leftovers``. Runs of live kernels and of other machines are never touched.
+
+The rest of what is known about runs from outside their kernel lives beside this module: the layout and the
+files (``rundir``), liveness (``liveness``), the REST rows (``run_listing``), stopping (``run_stop``), read-only
+handles (``attach``), and processes left under a run root (``strays``). Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.rundir.layout import list_run_dirs, read_state, run_root
+from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
+from nbworkers.magics.rundir.stop import mark_ended
+from nbworkers.procs.kill import KILL_GRACE, stop_processes
+
+log = logging.getLogger("nbworkers")
+
+
+def find_leftovers(root: str | os.PathLike | None = None) -> list[Path]:
+    """Run directories whose state says not done but whose kernel is dead."""
+    found = []
+    for run_dir in list_run_dirs(root):
+        state = read_state(run_dir)
+        if state is None or state.get("status") in DONE_STATES or is_foreign(state):
+            continue
+        if not kernel_alive(state):
+            found.append(run_dir)
+    return found
+
+
+def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None:
+    """Kill what is left of a dead kernel's run and record it as failed."""
+    state = read_state(run_dir)
+    if state is None or state.get("status") in DONE_STATES or kernel_alive(state):
+        return state
+    stop_processes(leftover_processes(state, run_dir), kill_grace)
+    return mark_ended(run_dir, "failed", f"its kernel died (pid {state.get('kernel_pid')}); reaped by nbworkers",
+                      "failed")
+
+
+def reap_leftovers(root: str | os.PathLike | None = None, kill_grace: float = KILL_GRACE) -> list[str]:
+    """Reap every leftover under the run root; returns their names."""
+    reaped = []
+    for run_dir in find_leftovers(root):
+        try:
+            reap(run_dir, kill_grace)
+            reaped.append(run_dir.name)
+        except OSError as error:
+            log.warning("nbworkers: could not reap the leftovers of %s: %s", run_dir, error)
+    return reaped
+
+
+def scan_at_load(root: str | os.PathLike | None = None) -> threading.Thread:
+    """Reap the leftovers of dead kernels in the background (called when the extension loads)."""
+    root = run_root(root)
+
+    def scan() -> None:
+        try:
+            names = reap_leftovers(root)
+        except Exception as error:  # a scan must never break the kernel
+            log.warning("nbworkers: leftover scan of %s failed: %s", root, error)
+            return
+        if names:
+            log.warning("nbworkers: reaped %d run(s) left by dead kernels: %s (`%%workers attach NAME` shows one)",
+                        len(names), ", ".join(names))
+
+    thread = threading.Thread(target=scan, name="nbworkers-leftover-scan", daemon=True)
+    thread.start()
+    return thread

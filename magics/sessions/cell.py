@@ -1,0 +1,251 @@
+"""One cell run in a session: its own per-worker output, status and metrics, its live views, its wait.
+
+``SessionCell`` is what ``%%worker --session NAME`` returns. It looks like a cluster to the views
+(``name``, ``snapshot()``, ``stop()``, ``restart()``), so the widget and the text/HTML view show it unchanged;
+its snapshot adds ``session: {name, cell, state, cells, running}`` (the widget's header line shows it).
+The session's supervisor feeds it (``start``, ``feed_log``, ``apply``, ``worker_ended``, ``conclude``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from nbworkers.magics.errors import RunFailed
+from nbworkers.magics.run.core.state import WorkerState
+from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.protocol import session_wire
+
+CELL_STATES = ("queued", "running", "finished", "failed", "stopped", "cancelled")
+
+
+class SessionCell:
+    def __init__(self, session: Any, number: int, code: str, timeout: float | None = None):
+        self.session = session
+        self.number = number
+        self.code = code
+        self.timeout = timeout
+        self.name = f"{session.name} cell {number}"
+        self.state = "queued"
+        self.error = ""
+        self.failed_workers: tuple[int, ...] = ()
+        self.submitted = time.time()
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.interrupts = 0  # Stop requests seen
+        self.timed_out = False  # --timeout passed: the interrupted cell counts as failed
+        self.interrupted_at: float | None = None
+        self.paused: dict[int, int] = {}  # worker -> its report count when it paused for a Stop
+        self.resumed = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
+        self.first_error_at: float | None = None
+        self.first_error_worker: int | None = None
+        self.all_ended_at = 0.0  # monotonic time every worker's end message was in
+        self.aborted_at: float | None = None
+        self.ends: dict[int, dict[str, Any]] = {}  # worker -> its ``cell end`` message
+        self.closed_logs: set[int] = set()  # workers whose end marker line arrived
+        self.workers = [
+            WorkerState(index=w.index, role=w.role, role_index=w.role_index, log_path=w.log_path,
+                        status="starting")
+            for w in session.state.workers
+        ]
+        for worker in self.workers:
+            worker.log_tail = type(worker.log_tail)(session.settings.log_tail_lines)
+        self._views: list[Any] = []
+        self._views_lock = threading.Lock()
+        self._done = threading.Event()
+        self._waiters = 0
+        self.dirty = True
+        self._flushed = 0.0  # monotonic time the session last refreshed this cell's views
+
+    # ------------------------------------------------------------------------------ what views read
+    @property
+    def status(self) -> str:
+        return {"queued": "starting", "cancelled": "stopped"}.get(self.state, self.state)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def snapshot(self) -> ClusterSnapshot:
+        with self.session._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> ClusterSnapshot:
+        first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
+        end = self.ended or time.time()
+        return {
+            "name": self.name,
+            "backend": self.session.state.backend,
+            "status": self.status,
+            "error": self.error,
+            "started": self.started or self.submitted,
+            "ended": self.ended,
+            "wall_time": end - (self.started or self.submitted) if self.started else 0.0,
+            "restarts": self.session.state.restarts,
+            "restart_causes": [],
+            "restart_history": [],
+            "failure_kind": "",
+            "generation": self.session.state.generation,
+            "run_dir": self.session.state.run_dir,
+            "dropped": {},
+            "kernel_pid": self.session.state.kernel_pid,
+            "kernel_id": self.session.state.kernel_id,
+            "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
+                        for w, p in zip(self.workers, self.session.state.workers)],
+            "session": {"name": self.session.name, "cell": self.number, "state": self.state,
+                        "cells": len(self.session.cells), "running": first_line[:120]},
+        }
+
+    # ------------------------------------------------------------------------------ user-facing
+    def stop(self) -> None:
+        """Interrupt this cell on every worker (a second Stop restarts the session's processes)."""
+        self.session.interrupt(self)
+
+    def restart(self) -> None:
+        """Restart the session's processes (every variable in them is lost)."""
+        self.session.restart()
+
+    def wait(self, timeout: float | None = None, raise_on_failure: bool = True, echo: Any = None) -> bool:
+        """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
+        the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``). ``echo``: a
+        ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
+        from nbworkers.magics.run.outputs import wait_for
+
+        def tick() -> None:
+            if self.dirty:
+                self.refresh_views()
+            if echo is not None:
+                echo.tick(self.snapshot())
+
+        with self.session._lock:
+            self._waiters += 1
+        try:
+            wait_for(self._done, timeout, self.session.settings.flush_interval, tick)
+            ended = self._done.is_set()
+            if echo is not None:
+                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+            if ended:
+                self.finish_views()
+        finally:
+            with self.session._lock:
+                self._waiters -= 1
+        if raise_on_failure and ended and self.state == "failed":
+            raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
+        return ended
+
+    def failure_text(self) -> str:
+        return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
+
+    def __repr__(self) -> str:
+        return f"<SessionCell {self.name!r}: {self.state}>"
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+    def show(self) -> Any:
+        from nbworkers.magics.views.session_widget import session_view_factory
+
+        view = session_view_factory(self)
+        with self._views_lock:
+            self._views.append(view)
+        view.show()
+        if self._done.is_set():
+            view.finish(self.snapshot())
+        return view
+
+    # ------------------------------------------------------------------------------ fed by the session (lock held)
+    def begin(self) -> None:
+        self.state, self.started = "running", time.time()
+        for worker in self.workers:
+            worker.status = "running"
+        self.dirty = True
+
+    def feed_log(self, worker: int, text: str) -> None:
+        self.workers[worker].log_tail.feed([text])
+        self.dirty = True
+
+    def worker_ended(self, worker: int, content: dict[str, Any]) -> None:
+        self.ends[worker] = content
+        status = {"ok": "finished", "error": "failed", "interrupted": "stopped"}[content["status"]]
+        self.workers[worker].apply_status(status, content.get("error") or "")
+        if content["status"] == "error" and self.first_error_at is None:
+            self.first_error_at = time.monotonic()
+        self.dirty = True
+
+    def conclude(self, state: str, error: str = "", failed: tuple[int, ...] = ()) -> None:
+        self.state, self.error, self.failed_workers = state, error, failed
+        self.ended = time.time()
+        for worker in self.workers:
+            if worker.status in ("starting", "running", "waiting"):
+                worker.status = {"finished": "finished", "failed": "failed"}.get(state, "stopped")
+        self.dirty = True
+
+    def end(self) -> None:
+        """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
+        self._done.set()
+        with self.session._lock:
+            waiting = self._waiters > 0
+        if not waiting:
+            self.finish_views()
+
+    # ------------------------------------------------------------------------------ views
+    def refresh_views(self) -> None:
+        with self._views_lock:
+            views = list(self._views)
+            if not views:
+                return
+            snapshot = self.snapshot()
+            self.dirty = False
+            for view in views:
+                try:
+                    view.update(snapshot)
+                except Exception:
+                    traceback.print_exc(file=sys.__stderr__)
+
+    def finish_views(self) -> None:
+        with self._views_lock:
+            snapshot = self.snapshot()
+            for view in self._views:
+                try:
+                    view.finish(snapshot)
+                except Exception:
+                    traceback.print_exc(file=sys.__stderr__)
+
+
+class LogRouter:
+    """Gives each piece of a worker's output to the cell that printed it: the worker prints a marker line before
+    and after each cell (``session_wire.marker``); output outside any cell stays in the session's own log."""
+
+    HEAD = "--- nbworkers: cell "
+
+    def __init__(self) -> None:
+        self._cell: dict[int, int | None] = {}  # worker -> the cell whose output its log is carrying
+        self._carry: dict[int, str] = {}  # worker -> an unfinished last line that may be a marker's start
+
+    def route(self, cells: list[SessionCell], index: int, text: str) -> None:
+        text = self._carry.pop(index, "") + text
+        tail = text[text.rfind("\n") + 1:]
+        if tail and (tail.startswith(self.HEAD) or self.HEAD.startswith(tail)):  # a marker split in two
+            self._carry[index], text = tail, text[: len(text) - len(tail)]
+        at = 0
+        target = self._cell.get(index)
+        for match in session_wire.MARKER.finditer(text):
+            _feed(cells, target, index, text[at:match.start()])
+            number, event = int(match.group(1)), match.group(2)
+            if event == "start":
+                target = number
+            else:
+                if 0 < number <= len(cells):
+                    cells[number - 1].closed_logs.add(index)
+                target = None
+            at = match.end()
+        _feed(cells, target, index, text[at:])
+        self._cell[index] = target
+
+
+def _feed(cells: list[SessionCell], number: int | None, index: int, text: str) -> None:
+    if text and number is not None and 0 < number <= len(cells):
+        cells[number - 1].feed_log(index, text)

@@ -1,0 +1,99 @@
+"""The kernel's command socket of a session: a ZMQ ROUTER the workers' DEALERs connect to (``session_wire``).
+
+A worker becomes addressable when its signed ``ready`` frame arrives (it names the worker's index and launch
+generation; its routing id is random). Commands are signed with the cluster's key and numbered; the
+generation in each command makes one launch's commands useless to the next. Thread-safe (one lock around
+the socket): the supervisor thread drains it, the notebook's thread and widget clicks send on it.
+
+Local backend: bound to 127.0.0.1, like the relay. ``--backend ray``: bound where the relay binds (every
+interface, the kernel node's address advertised) and a CurveZMQ server exactly as the relay is
+(``relay_curve.CurveServer``, sharing the relay's server keypair and allowed client keys): only the run's
+nodes, with the client keypair their actor made there, can connect, and nobody on the path reads the cells.
+Commands stay HMAC-signed and numbered on top.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import zmq
+
+from nbworkers.magics.run.relay_curve import CurveServer
+from nbworkers.protocol import session_wire, wire
+
+
+class CommandChannel:
+    def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
+                 curve: CurveServer | None = None):
+        """``curve``: the relay's CurveZMQ server (``RelayReceiver.curve``) to encrypt this socket as it is, with
+        its keys; None: plain (local backend, loopback)."""
+        self._key = key
+        self._signer = wire.Signer(key)
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
+        self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
+        port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
+        self.address = f"tcp://{advertise_host or bind_host}:{port}"
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
+        self.gen = 0
+        self.dropped = 0
+
+    def new_generation(self, gen: int) -> None:
+        with self._lock:
+            self.gen = gen
+            self._peers.clear()
+
+    def ready(self, count: int) -> bool:
+        with self._lock:
+            return all(i in self._peers for i in range(count))
+
+    def ready_workers(self) -> set[int]:
+        with self._lock:
+            return set(self._peers)
+
+    def drain(self) -> None:
+        """Take in the workers' ``ready`` frames (never blocks)."""
+        with self._lock:
+            while True:
+                try:
+                    frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                identity, rest = frames[0], frames[1:]
+                message = session_wire.verify(rest, self._key)
+                if message is None or message[0] != "ready":
+                    self.dropped += 1
+                    continue
+                content = message[1]
+                worker, gen = content.get("worker"), content.get("gen")
+                if not isinstance(worker, int) or gen != self.gen:
+                    self.dropped += 1
+                    continue
+                self._peers[worker] = identity
+
+    def send(self, kind: str, workers: list[int] | None = None, **fields: Any) -> list[int]:
+        """Send one command to ``workers`` (default: every ready one); returns those it reached."""
+        reached = []
+        with self._lock:
+            targets = sorted(self._peers) if workers is None else [w for w in workers if w in self._peers]
+            for worker in targets:
+                self._seq += 1
+                frames = self._signer.frames(kind, {"seq": self._seq, "gen": self.gen, **fields})
+                try:
+                    self._socket.send_multipart([self._peers[worker], *frames], flags=zmq.NOBLOCK)
+                    reached.append(worker)
+                except (zmq.Again, zmq.ZMQError):  # gone (killed): the supervisor sees its exit
+                    pass
+        return reached
+
+    def close(self) -> None:
+        with self._lock:
+            if self.curve is not None:
+                self.curve.close()
+            self._socket.close(linger=0)
+            self._context.term()

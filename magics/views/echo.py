@@ -1,0 +1,141 @@
+"""The workers' printed lines in a blocking cell's own output, prefixed ``[0]``, ``[1]`` as ``%%px`` does.
+
+A blocking wait (``%%worker --block``, ``%workers wait``) runs on the kernel's main thread, tied to the cell, so
+what it writes to ``sys.stdout`` lands in that cell: in a headless run's saved notebook and in every static
+renderer as plain text. It is bounded so the cell stays readable and jupyter_server's output rate limits
+(1000 messages/s, 1 MB/s) are never near: at most ``echo_lines`` lines per worker as they come, then only a
+count; when the run ends, a note of what was cut and the last ``echo_tail_lines`` lines of each worker whose
+output was cut. Lines longer than ``ECHO_LINE_CHARS`` are cut. Writes happen once per wait tick (at most every
+``flush_interval``), one write for all workers. The full logs stay on disk.
+
+A worker's traceback is shown once: the echo holds a ``Traceback (most recent call last)`` block back; if the
+worker then failed, the block is left to the run's summary / ``RunFailed`` (a one-line note says so), else it is
+written after ``TRACEBACK_HOLD`` seconds (a handled exception the worker logged and went on from).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+
+ECHO_LINE_CHARS = 1000
+TRACEBACK_HOLD = 3.0  # seconds a traceback is held back while its worker has not (yet) been seen to fail
+TRACEBACK_START = "Traceback (most recent call last)"
+
+
+@dataclass
+class _WorkerEcho:
+    next_line: int = 0  # the global index (LogTail.total) of the next complete line to consider
+    shown: int = 0
+    cut: int = 0  # lines past echo_lines not shown live
+    lost: int = 0  # lines that left the kernel's tail before a tick saw them
+    cut_lines: list[str] = field(default_factory=list)  # the newest cut lines (for the closing tail)
+    held: list[str] = field(default_factory=list)  # a traceback held back (see the module docstring)
+    held_since: float = 0.0
+
+
+class WorkerEcho:
+    def __init__(self, max_lines: int, tail_lines: int, out: TextIO | None = None):
+        self.max_lines = max(0, max_lines)
+        self.tail_lines = max(0, tail_lines)
+        self._out = out
+        self._workers: dict[int, _WorkerEcho] = {}
+        self.written = 0  # lines written (tests)
+
+    def _stream(self) -> TextIO:
+        return self._out or sys.stdout
+
+    def tick(self, snapshot: ClusterSnapshot) -> None:
+        """Write each worker's complete lines that arrived since the last tick (bounded)."""
+        out: list[str] = []
+        for worker in snapshot.get("workers") or []:
+            out.extend(self._new_lines(worker))
+        self._write(out)
+
+    def finish(self, snapshot: ClusterSnapshot) -> None:
+        """The last lines, an unfinished last line, and per worker a note of what was cut plus its last lines."""
+        out: list[str] = []
+        for worker in snapshot.get("workers") or []:
+            out.extend(self._new_lines(worker, final=True))
+            state = self._workers[worker.get("index", 0)]
+            if state.held and worker.get("status") == "failed":
+                out.append(f"[{worker.get('index', 0)}] (its traceback is not repeated here: see the run's error)")
+                state.held = []
+            out.extend(self._emit(worker.get("index", 0), state, self._release(state)))
+        for worker in snapshot.get("workers") or []:
+            index = worker.get("index", 0)
+            seen = self._workers.get(index)
+            if seen is None or not (seen.cut or seen.lost):
+                continue
+            parts = []
+            if seen.cut:
+                parts.append(f"{seen.cut} lines not shown here")
+            if seen.lost:
+                parts.append(f"{seen.lost} lines went by too fast to show")
+            where = f"; full log: {worker['log_path']}" if worker.get("log_path") else ""
+            tail = seen.cut_lines[-self.tail_lines:] if self.tail_lines else []
+            last = f", its last {len(tail)} below" if tail else ""
+            out.append(f"[{index}] ... {', '.join(parts)}{last}{where}")
+            out.extend(f"[{index}] {line}" for line in tail)
+        self._write(out)
+
+    def _new_lines(self, worker: WorkerSnapshot, final: bool = False) -> list[str]:
+        index = worker.get("index", 0)
+        state = self._workers.setdefault(index, _WorkerEcho())
+        lines = list(worker.get("log_tail") or [])
+        total = worker.get("log_total")
+        if total is None:  # an older snapshot: no line count, treat the tail as all there is
+            total = len(lines)
+        is_open = bool(worker.get("log_open")) and bool(lines)
+        complete = lines[:-1] if is_open else lines
+        first = total - len(complete)  # global index of complete[0]
+        if state.next_line < first:
+            state.lost += first - state.next_line
+            state.next_line = first
+        fresh = complete[state.next_line - first:]
+        state.next_line = total
+        if final and is_open:
+            fresh.append(lines[-1])
+            state.next_line += 1  # never shown twice
+        ready = []
+        for line in fresh:
+            if not state.held and TRACEBACK_START in line:
+                state.held_since = time.monotonic()
+            if state.held or TRACEBACK_START in line:
+                state.held.append(line)
+            else:
+                ready.append(line)
+        if state.held and not final and worker.get("status") != "failed" \
+                and time.monotonic() - state.held_since > TRACEBACK_HOLD:
+            ready.extend(self._release(state))
+        return self._emit(index, state, ready)
+
+    @staticmethod
+    def _release(state: _WorkerEcho) -> list[str]:
+        held, state.held = state.held, []
+        return held
+
+    def _emit(self, index: int, state: _WorkerEcho, fresh: list[str]) -> list[str]:
+        out = []
+        for line in fresh:
+            line = line if len(line) <= ECHO_LINE_CHARS else line[:ECHO_LINE_CHARS] + " ...[cut]"
+            if state.shown < self.max_lines:
+                out.append(f"[{index}] {line}")
+                state.shown += 1
+            else:
+                state.cut += 1
+                state.cut_lines.append(line)
+                del state.cut_lines[:-max(self.tail_lines, 1)]
+        return out
+
+    def _write(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        stream = self._stream()
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
+        self.written += len(lines)

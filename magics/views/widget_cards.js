@@ -1,0 +1,142 @@
+// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards.
+// widget.py joins uPlot, widget_cards.js, widget_chart.js and widget.js into the widget's one ES module.
+
+// Every cluster and worker status (magics/run/core/statuses.py; tests/test_widget.py checks none is missing).
+const STATUS_LABELS = {
+  starting: "starting",
+  waiting: "waiting for peers",
+  running: "running",
+  restarting: "restarting",
+  stopping: "stopping",
+  finished: "finished",
+  failed: "failed",
+  stopped: "stopped",
+  lost: "lost",
+};
+const DONE = new Set(["finished", "failed", "stopped", "lost"]); // the terminal statuses (is_terminal)
+const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
+const TRACEBACK_LINES = 20;
+const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM" };
+
+function h(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function fmtNumber(value) {
+  if (typeof value !== "number") return String(value);
+  if (Number.isInteger(value)) return String(value);
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs >= 1e5 || abs < 1e-3)) return value.toExponential(3);
+  return String(Number(value.toPrecision(4)));
+}
+
+function fmtDuration(seconds) {
+  if (typeof seconds !== "number" || !isFinite(seconds) || seconds < 0) return "-";
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const total = Math.round(seconds);
+  const hours = Math.floor(total / 3600);
+  const minutes = Math.floor((total % 3600) / 60);
+  const secs = String(total % 60).padStart(2, "0");
+  return hours ? `${hours}h ${String(minutes).padStart(2, "0")}m ${secs}s` : `${minutes}m ${secs}s`;
+}
+
+function workerName(w) {
+  return `#${w.index} ${w.role || "worker"}:${w.role_index ?? 0}`;
+}
+
+function chiefIndex(workers) {
+  const chief = workers.find((w) => w.role === "chief");
+  return chief ? chief.index : workers.length ? workers[0].index : 0;
+}
+
+function badge(status, label) {
+  return h("span", { class: `nbw-badge nbw-status-${status}`, text: label || STATUS_LABELS[status] || status || "unknown" });
+}
+
+// How a worker's process ended, in words (as magics/views/summary.py exit_text): nothing for a clean exit or for a
+// worker nbworkers stopped; "killed by SIGKILL" for a signal; "exit code 1" otherwise.
+function exitText(w) {
+  const code = w.exit_code;
+  if (code === null || code === undefined || code === 0) return "";
+  if (["stopped", "finished", "restarting"].includes(w.status)) return "";
+  if (code < 0) return `killed by ${SIGNALS[-code] || "signal " + -code}`;
+  return `exit code ${code}`;
+}
+
+// Where a restarted group went on (as magics/views/summary.py resume_text).
+function resumeText(from) {
+  if (!from) return "not resumed yet: its first step tells whether it resumes from a checkpoint";
+  const { epoch, step } = from;
+  if ((epoch === null || epoch === undefined || epoch <= 1) && (step === null || step === undefined || step <= 1)) {
+    return "started from scratch (no checkpoint to resume from)";
+  }
+  const where = [epoch !== null && epoch !== undefined ? `epoch ${epoch}` : "", step !== null && step !== undefined ? `step ${step}` : ""];
+  return `resumed from a checkpoint at ${where.filter(Boolean).join(", ")}`;
+}
+
+function tracebackTail(lines, limit = TRACEBACK_LINES) {
+  let start = -1;
+  for (let i = lines.length - 1; i >= 0; i--) {
+    if (lines[i].includes("Traceback (most recent call last)")) {
+      start = i;
+      break;
+    }
+  }
+  return (start >= 0 ? lines.slice(start) : lines).slice(-limit);
+}
+
+// ------------------------------------------------------------------------------------ cards
+
+function progressRow(label, fraction) {
+  if (fraction === null) return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }));
+  const fill = h("div", { class: "nbw-bar-fill" });
+  fill.style.width = `${Math.max(0, Math.min(1, fraction)) * 100}%`;
+  return h("div", { class: "nbw-bar-row" }, h("span", { class: "nbw-bar-label", text: label }), h("div", { class: "nbw-bar" }, fill));
+}
+
+function renderCard(w) {
+  const card = h("div", { class: `nbw-card nbw-card-${w.status}`, "data-index": w.index, "data-status": w.status });
+  card.append(
+    h("div", { class: "nbw-card-head" }, h("span", { class: "nbw-card-title", text: workerName(w) }), badge(w.status)),
+  );
+  const where = [w.host || "", w.pid ? `pid ${w.pid}` : ""].filter(Boolean).join(" · ");
+  card.append(h("div", { class: "nbw-card-host", text: where || "\u00a0" }));
+
+  const done = w.status === "finished";
+  if (w.epoch !== null && w.epoch !== undefined) {
+    // Reported epochs and steps are 1-based positions, as Keras prints them ("Epoch 2/3").
+    const total = w.epochs_total;
+    const within = w.steps_total && w.step !== null ? w.step / w.steps_total : 0;
+    const fraction = done ? 1 : total ? (Math.max(w.epoch - 1, 0) + within) / total : null;
+    card.append(progressRow(total ? `epoch ${w.epoch}/${total}` : `epoch ${w.epoch}`, fraction));
+  }
+  if (w.step !== null && w.step !== undefined) {
+    const fraction = w.steps_total ? w.step / w.steps_total : null;
+    card.append(progressRow(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`, fraction));
+  }
+
+  const names = Object.keys(w.metrics || {});
+  if (names.length) {
+    const table = h("table", { class: "nbw-metrics" });
+    for (const name of names) {
+      table.append(h("tr", {}, h("td", { text: name }), h("td", { class: "nbw-num", text: fmtNumber(w.metrics[name]) })));
+    }
+    card.append(table);
+  }
+
+  const foot = [];
+  if (typeof w.steps_per_sec === "number") foot.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
+  foot.push(`restarts ${w.restarts || 0}`);
+  if (exitText(w)) foot.push(exitText(w));
+  card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
+  if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
+  return card;
+}

@@ -1,0 +1,135 @@
+"""The wire of interactive sessions (``%%worker --session``): commands kernel -> workers, and the two relay
+message kinds workers -> kernel. Imports neither TensorFlow nor IPython (the kernel and the workers share it).
+
+Commands travel on a ZMQ ROUTER socket the kernel binds (``ENV_COMMANDS``); each worker connects a DEALER
+with a random routing id and first sends a signed ``ready`` frame, which tells the kernel its id. Every
+command is signed with the cluster's HMAC key in the Jupyter wire format (``wire.Signer``) and carries the
+group's generation and a sequence number that only grows: a worker drops (and counts) any command whose
+signature, generation or sequence is wrong. Commands run code in the worker, so nothing unsigned is acted on.
+With ``--backend ray`` the command socket is a CurveZMQ server as the relay is, with the relay's keys
+(``magics/run/relay_curve.py``): a worker connects with the same server key and node client keypair as its relay
+sender (``client_curve``), so only the run's nodes can connect and nobody on the path reads the cells.
+
+Commands (``msg_type``; content fields):
+
+- ``run``        seq, gen, cell (int), code (str)
+- ``pull``       seq, gen, request (str), expression (str), max_bytes (int), chunk_bytes (int)
+- ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
+- ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
+- ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
+- ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
+- ``shutdown``   seq, gen: leave the cell loop; the worker exits
+
+Relay kinds added to ``wire.KINDS``:
+
+- ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
+  (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
+  were aborted in this process)
+- ``pull``  request (str), index, count, size (ints: chunk number, number of chunks, total payload bytes),
+  data (base64 of at most ``chunk_bytes`` raw bytes), meta (chunk 0: the JSON value tree), error (str or None)
+
+Cell output is split by marker lines the worker prints around each cell (``marker``), so the kernel gives
+every line of output to the cell that printed it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from typing import Any, Mapping
+
+from nbworkers.protocol import env_settings
+
+ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
+ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
+
+COMMANDS = ("ready", "run", "pull", "interrupt", "pause", "resume", "abort", "shutdown")
+CELL_EVENTS = ("start", "end", "paused")
+CELL_STATUSES = ("ok", "error", "interrupted")
+MAX_TRACEBACK_CHARS = 20_000  # of a failed cell's traceback sent to the kernel (the log keeps it whole)
+MAX_PULL_CHUNKS = 100_000
+MARKER = re.compile(r"^--- nbworkers: cell (\d+) (start|end) ---\r?\n", re.M)
+
+
+def marker(cell: int, event: str) -> str:
+    """The line a worker prints before (``start``) and after (``end``) a cell's output."""
+    return f"--- nbworkers: cell {cell} {event} ---\n"
+
+
+def client_curve(env: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """(server public, client public, client secret) of the command socket, the relay's (``wire.Sender``): set
+    when the relay is encrypted (``--backend ray``; the client keypair was made on this node), else None."""
+    from nbworkers.protocol import wire
+
+    if not env.get(wire.ENV_RELAY_SERVERKEY):
+        return None
+    server, public, secret = wire.ENV_RELAY_SERVERKEY, wire.ENV_RELAY_CLIENTKEY, wire.ENV_RELAY_CLIENTSECRET
+    return env[server], env.get(public, ""), env.get(secret, "")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate(kind: str, content: dict[str, Any]) -> str | None:
+    """The ``cell`` and ``pull`` relay kinds' own fields (``wire.validate`` checked worker and gen)."""
+    if kind == "cell":
+        if content.get("event") not in CELL_EVENTS:
+            return f"unknown cell event {content.get('event')!r}"
+        if not _is_int(content.get("cell")) or content["cell"] < 1:
+            return "cell is not a positive int"
+        if content["event"] == "paused" and not _is_int(content.get("step")):
+            return "step is not an int"
+        if content["event"] == "end":
+            if content.get("status") not in CELL_STATUSES:
+                return f"unknown cell status {content.get('status')!r}"
+            for name in ("error", "traceback"):
+                if not isinstance(content.get(name, ""), str):
+                    return f"{name} is not a str"
+            if not isinstance(content.get("aborted", False), bool):
+                return "aborted is not a bool"
+        return None
+    if kind == "pull":
+        if not isinstance(content.get("request"), str) or not 0 < len(content["request"]) <= 64:
+            return "request is not a short str"
+        for name in ("index", "count", "size"):
+            if not _is_int(content.get(name)) or content[name] < 0:
+                return f"{name} is not a non-negative int"
+        if not 0 < content["count"] <= MAX_PULL_CHUNKS or content["index"] >= content["count"]:
+            return "index/count out of range"
+        if not isinstance(content.get("data", ""), str):
+            return "data is not a str"
+        if content.get("error") is not None and not isinstance(content["error"], str):
+            return "error is not a str"
+        if content.get("meta") is not None and not isinstance(content["meta"], dict):
+            return "meta is not an object"
+        return None
+    return f"not a session kind: {kind!r}"
+
+
+def verify(frames: list[bytes], key: str | bytes) -> tuple[str, dict[str, Any]] | None:
+    """``(kind, content)`` of a command signed with ``key`` in ``wire.Signer``'s format, or None when the
+    signature or the framing is wrong. Only JSON is parsed, and only after the signature checked out."""
+    try:
+        at = frames.index(b"<IDS|MSG>")
+    except ValueError:
+        return None
+    parts = frames[at + 1:]
+    if len(parts) != 5:
+        return None
+    signature, header, parent, metadata, content = parts
+    digest = hmac.new(key.encode("ascii") if isinstance(key, str) else key, digestmod=hashlib.sha256)
+    for part in (header, parent, metadata, content):
+        digest.update(part)
+    if not hmac.compare_digest(digest.hexdigest().encode("ascii"), signature):
+        return None
+    try:
+        kind = json.loads(header)["msg_type"]
+        body = json.loads(content)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if kind not in COMMANDS or not isinstance(body, dict):
+        return None
+    return kind, body
