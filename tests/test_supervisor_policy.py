@@ -132,3 +132,20 @@ def test_from_settings_takes_the_cells_limit_over_the_setting():
     assert RestartPolicy.from_settings(Settings()).restarts_left == 3
     p = RestartPolicy.from_settings(Settings(), max_restarts=0)
     assert (p.restarts_left, p.port_retries_left, p.backoff, p.backoff_max) == (0, 4, 0.5, 8.0)
+
+
+def test_a_lost_peer_is_recognised_behind_tensorflows_long_graph_stack(tmp_path):
+    """A forked worker's "Detected at node ... defined at" stack runs ~27 lines past the UnavailableError line:
+    a 25-line tail once made that a plain error (permanent) instead of a lost peer (restart)."""
+    stack = "".join(f"  File \"/x/frame{i}.py\", line {i}, in f{i}\n\n" for i in range(14))
+    tail = ("Traceback (most recent call last):\n"
+            "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n\n"
+            "Detected at node sgd_1/CollectiveReduceV2 defined at (most recent call last):\n" + stack +
+            "Collective ops is aborted by: recvmsg:Connection reset by peer\n"
+            "\t [[{{node sgd_1/CollectiveReduceV2}}]] [Op:__inference_train_step_326]\n")
+    log = tmp_path / "worker-1.log"
+    log.write_text("--- nbworkers: worker 1\n" * 50 + tail)
+    from nbworkers.magics.run import cluster
+
+    read = cluster.read_tail(log, cluster.EXIT_LOG_TAIL_LINES)  # what the cluster reads of an exited worker's log
+    assert isinstance(classify_exit(1, 1, read), PeerLost)

@@ -41,7 +41,9 @@ from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
 
-ERROR_LOG_TAIL_LINES = 25  # lines of a failed worker's log quoted in the cluster's error
+# Lines of a failed worker's log read to classify its exit: TensorFlow's graph errors put the exception line
+# (UnavailableError: a lost peer) before a "Detected at node ... defined at" stack of 20-40 more lines.
+EXIT_LOG_TAIL_LINES = 200
 
 
 class Cluster:
@@ -311,7 +313,7 @@ class Cluster:
         for proc, worker in zip(self._procs, self.state.workers):
             code = proc.poll() if worker.exit_code is None else None
             if code is not None:
-                exits.append((worker.index, code, read_tail(proc.log_path, ERROR_LOG_TAIL_LINES) if code else ""))
+                exits.append((worker.index, code, read_tail(proc.log_path, EXIT_LOG_TAIL_LINES) if code else ""))
         if exits:
             self._handle(ev.Exited(tuple(exits)))
 
