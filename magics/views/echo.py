@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from nbworkers.magics.run.core.statuses import WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 
 ECHO_LINE_CHARS = 1000
@@ -62,7 +63,7 @@ class WorkerEcho:
         for worker in snapshot.get("workers") or []:
             out.extend(self._new_lines(worker, final=True))
             state = self._workers[worker.get("index", 0)]
-            if state.held and worker.get("status") == "failed":
+            if state.held and worker.get("status") == WorkerStatus.FAILED:
                 out.append(f"[{worker.get('index', 0)}] (its traceback is not repeated here: see the run's error)")
                 state.held = []
             out.extend(self._emit(worker.get("index", 0), state, self._release(state)))
@@ -109,7 +110,7 @@ class WorkerEcho:
                 state.held.append(line)
             else:
                 ready.append(line)
-        if state.held and not final and worker.get("status") != "failed" \
+        if state.held and not final and worker.get("status") != WorkerStatus.FAILED \
                 and time.monotonic() - state.held_since > TRACEBACK_HOLD:
             ready.extend(self._release(state))
         return self._emit(index, state, ready)
