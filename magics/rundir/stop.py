@@ -23,7 +23,6 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for a run to stop
-SETTLE_TIMEOUT = 3.0  # seconds a live kernel gets to record the end of a run whose processes were killed
 
 
 def mark_ended(run_dir: Path, status: ClusterStatus, error: str, worker_status: WorkerStatus) -> dict[str, Any] | None:
@@ -71,7 +70,8 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
         state = read_state(run_dir) or state
         killed = stop_processes(leftover_processes(state, run_dir), kill_grace)
         if kernel_alive(state):
-            settle = time.monotonic() + SETTLE_TIMEOUT  # let the supervisor notice the exits and record them
+            # let the supervisor notice the exits and record them
+            settle = time.monotonic() + current_settings().stop_settle_timeout
             while time.monotonic() < settle and (read_state(run_dir) or {}).get("status") not in DONE_STATES:
                 time.sleep(poll_interval)
         else:

@@ -16,6 +16,7 @@ from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.run.failed import ERROR_BELOW_KEY, failed_workers
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
 # (The two enums share their values: a key stands for the run's status and the worker's alike.)
@@ -310,7 +311,7 @@ def _output_tails(snapshot: ClusterSnapshot) -> list[str]:
             continue
         out.append(f"--- last lines of {worker_name(worker)}'s output ---")
         index = worker.get("index", "?")
-        out.extend(f"[{index}] {x if len(x) <= OUTPUT_LINE_CHARS else x[:OUTPUT_LINE_CHARS] + ' ...'}" for x in tail)
+        out.extend(f"[{index}] {cap_line(x, OUTPUT_LINE_CHARS, SHORT_CUT_NOTE)}" for x in tail)
     return out
 
 
