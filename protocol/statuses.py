@@ -14,7 +14,23 @@ from __future__ import annotations
 from enum import Enum
 
 
-class WorkerStatus(str, Enum):
+class Status(str, Enum):
+    """A status (no members here): equal to its string value, printed as it, and final or not. The run's
+    ``ClusterStatus`` and ``WorkerStatus`` both are one; their final values are the same four."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once it has ended: no status follows this one."""
+        return self.value in TERMINAL_VALUES
+
+
+TERMINAL_VALUES = frozenset({"finished", "failed", "stopped", "lost"})
+
+
+class WorkerStatus(Status):
     """Where one worker is (``WorkerState.status`` in the kernel; the ``state`` of a ``status`` message)."""
 
     STARTING = "starting"  # process launched, importing
@@ -27,15 +43,6 @@ class WorkerStatus(str, Enum):
     STOPPED = "stopped"  # stopped by request or because another worker failed
     LOST = "lost"  # its run was lost (dead kernel; set by the kernel)
 
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset({WorkerStatus.FINISHED, WorkerStatus.FAILED, WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 # What a worker may say in a ``status`` message (the kernel drops any other ``state`` as malformed)
 SENT_BY_WORKERS = frozenset(WorkerStatus) - {WorkerStatus.STOPPING, WorkerStatus.LOST}

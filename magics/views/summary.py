@@ -31,7 +31,8 @@ STATUS_LABELS: dict[str, str] = {
     WorkerStatus.STOPPING: "stopping",
     ClusterStatus.LOST: "lost (its kernel died)",
 }
-STATUS_COLORS = {  # badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
+# badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
+STATUS_COLORS: dict[str, str] = {
     WorkerStatus.STARTING: "#6b7280",
     WorkerStatus.WAITING: "#b45309",
     WorkerStatus.RUNNING: "#1d4ed8",

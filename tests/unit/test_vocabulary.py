@@ -44,6 +44,13 @@ def test_a_status_enum_is_its_string():
     assert statuses.is_terminal("lost") and not statuses.is_terminal("running") and not statuses.is_terminal("")
 
 
+def test_the_run_and_its_workers_end_on_the_same_four_statuses():
+    W, C = statuses.WorkerStatus, statuses.ClusterStatus
+    assert issubclass(C, protocol_statuses.Status) and issubclass(W, protocol_statuses.Status)
+    assert {c.value for c in C if c.is_terminal} == {w.value for w in W if w.is_terminal} == {
+        "finished", "failed", "stopped", "lost"}
+
+
 def test_every_status_has_one_label_in_the_summary():
     every = {s.value for s in statuses.ClusterStatus} | {s.value for s in statuses.WorkerStatus}
     assert set(summary.STATUS_LABELS) == every == set(summary.STATUS_COLORS)

@@ -10,14 +10,12 @@ and one read back from a JSON file compare equal.
 
 from __future__ import annotations
 
-from enum import Enum
-
-from nbworkers.protocol.statuses import WorkerStatus
+from nbworkers.protocol.statuses import Status, WorkerStatus
 
 __all__ = ["ClusterStatus", "WorkerStatus", "is_terminal"]
 
 
-class ClusterStatus(str, Enum):
+class ClusterStatus(Status):
     """Where a whole run is (``ClusterState.status``)."""
 
     STARTING = "starting"  # the group is launching (first time or after a restart)
@@ -28,17 +26,6 @@ class ClusterStatus(str, Enum):
     FAILED = "failed"  # a failure the policy did not restart (the error says which)
     STOPPED = "stopped"  # stopped by request (not a failure)
     LOST = "lost"  # the state file says it runs but its kernel is dead (magics/rundir/liveness.py)
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        """True once the run has ended: no status follows this one."""
-        return self in _TERMINAL_CLUSTER
-
-
-_TERMINAL_CLUSTER = frozenset({ClusterStatus.FINISHED, ClusterStatus.FAILED, ClusterStatus.STOPPED, ClusterStatus.LOST})
 
 
 def is_terminal(status: str) -> bool:
