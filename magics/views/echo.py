@@ -39,6 +39,13 @@ class _WorkerEcho:
     held_since: float = 0.0
 
 
+def blocking_echo() -> WorkerEcho | None:
+    """The echo a blocking wait (``--block``, ``%workers wait``, a session cell) writes with, from the settings;
+    None when ``echo_lines`` is 0."""
+    config = settings()
+    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+
+
 class WorkerEcho:
     def __init__(self, max_lines: int, tail_lines: int, out: TextIO | None = None):
         self.max_lines = max(0, max_lines)

@@ -107,3 +107,14 @@ def test_a_zero_interval_is_refused_with_a_warning(setting):
     with pytest.warns(EnvSettingWarning, match=setting.name):
         assert setting.get({setting.name: "0"}) == setting.default
     assert setting.get({setting.name: "0.5"}) == 0.5
+
+
+def test_one_blocking_echo_for_runs_and_session_cells(monkeypatch):
+    from nbworkers.magics import settings as settings_module
+    from nbworkers.magics.views.echo import blocking_echo
+
+    monkeypatch.setattr(settings_module, "_settings", WorkerSettings(echo_lines=0))
+    assert blocking_echo() is None
+    monkeypatch.setattr(settings_module, "_settings", WorkerSettings(echo_lines=7, echo_tail_lines=3))
+    echo = blocking_echo()
+    assert echo is not None and (echo.max_lines, echo.tail_lines) == (7, 3)
