@@ -1,4 +1,4 @@
-"""Interactive sessions (issue 16), called from ``benchmarks/run.py`` (``--only sessions``).
+"""Interactive sessions (``%%worker --session``), called from ``benchmarks/run.py`` (``--only sessions``).
 
 Per repetition, side by side on the same machine:
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import psutil
 
-# Targets from issue 10 (reported against, never asserted).
+# Targets the results are reported against, never asserted (a shared machine's timings vary): a cold start at most
+# 1.15x a hand launch, the relay absorbing 100 000 log lines/s, report() to the live view under 0.5 s at p99,
+# reporting's own time at most 2 % of training, a recovery within a cold start + 3 s.
 TARGET_COLD = 1.15
 TARGET_LINES = 100_000
 TARGET_P99 = 0.5

@@ -1,4 +1,4 @@
-"""Zygotes (issue 17), called from ``benchmarks/run.py`` (``--only zygote``).
+"""Zygotes (workers forked from a process that imported TensorFlow once), called from ``benchmarks/run.py`` (``--only zygote``).
 
 Per repetition and worker count, side by side on the same machine:
 

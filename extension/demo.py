@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from nbworkers.kernel_driver import CellFailed, KernelDriver
+from nbworkers.magics.run.core.statuses import ClusterStatus, is_terminal
 from nbworkers.protocol import env_settings
 
 KERNEL_READY_TIMEOUT = 120.0  # seconds for the kernel to start and answer
@@ -187,13 +188,13 @@ def run_demo(real_data: bool) -> int:
             if line.split("|", 1)[-1] != last_line.split("|", 1)[-1]:
                 _say(line)
                 last_line = line
-            if snap["status"] in ("finished", "failed", "stopped"):
+            if is_terminal(snap["status"]):
                 break
             if time.monotonic() > deadline:
                 kernel.run(f"import nbworkers; nbworkers.get_cluster({CLUSTER_NAME!r}).stop()")
                 raise DemoError(f"the run did not end within {RUN_TIMEOUT:g} s; it was stopped")
             time.sleep(POLL_INTERVAL)
-        if snap["status"] != "finished":
+        if snap["status"] != ClusterStatus.FINISHED:
             raise DemoError(f"the run {snap['status']}:\n{snap['error']}")
         results = kernel.json(RESULT_CODE)
         _say("result:")

@@ -35,6 +35,7 @@ def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
 
 def run_is_over(name: str) -> bool:
     """True when the run's state file says it ended, or that its kernel is gone (``lost``)."""
+    from nbworkers.magics.run.core.statuses import is_terminal
     from nbworkers.magics.rundir.layout import run_dir_of
     from nbworkers.magics.rundir.listing import describe
 
@@ -42,7 +43,7 @@ def run_is_over(name: str) -> bool:
         described = describe(run_dir_of(name))
     except Exception:  # no such run here (another machine, cleaned up): nothing says it is over
         return False
-    return described is not None and described.get("status") in ("finished", "failed", "stopped", "lost")
+    return described is not None and is_terminal(described.get("status") or "")
 
 
 def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], bool] = run_is_over) -> int:

@@ -51,10 +51,10 @@ class NbworkersAPI(Configurable):
     stop_timeout = Float(help="Seconds a DELETE waits for the cluster's own supervisor to stop it before it "
                               "kills the processes directly (default: the workers' stop_grace + "
                               "stop_wait_margin).").tag(config=True)
-    kill_grace = Float(3.0, help="Seconds between SIGTERM and SIGKILL when processes are killed directly.").tag(
-        config=True)
-    log_max_bytes = Int(8 * 1024 * 1024, help="Most bytes of a log returned by one request (its end).").tag(
-        config=True)
+    kill_grace = Float(help="Seconds between SIGTERM and SIGKILL when processes are killed directly (default: "
+                            "the kernels' own, procs/kill.py's KILL_GRACE).").tag(config=True)
+    log_max_bytes = Int(help="Most bytes of a log returned by one request (its end; default: the kernels' own, "
+                             "magics/rundir/layout.py's LOG_MAX_BYTES).").tag(config=True)
     stop_threads = Int(4, help="Threads that run stops (DELETE) off the event loop.").tag(config=True)
     read_threads = Int(4, help="Threads that run reads (GET: directory scans, state and log files) off the event "
                               "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(
@@ -65,6 +65,18 @@ class NbworkersAPI(Configurable):
         from nbworkers.magics.settings import WorkerSettings
 
         return WorkerSettings().run_root
+
+    @default("kill_grace")
+    def _default_kill_grace(self) -> float:
+        from nbworkers.procs.kill import KILL_GRACE
+
+        return KILL_GRACE
+
+    @default("log_max_bytes")
+    def _default_log_max_bytes(self) -> int:
+        from nbworkers.magics.rundir.layout import LOG_MAX_BYTES
+
+        return LOG_MAX_BYTES
 
     @default("stop_timeout")
     def _default_stop_timeout(self) -> float:

@@ -34,13 +34,12 @@ import threading
 from typing import TYPE_CHECKING, BinaryIO
 
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.lines import cut_note
 
 if TYPE_CHECKING:  # imported when needed: a host starts fast
     from nbworkers.host.zygote_client import ForkedWorker
     from nbworkers.protocol.wire import Sender
 
-LOG_BATCH_INTERVAL = 0.05  # seconds between relay messages carrying log output
-LOG_BATCH_MAX_CHARS = 256 * 1024  # send early when this much output is pending
 MAX_LINE_CHARS_ENV = env_settings.MAX_LINE_CHARS.name  # longest line sent to the kernel (the log file keeps it all)
 DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
 MIN_LINE_CHARS = 80  # a smaller NBWORKERS_MAX_LINE_CHARS is raised to this
@@ -68,7 +67,8 @@ def _die_with_host():
 
 class LineCap:
     """Cuts output lines (text between newlines or carriage returns) to ``limit`` characters, with a note; the
-    relay and the kernel never see an endless line (the log file gets every byte)."""
+    relay and the kernel never see an endless line (the log file gets every byte). ``protocol/lines.py``'s
+    ``cap_line`` over a stream: a line may come in many chunks, so the characters already sent count."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -92,8 +92,7 @@ class LineCap:
             room = self.limit - self._length
             if len(body) > room:
                 if not self._cut:
-                    out.append(body[:max(room, 0)] + f" [… line cut by nbworkers at {self.limit} characters; the log "
-                                                      "file has all of it]")
+                    out.append(body[:max(room, 0)] + cut_note(self.limit))
                     self._cut = True
             else:
                 out.append(body)
@@ -134,6 +133,8 @@ class LogForwarder:
         self._pending: list[str] = []
         self._pending_chars = 0
         self._cap = LineCap(max_line_chars())
+        self._batch_interval = env_settings.LOG_BATCH_INTERVAL.get()  # seconds between relay messages of output
+        self._batch_chars = env_settings.LOG_BATCH_CHARS.get()  # send early when this much output is pending
         self._lock = threading.Lock()
         self._done = threading.Event()
 
@@ -144,7 +145,7 @@ class LogForwarder:
         if text:
             self._pending.append(text)
             self._pending_chars += len(text)
-        return self._pending_chars >= LOG_BATCH_MAX_CHARS
+        return self._pending_chars >= self._batch_chars
 
     def run(self) -> None:
         flusher = threading.Thread(target=self._flush_loop, name="nbworkers-log-flush", daemon=True)
@@ -170,7 +171,7 @@ class LogForwarder:
         self.flush()
 
     def _flush_loop(self) -> None:
-        while not self._done.wait(LOG_BATCH_INTERVAL):
+        while not self._done.wait(self._batch_interval):
             self.flush()
 
     def flush(self) -> None:

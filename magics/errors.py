@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from nbworkers.magics.run.core.statuses import ClusterStatus
+
 
 class LaunchError(ValueError):
     """The cell cannot be launched as asked; nothing was started."""
@@ -31,7 +33,8 @@ class RunFailed(RuntimeError):
     the indices of the workers that failed, ``status`` the run's final status.
     """
 
-    def __init__(self, message: str, name: str = "", workers: tuple[int, ...] = (), status: str = "failed"):
+    def __init__(self, message: str, name: str = "", workers: tuple[int, ...] = (),
+                 status: str = ClusterStatus.FAILED.value):
         super().__init__(message)
         self.name = name
         self.workers = tuple(workers)

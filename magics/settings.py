@@ -1,7 +1,13 @@
 """Every tunable of the kernel side in one traitlets Configurable.
 
 Set them from Jupyter/IPython config (``c.WorkerSettings.stop_grace = 10``) or at run time
-(``nbworkers.settings().stop_grace = 10``). Every timeout the kernel side uses is named here.
+(``nbworkers.settings().stop_grace = 10``). Every timeout, limit and interval the kernel side uses is named here,
+except two groups that have their own Configurable because they are read elsewhere and configured apart:
+``RaySettings`` (``magics/backends/ray/backend.py``: only with ``--backend ray``, ``c.RaySettings.*``) and
+``NbworkersAPI`` (``extension/serverext.py``: the REST API runs in the Jupyter server's process, configured by
+``jupyter_server_config``; its defaults come from here). The hosts and workers read theirs from the environment:
+``protocol/env_settings.py``. What stays a module constant is fixed by a format or a protocol (exit codes, frame
+counts, sizes both sides check), a layout of a rendering, or the step of an internal poll loop.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from pathlib import Path
 from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
+from nbworkers.magics.run.core.logtail import DEFAULT_TAIL_LINES
 from nbworkers.protocol import env_settings
 
 
@@ -53,13 +60,16 @@ class WorkerSettings(Configurable):
     )
     evaluator_grace = Float(60.0, help="Seconds the evaluator may keep running after training ended before it is "
                             "stopped.").tag(config=True)
-    log_tail_lines = Int(300, help="Log lines per worker kept in the kernel and shown; the full log is on disk.").tag(
-        config=True
-    )
+    log_tail_lines = Int(DEFAULT_TAIL_LINES, help="Log lines per worker kept in the kernel and shown; the full log is "
+                         "on disk.").tag(config=True)
     python_check_timeout = Float(60.0, help="Seconds allowed to check that a --python interpreter can run "
                                  "workers.").tag(config=True)
+    nvidia_smi_timeout = Float(10.0, help="Seconds `nvidia-smi -L` may take to list the GPUs the workers share "
+                               "(then none are assumed).").tag(config=True)
+    stop_settle_timeout = Float(3.0, help="Seconds `%workers stop` (or the REST API's DELETE), having killed a run's "
+                                "processes itself, gives the run's live kernel to record the end.").tag(config=True)
     state_file_interval = Float(1.0, help="Seconds between writes of a running cluster's state.json.").tag(config=True)
-    # zygotes (issue 17, magics/backends/zygotes.py): fork workers from a process that imported TensorFlow once
+    # zygotes (magics/backends/zygotes.py): fork workers from a process that imported TensorFlow once
     zygote = Bool(True, help="Fork local workers from a zygote (one per interpreter and import-time environment) "
                   "that imported TensorFlow once; False: spawn every worker. Default: $NBWORKERS_ZYGOTE or on.").tag(
                       config=True)
@@ -77,9 +87,11 @@ class WorkerSettings(Configurable):
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
         config=True)
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
+    widget_line_chars = Int(2000, help="Longest log line the widget shows; the rest is cut (the kernel's log tail "
+                            "and the log file keep more).").tag(config=True)
     widget_chart_points = Int(300, help="Points per worker and metric the widget's charts keep (older history is "
                               "merged by step).").tag(config=True)
-    # sessions (issue 16, magics/sessions/session.py): %%worker --session NAME
+    # sessions (magics/sessions/session.py): %%worker --session NAME, workers that keep their state between cells
     session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
                                "cell raised, before their collectives are aborted.").tag(config=True)
     session_abort_grace = Float(5.0, help="Seconds workers get to end a cell after an abort (or a Stop) before the "
@@ -92,17 +104,22 @@ class WorkerSettings(Configurable):
     pull_timeout = Float(120.0, help="Seconds Session.pull waits for a worker's reply.").tag(config=True)
     pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
     pull_chunk_bytes = Int(2**20, help="Raw bytes per pull reply message (sent base64 in JSON).").tag(config=True)
-    # trust (issue 19): what a blocking wait leaves in the cell, and how the widget notices a dead kernel
+    # what a blocking wait leaves in the cell, and how the widget notices a dead kernel
     echo_lines = Int(200, help="Lines per worker a blocking wait (--block, %workers wait) writes into the cell as "
                      "they come, prefixed [i]; then only a count, and the last echo_tail_lines at the end. "
                      "0: none.").tag(config=True)
     echo_tail_lines = Int(40, help="Last lines per worker shown when a blocking wait ends, if its output was cut.").tag(
         config=True)
+    echo_line_chars = Int(1000, help="Longest line a blocking wait writes into the cell; the rest is cut (noted).").tag(
+        config=True)
+    echo_traceback_hold = Float(3.0, help="Seconds a blocking wait holds back a worker's traceback while that worker "
+                                "has not failed (a failed worker's traceback is shown once, in the run's error; one "
+                                "it logged and went on from is written after this).").tag(config=True)
     tensorboard_start_timeout = Float(90.0, help="Seconds `%workers tensorboard NAME` waits for TensorBoard to "
                                       "serve.").tag(config=True)
     tensorboard_reload_interval = Float(5.0, help="Seconds between TensorBoard's reads of new event files.").tag(
         config=True)
-    # hardening (issue 15): every limit on what workers (or anyone who reaches the relay) can make the kernel hold
+    # every limit on what workers (or anyone who reaches the relay) can make the kernel hold
     relay_max_message_bytes = Int(8 * 2**20, help="Largest relay message (bytes) the kernel accepts; a bigger frame "
                                   "closes the sender's connection. Room for `pull` chunks (1 MiB base64 in JSON).").tag(
                                       config=True)

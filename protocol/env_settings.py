@@ -51,6 +51,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
 def _integer(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text)
@@ -79,6 +86,7 @@ def _auto_switch(text: str) -> str:
 
 
 SECONDS = Parser(_seconds, "a number of seconds, 0 or more")
+POSITIVE_SECONDS = Parser(_positive_seconds, "a number of seconds above 0")
 SWITCH = Parser(_switch, "1 or 0 (or true/false, yes/no, on/off)")
 AUTO_SWITCH = Parser(_auto_switch, "auto, 1 or 0")
 TEXT = Parser(str, "any text")
@@ -92,6 +100,8 @@ def integer(minimum: int) -> Parser[int]:
 KERNEL = "kernel"
 WORKERS = "workers"
 KERNEL_AND_WORKERS = "kernel (inherited by the workers)"
+HOSTS = "worker hosts"  # the process between the kernel and each worker (host/worker_host.py)
+ZYGOTES = "zygotes"  # the processes local workers are forked from (distlib/worker/zygote.py)
 SET_IN_WORKERS = "set in each worker"
 SET_IN_HOSTS = "set in each host"
 
@@ -212,6 +222,16 @@ PREEMPTION_WAIT = _declare(EnvSetting(
     "leaves without a save (a peer died)"))
 PREEMPTION_SAVE_TIMEOUT = _declare(EnvSetting(
     "NBWORKERS_PREEMPTION_SAVE_TIMEOUT", 60.0, SECONDS, WORKERS, "seconds from SIGTERM to exit, at most"))
+
+LOG_BATCH_INTERVAL = _declare(EnvSetting(
+    "NBWORKERS_LOG_BATCH_INTERVAL", 0.05, POSITIVE_SECONDS, HOSTS,
+    "seconds between the relay messages that carry a worker's output to the kernel"))
+LOG_BATCH_CHARS = _declare(EnvSetting(
+    "NBWORKERS_LOG_BATCH_CHARS", 256 * 1024, integer(1), HOSTS,
+    "characters of pending output that make a host send them at once, before the interval"))
+ZYGOTE_REQUEST_TIMEOUT = _declare(EnvSetting(
+    "NBWORKERS_ZYGOTE_REQUEST_TIMEOUT", 10.0, POSITIVE_SECONDS, ZYGOTES,
+    "seconds a host that connected to a zygote has to send its whole fork request"))
 
 # ---- set by nbworkers for its own processes
 

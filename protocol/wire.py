@@ -14,7 +14,7 @@ generation, bumped on every restart so stale messages are ignored) and ``t`` (se
 Kinds and their extra fields:
 
 - ``hello``   pid (worker process id), host, role, python
-- ``status``  state (one of ``WORKER_STATES``), detail (optional text)
+- ``status``  state (one of ``WORKER_STATES``: ``protocol/statuses.py``), detail (optional text)
 - ``log``     lines (list of str; a partial line ending in ``\\r`` is a progress bar redraw)
 - ``metrics`` metrics (dict name -> number), step, epoch, steps_total, epochs_total (each optional int);
   JSON has no NaN or infinity, so a diverged ``loss=nan`` travels as the string ``"nan"`` (``"inf"``,
@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.statuses import SENT_BY_WORKERS
 
 # The variables nbworkers sets in each worker (declared, with what they hold, in env_settings.py)
 ENV_RELAY = env_settings.RELAY.name  # tcp://host:port the workers connect to
@@ -58,15 +59,7 @@ ENV_RELAY_CLIENTSECRET = env_settings.RELAY_CLIENTSECRET.name
 # (magics/run/core/failures.py).
 PREEMPTION_EXIT_CODE = 42
 
-WORKER_STATES = (
-    "starting",  # process launched, importing
-    "waiting",  # waiting for its peers (strategy / collectives being set up)
-    "running",
-    "finished",
-    "failed",
-    "stopped",
-    "restarting",
-)
+WORKER_STATES = tuple(sorted(status.value for status in SENT_BY_WORKERS))  # the ``state`` of a status message
 
 KINDS = ("hello", "status", "log", "metrics", "exit", "cell", "pull")  # cell, pull: sessions (session_wire.py)
 

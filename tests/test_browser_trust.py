@@ -1,4 +1,4 @@
-"""Issue 19 in a real browser (Debian chromium through Playwright): a widget whose kernel restarted says so,
+"""What the widget tells can be trusted, in a real browser (Debian chromium through Playwright): a widget whose kernel restarted says so,
 a failed run opens the failed worker's log, the log panel scrolls like a terminal instead of breaking words.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 4 end to end: a real JupyterLab, Debian chromium through Playwright, `%%worker -n 2` runs.
+"""The live widget end to end: a real JupyterLab, Debian chromium through Playwright, `%%worker -n 2` runs.
 
 Each test opens its own notebook in one shared JupyterLab server (module fixture) whose kernels write their
 runs under a temporary run root.
@@ -146,7 +146,7 @@ def test_training_run_cards_chart_and_log(lab):
         page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
         saved = json.loads((lab.root / "train.ipynb").read_text())
         data = [o["data"] for o in saved["cells"][1]["outputs"] if "data" in o]
-        # a finished run is saved as its summary, not as a widget view no later session could show (issue 19)
+        # a finished run is saved as its summary, not as a widget view no later session could show
         assert len(data) == 1 and WIDGET_MIME not in data[0] and "nbw-summary" in "".join(data[0]["text/html"])
         plain = "".join(data[0]["text/plain"])
         assert "nbworkers cluster train: finished, 2 workers, in" in plain and "worker-1.log" in plain

@@ -1,4 +1,4 @@
-"""A fault soak (issue 15): one real 2-worker custom-loop run, ``kill -9`` of a random worker at a random moment,
+"""A fault soak (recovery must hold up under repeated kills, not once): one real 2-worker custom-loop run, ``kill -9`` of a random worker at a random moment,
 ten times in a row (the generation after the tenth kill trains a few steps more and ends). After every kill the group restarts from the last checkpoint with identical weights on both
 workers (each generation prints its restore point and a checksum of the restored weights), the run finishes with
 identical final weights, and no process is left.

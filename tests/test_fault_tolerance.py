@@ -1,4 +1,4 @@
-"""Fault tolerance end to end (issue 5): real 2-worker TensorFlow runs through a real kernel, a worker killed,
+"""Fault tolerance end to end: real 2-worker TensorFlow runs through a real kernel, a worker killed,
 preempted (SIGTERM) or hung, the group restarted by the supervisor, training resumed from its checkpoint.
 
 Worker cells print marker lines the tests read from the per-worker logs:

@@ -307,7 +307,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         out, error = second.run_text("%workers")
         assert not error and "doomed" in out and "failed" in out, (out, error)
         out, error = second.run_text("%workers wait doomed --timeout 10")
-        # a failed run's wait raises RunFailed since issue 19; either way the cause is shown
+        # a failed run's wait raises RunFailed (the cell fails); either way the cause is shown
         assert "its kernel died" in out + error and (not error or error.startswith("RunFailed")), (out, error)
         assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                                            for p in state["host_pids"]), STOP_TIMEOUT)

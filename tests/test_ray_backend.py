@@ -1,4 +1,4 @@
-"""``%%worker --backend ray`` on a real two-node Ray cluster started on this machine (issue 9).
+"""``%%worker --backend ray`` on a real two-node Ray cluster started on this machine.
 
 The cluster (tests/ray_helpers.py, shared with tests/test_sessions_ray.py): a head node and a second node
 (two raylets, one CPU each, on this machine's address), each ``ray start --block`` in a session of its own.
@@ -147,7 +147,7 @@ print("hello from", __import__("socket").gethostname(), flush=True)
 
 def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and_the_relay_is_encrypted(
         kernel, run_root, ray_cluster):
-    """Issue 15: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
+    """Hardening: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
     localhost:PORT and auto for the same head; another head is refused clearly. The run's relay is a CurveZMQ
     server (the log lines in the kernel came through it)."""
     port = ray_cluster.address.rsplit(":", 1)[1]

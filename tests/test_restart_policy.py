@@ -29,7 +29,7 @@ def worker_pid(kernel, name: str, index: int) -> int | None:
 
 
 def assert_wait_raises_run_failed(kernel, name: str, timeout: int, *says: str) -> None:
-    """`%workers wait` on a run that failed fails the cell with RunFailed (issue 19), saying why."""
+    """`%workers wait` on a run that failed fails the cell with RunFailed (a headless run exits non-zero), saying why."""
     result = kernel.run(f"%workers wait {name} --timeout {timeout}")
     assert result.status == "error" and result.error.startswith(f"RunFailed: run {name!r} failed: "), result.text
     for text in says:

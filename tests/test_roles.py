@@ -1,5 +1,5 @@
 """Cluster roles without TensorFlow: the tasks --chief / --evaluator / --ps give, their TF_CONFIG, distlib's
-task() for each role, the role checks, and the clear errors a real kernel shows for role mistakes (issue 7)."""
+task() for each role, the role checks, and the clear errors a real kernel shows for role mistakes."""
 
 from __future__ import annotations
 

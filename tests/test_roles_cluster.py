@@ -1,4 +1,4 @@
-"""Cluster roles end to end (issue 7): a real kernel launching real TensorFlow processes with --chief, --ps
+"""Cluster roles end to end: a real kernel launching real TensorFlow processes with --chief, --ps
 and --evaluator. CPU, tiny models, generated data."""
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def test_a_parameter_server_that_dies_fails_the_run_and_takes_the_others_down(ke
     assert wait_until(lambda: "coordinator connected" in kernel.run("%workers logs pss-crash -w 0").stdout, 180)
     ps_pid = kernel.value("nbworkers.get_cluster('pss-crash').snapshot()['workers'][2]['pid']")
     os.kill(ps_pid, signal.SIGKILL)
-    waited = kernel.run("%workers wait pss-crash --timeout 60")  # a failed run fails the waiting cell (issue 19)
+    waited = kernel.run("%workers wait pss-crash --timeout 60")  # a failed run fails the waiting cell (headless runs exit non-zero)
     assert waited.status == "error" and waited.error.startswith("RunFailed: run 'pss-crash' failed: "), waited.text
     assert "worker 2 was killed by SIGKILL" in waited.error and "no restarts left" in waited.error, waited.error
     snap = kernel.value("nbworkers.get_cluster('pss-crash').snapshot()")

@@ -1,4 +1,4 @@
-"""Issue 15: each attack and bad input of the hardening review, tried for real (every test fails on the code before).
+"""Hardening: each attack and bad input of the security review, tried for real (every test fails on the code before).
 
 An attacker on the same machine (another user's directories in /tmp, forged state files, a flood of the relay)
 and a compromised worker (hostile relay messages, endless lines) are played by this test process; the kernel

@@ -494,7 +494,7 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
 
 
 def test_delete_of_a_forged_run_never_kills_a_process_that_is_not_the_runs(server):
-    """Issue 15: a state.json listing an unrelated process (no run marker; or another run's marker) as its hosts
+    """Hardening: a state.json listing an unrelated process (no run marker; or another run's marker) as its hosts
     and workers: DELETE stops the run's record, the processes live on."""
     started = time.time() - 5
     unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
@@ -515,7 +515,7 @@ def test_delete_of_a_forged_run_never_kills_a_process_that_is_not_the_runs(serve
 
 
 def test_slow_deletes_never_stall_reads(server):
-    """Issue 15: more DELETEs than stop threads, each waiting for a (live, here: this test process) kernel that
+    """Hardening: more DELETEs than stop threads, each waiting for a (live, here: this test process) kernel that
     never stops its run; a GET still answers while every one of them is in flight."""
     import threading
 

@@ -1,4 +1,4 @@
-"""Interactive sessions (issue 16) end to end: a real kernel, one real 2-worker TensorFlow session shared by the
+"""Interactive sessions (``%%worker --session``) end to end: a real kernel, one real 2-worker TensorFlow session shared by the
 checks of this module, in order (state across cells, --block failures, pull, Stop, one worker's error in a
 collective, hostile pull replies, kill -9 of a worker). The kill -9 of the kernel has its own kernel."""
 

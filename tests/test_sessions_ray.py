@@ -1,4 +1,4 @@
-"""Interactive sessions (issue 16) on ``--backend ray``: one real 2-worker TensorFlow session on the two-node Ray
+"""Interactive sessions (``%%worker --session``) on ``--backend ray``: one real 2-worker TensorFlow session on the two-node Ray
 cluster of tests/ray_helpers.py, shared by the checks of this module, in order (state across cells, pull, Stop,
 the CurveZMQ command socket, kill -9 of a worker, then of the kernel: no actor or process is left)."""
 

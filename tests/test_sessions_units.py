@@ -1,4 +1,4 @@
-"""Sessions (issue 16) without TensorFlow: the command signatures, the kernel's command socket, the value
+"""Sessions (``%%worker --session``: workers that keep their state between cells) without TensorFlow: the command signatures, the kernel's command socket, the value
 encoding and the pull decoder's refusals, and a live session of plain Python workers (fast: no TF import)."""
 
 from __future__ import annotations

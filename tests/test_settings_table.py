@@ -21,6 +21,7 @@ CODE_FOLDERS = ("extension", "protocol", "procs", "host", "magics", "distlib", "
 ENV_NAME = re.compile(r"NBWORKERS_[A-Z0-9_]*[A-Z0-9]")
 BAD_VALUES = {
     env_settings.SECONDS: ["soon", "-1", "nan"],
+    env_settings.POSITIVE_SECONDS: ["soon", "0", "nan"],
     env_settings.SWITCH: ["maybe", "2"],
     env_settings.AUTO_SWITCH: ["sometimes"],
 }

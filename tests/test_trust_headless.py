@@ -1,4 +1,4 @@
-"""Issue 19, headless: a failed run fails the notebook, the saved notebook keeps the workers' output, the
+"""Headless runs can be trusted: a failed run fails the notebook, the saved notebook keeps the workers' output, the
 worker's traceback is shown once with the cell's own line numbers, TensorFlow's start-up chatter stays out.
 
 Real kernels (nbclient / `jupyter nbconvert --execute`), real worker processes.

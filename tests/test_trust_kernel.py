@@ -1,4 +1,4 @@
-"""Issue 19 through a real kernel and real workers: steps/s across epochs, `%workers stop --all`, `--timeout`
+"""Honest numbers and outcomes through a real kernel and real workers: steps/s across epochs, `%workers stop --all`, `--timeout`
 failures, a stop by the user that is not a failure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 19, TensorBoard: a 2-worker Keras run's summaries land in the run's directory, one folder per worker,
+"""TensorBoard: a 2-worker Keras run's summaries land in the run's directory, one folder per worker,
 TensorBoard's own event reader finds them, `%workers tensorboard NAME` serves them and dies with the kernel."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 19, the parts that need no process: RunFailed's message, the bounded echo of worker output, the
+"""Trustworthy output, the parts that need no process: RunFailed's message, the bounded echo of worker output, the
 TensorFlow chatter filter, honest numbers and words (steps/s over epochs, exits, restarts), the REST fields."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""%%worker end to end: a real kernel (jupyter_client) launching real worker processes (issue 2)."""
+"""%%worker end to end: a real kernel (jupyter_client) launching real worker processes."""
 
 from __future__ import annotations
 

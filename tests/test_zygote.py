@@ -1,4 +1,4 @@
-"""Zygotes (issue 17): workers forked from a process that imported TensorFlow once.
+"""Zygotes: workers forked from a process that imported TensorFlow once.
 
 Behaviour only (which process ran the cell, what the logs say, what the results are); timings are in
 benchmarks/zygote.py.

@@ -23,7 +23,7 @@ where the gradients' all-reduce fails, with or without this fix): ``fit``/``eval
 ``StepsPerExecutionUnderMultiWorkerError`` saying so before the first step.
 
 Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/test_keras3_fit.py). Known
-needed on Keras 3.16.0-dev too (issue 18 checked the same two corrections there by hand), and reported upstream
+needed on Keras 3.16.0-dev too (the same two corrections were checked there by hand), and reported upstream
 since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trainer()`` patches only when the
 installed trainer still has the broken code (a source probe for the two ``strategy.reduce`` calls; where no source
 is shipped, the version window ``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched.

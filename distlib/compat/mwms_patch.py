@@ -18,6 +18,7 @@ from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 from nbworkers.distlib.worker import collective_startup, leader_wait, worker_facts
 from nbworkers.distlib.worker.status import send_status
+from nbworkers.protocol.statuses import WorkerStatus
 
 
 def _task_of(resolver) -> TaskInfo | None:
@@ -78,7 +79,7 @@ def _initialize_multi_worker(wrapped, extended, args, kwargs):
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
     if context.context()._context_handle is None:  # it will connect to the other workers now
-        send_status("waiting", "setting up MultiWorkerMirroredStrategy")
+        send_status(WorkerStatus.WAITING, "setting up MultiWorkerMirroredStrategy")
         seen = _task_of(cluster_resolver)
         if seen is not None:
             leader_wait.wait_for_leader(seen)
@@ -86,7 +87,7 @@ def _initialize_multi_worker(wrapped, extended, args, kwargs):
     restore_default_sigterm()
     if context.executing_eagerly() and getattr(extended, "_num_workers", 1) > 1:
         check_devices_agree(extended)
-    send_status("running")
+    send_status(WorkerStatus.RUNNING)
     return result
 
 

@@ -23,6 +23,7 @@ import traceback
 import types
 
 from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol.statuses import WorkerStatus
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
 # environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
@@ -90,7 +91,7 @@ def main() -> int:
         run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
         module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
         if sender is not None:
-            sender.send("status", state="running")
+            sender.send("status", state=WorkerStatus.RUNNING.value)
         from nbworkers.distlib.worker import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
 
         if env_settings.SESSION.is_set():  # %%worker --session: serve cells (distlib/worker/session.py)
@@ -113,7 +114,8 @@ def main() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if sender is not None:
-        sender.send("status", state="finished" if exit_code == 0 else "failed", detail=detail)
+        ended = WorkerStatus.FINISHED if exit_code == 0 else WorkerStatus.FAILED
+        sender.send("status", state=ended.value, detail=detail)
         sender.close()
     return exit_code
 

@@ -33,6 +33,7 @@ from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, ta
 from nbworkers.distlib.worker import leader_wait
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.statuses import WorkerStatus
 
 ENV_EARLY_COLLECTIVES = env_settings.EARLY_COLLECTIVES.name
 
@@ -150,11 +151,11 @@ def arm(tensorflow_module: object = None) -> bool:
                 if server_def is not None:
                     ctx.enable_collective_ops(server_def)  # stored; applied by the start below
                     _enabled_for = info
-        send_status("waiting", f"connecting to the {info.num_workers} workers")
+        send_status(WorkerStatus.WAITING, f"connecting to the {info.num_workers} workers")
         leader_wait.wait_for_leader(info)
         original(ctx)
         ctx.__dict__.pop("ensure_initialized", None)
-        send_status("running")
+        send_status(WorkerStatus.RUNNING)
 
     # An attribute of this one context object, removed at its first call (not a wrapt wrapper of the class: the
     # op path keeps no wrapper afterwards, and other contexts are never touched).

@@ -170,7 +170,7 @@ class PreemptionSaver:
                     "TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         # PCH never restores or saves for us: an empty checkpoint in a directory nobody writes to.
-        # (under this user's private runtime directory: another user cannot plant a checkpoint there; issue 15)
+        # (under this user's private runtime directory: another user cannot plant a checkpoint there)
         from nbworkers.protocol.private_dirs import runtime_dir
 
         scratch = os.path.join(runtime_dir("nbworkers-pch"), f"{os.getpid()}-never-written")

@@ -30,6 +30,7 @@ from typing import Any
 from nbworkers.distlib.cluster import TaskInfo, task
 from nbworkers.distlib.compat.import_hooks import when_imported, wrap_once
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.statuses import WorkerStatus
 
 ENV_SERVE = env_settings.SERVE.name  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
 ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
@@ -75,7 +76,7 @@ def serve(info: TaskInfo | None = None) -> None:
     )
     address = info.cluster[info.type][info.index]
     print(f"nbworkers: {info.type} {info.index} serves at {address}; the chief (coordinator) drives it", flush=True)
-    send_status("running", f"TensorFlow server ({info.type} {info.index}) at {address}")
+    send_status(WorkerStatus.RUNNING, f"TensorFlow server ({info.type} {info.index}) at {address}")
     # Serving happens on TensorFlow's threads. The main thread sleeps instead of `server.join()` (a C++ call
     # that never returns): SIGTERM and SIGUSR1 (stack dumps) keep working.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -163,7 +164,7 @@ def _report_evaluation(result: Any) -> None:
     reporter().report(fields, force=True)  # metric names such as "epoch" stay apart from the fields
     sender = wire.process_sender()
     if sender is not None and step is not None:
-        sender.send("status", state="running", detail=f"evaluated the checkpoint of step {step}")
+        sender.send("status", state=WorkerStatus.RUNNING.value, detail=f"evaluated the checkpoint of step {step}")
 
 
 # ------------------------------------------------------------------------------------------------ strategy

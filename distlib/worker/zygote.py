@@ -49,7 +49,6 @@ from nbworkers.protocol import env_settings
 FORKED_ENV = env_settings.FORKED.name  # set in a forked worker: the pid of the zygote it came from
 HEADER = struct.Struct("!Q")
 MAX_REQUEST_BYTES = 64 * 2**20
-REQUEST_TIMEOUT = 10.0  # seconds a connected host has to send its whole request
 LOOP_INTERVAL = 0.2  # seconds between reaps of exited children
 
 _baseline_tasks: int | None = None  # OS threads right after the imports (TensorFlow's import leaves one idle)
@@ -118,7 +117,7 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
 
 def read_request(conn: socket.socket) -> tuple[dict, int]:
     """The host's request and the output fd it passed."""
-    conn.settimeout(REQUEST_TIMEOUT)
+    conn.settimeout(env_settings.ZYGOTE_REQUEST_TIMEOUT.get())
     first, fds, _, _ = socket.recv_fds(conn, HEADER.size, 1)
     try:
         if len(fds) != 1 or not first:

@@ -1,6 +1,7 @@
-"""Bounds on ``%%worker`` flags that a plain type check lets through (issue 15): an upper limit on the number of
-tasks (``max_workers``, a setting), finite non-negative ``--timeout`` and ``--stall-timeout``; and the names
-already used under the run root (by any kernel), so that a fresh name never lands on another kernel's run."""
+"""Bounds on ``%%worker`` flags that a plain type check lets through (a typo must not start 10 000 processes):
+an upper limit on the number of tasks (``max_workers``, a setting), finite non-negative ``--timeout`` and
+``--stall-timeout``; and the names already used under the run root (by any kernel), so that a fresh name never
+lands on another kernel's run."""
 
 from __future__ import annotations
 

@@ -8,9 +8,8 @@ import subprocess
 from collections.abc import Mapping
 
 from nbworkers.magics.errors import LaunchError
+from nbworkers.magics.settings import settings
 from nbworkers.protocol import env_settings
-
-NVIDIA_SMI_TIMEOUT = 10.0  # seconds to wait for `nvidia-smi -L`
 
 
 class GpuAssignmentError(LaunchError):
@@ -31,7 +30,7 @@ def nvidia_smi_gpus(environ: Mapping[str, str]) -> list[str]:
     if smi is None:
         return []
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT).stdout
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=settings().nvidia_smi_timeout).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]

@@ -50,7 +50,7 @@ def check_python(python: str) -> str:
         return path
     try:
         result = subprocess.run(
-            # no working directory on sys.path (issue 15: nothing planted there is imported)
+            # no working directory on sys.path (nothing another user planted there is imported)
             [path, "-c",
              "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.worker.bootstrap"],
             capture_output=True, text=True,

@@ -12,12 +12,8 @@ from collections.abc import Iterable
 from nbworkers.distlib.worker.roles import ENV_SERVE
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.tfconfig import Task, plan_tasks
+from nbworkers.magics.settings import WorkerSettings
 from nbworkers.protocol.cell_scan import code_names
-
-# Seconds the evaluator may keep going after training ended (it evaluates the last checkpoint and usually
-# exits by itself; Estimator's evaluator sleeps `throttle_secs` between evaluations and may never notice).
-# Overridden by ``settings().evaluator_grace`` when that setting exists.
-EVALUATOR_GRACE_S = 60.0
 
 # Strategy class names a cell may use, by whether they use parameter servers.
 PS_STRATEGIES = frozenset({"ParameterServerStrategy", "ParameterServerStrategyV2", "CentralStorageStrategy"})
@@ -91,8 +87,10 @@ def task_env(task: Task) -> dict[str, str]:
     return {ENV_SERVE: "1"} if task.serves else {}
 
 
-def evaluator_grace(config: object) -> float:
-    return float(getattr(config, "evaluator_grace", EVALUATOR_GRACE_S))
+def evaluator_grace(config: WorkerSettings) -> float:
+    """Seconds the evaluator may keep going after training ended (it evaluates the last checkpoint and usually
+    exits by itself; Estimator's evaluator sleeps ``throttle_secs`` between evaluations and may never notice)."""
+    return float(config.evaluator_grace)
 
 
 def due_for_retirement(tasks: list[Task], since_training_ended: float, grace: float) -> list[int]:

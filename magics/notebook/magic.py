@@ -203,11 +203,9 @@ class WorkerMagics(Magics):
 
 def _echo():
     """What a blocking wait writes of the workers' output into the cell (magics/views/echo.py); None when off."""
-    from nbworkers.magics.settings import settings
-    from nbworkers.magics.views.echo import WorkerEcho
+    from nbworkers.magics.views.echo import blocking_echo
 
-    config = settings()
-    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+    return blocking_echo()
 
 
 def _tensorboard(name: str) -> None:

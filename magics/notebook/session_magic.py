@@ -108,12 +108,6 @@ def session_column(snapshot: ClusterSnapshot) -> str:
 
 def _echo():
     """The workers' output written into the blocking cell as it comes (magics/views/echo.py), when available."""
-    try:
-        from nbworkers.magics.views.echo import WorkerEcho
-    except ImportError:
-        return None
-    from nbworkers.magics.settings import settings
+    from nbworkers.magics.views.echo import blocking_echo
 
-    config = settings()
-    lines = getattr(config, "echo_lines", 0)
-    return WorkerEcho(lines, getattr(config, "echo_tail_lines", 40)) if lines > 0 else None
+    return blocking_echo()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from nbworkers.magics.errors import RunFailed
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
@@ -43,7 +44,7 @@ def last_traceback(lines: list[str] | None, max_lines: int = TRACEBACK_MAX_LINES
 
 
 def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
-    return [w for w in snapshot.get("workers") or [] if w.get("status") == "failed"]
+    return [w for w in snapshot.get("workers") or [] if w.get("status") == WorkerStatus.FAILED]
 
 
 def failure_message(snapshot: ClusterSnapshot, *, timed_out_after: float | None = None, what: str = "run",
@@ -55,7 +56,8 @@ def failure_message(snapshot: ClusterSnapshot, *, timed_out_after: float | None 
     """
     name = snapshot.get("name") or "?"
     if timed_out_after is not None:
-        return (f"{what} {name!r} is still {snapshot.get('status') or 'running'} after {timed_out_after:g} s of "
+        status = snapshot.get("status") or ClusterStatus.RUNNING.value
+        return (f"{what} {name!r} is still {status} after {timed_out_after:g} s of "
                 f"waiting; it keeps running (`%workers stop {name}` stops it, `%workers wait {name}` waits again).")
     error = (snapshot.get("error") or "").strip().splitlines()
     head = f"{what} {name!r} failed" + (f": {error[0]}" if error else "")
@@ -86,16 +88,16 @@ def run_failure(snapshot: ClusterSnapshot, *, ended: bool = True, waited: float 
     if not ended:
         message = failure_message(snapshot, timed_out_after=waited or 0.0, what=what)
         return RunFailed(message, name=name, status="timeout")
-    if snapshot.get("status") != "failed":
+    if snapshot.get("status") != ClusterStatus.FAILED:
         return None
     indices = tuple(int(w["index"]) for w in failed_workers(snapshot) if isinstance(w.get("index"), int))
     return RunFailed(failure_message(snapshot, what=what, logs_hint=logs_hint), name=name, workers=indices,
-                     status="failed")
+                     status=ClusterStatus.FAILED.value)
 
 
 def mark_error_below(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot a summary shows above a raised ``RunFailed``: it leaves the tracebacks to the exception."""
-    if snapshot.get("status") == "failed":
+    if snapshot.get("status") == ClusterStatus.FAILED:
         snapshot = snapshot.copy()
         snapshot[ERROR_BELOW_KEY] = True
     return snapshot

@@ -3,11 +3,11 @@
 Messages that fail the signature (unsigned, forged, replayed) or the schema (malformed) are dropped and
 counted, never acted on. Only JSON is ever decoded.
 
-Memory stays bounded whatever arrives (issue 15): libzmq cuts a connection that sends a frame over
-``relay_max_message_bytes`` before buffering it, at most ``relay_receive_hwm`` messages wait per connection, a
-message of the wrong shape (frame count, total size) is dropped, and the signature is checked here — exactly
-64 lowercase hex digits and the right HMAC — *before* jupyter_client's ``Session`` sees it, because its replay
-history keeps every signature it is shown (forged ones included). That history holds at most
+Memory stays bounded whatever arrives (anyone who reaches the port can send): libzmq cuts a connection that sends
+a frame over ``relay_max_message_bytes`` before buffering it, at most ``relay_receive_hwm`` messages wait per
+connection, a message of the wrong shape (frame count, total size) is dropped, and the signature is checked here —
+exactly 64 lowercase hex digits and the right HMAC — *before* jupyter_client's ``Session`` sees it, because its
+replay history keeps every signature it is shown (forged ones included). That history holds at most
 ``relay_replay_history`` signatures.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import zmq
 
-from nbworkers.magics.run.core.logtail import cap_line
 from nbworkers.protocol import wire
+from nbworkers.protocol.lines import cap_line
 
 SIGNATURE = re.compile(rb"[0-9a-f]{64}")  # an HMAC-SHA256 hex digest, as the senders write it
 HELLO_TEXT_CHARS = 1024  # a hello's host name, role and interpreter path

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
@@ -45,8 +46,8 @@ def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None
     if state is None or state.get("status") in DONE_STATES or kernel_alive(state):
         return state
     stop_processes(leftover_processes(state, run_dir), kill_grace)
-    return mark_ended(run_dir, "failed", f"its kernel died (pid {state.get('kernel_pid')}); reaped by nbworkers",
-                      "failed")
+    return mark_ended(run_dir, ClusterStatus.FAILED,
+                      f"its kernel died (pid {state.get('kernel_pid')}); reaped by nbworkers", WorkerStatus.FAILED)
 
 
 def reap_leftovers(root: str | os.PathLike | None = None, kill_grace: float = KILL_GRACE) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import read_state, request_stop, write_state
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
@@ -22,16 +23,15 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for a run to stop
-SETTLE_TIMEOUT = 3.0  # seconds a live kernel gets to record the end of a run whose processes were killed
 
 
-def mark_ended(run_dir: Path, status: str, error: str, worker_status: str) -> dict[str, Any] | None:
+def mark_ended(run_dir: Path, status: ClusterStatus, error: str, worker_status: WorkerStatus) -> dict[str, Any] | None:
     """Record the end of a run whose kernel is gone (nobody else will)."""
     state = read_state(run_dir)
     if state is None or state.get("status") in DONE_STATES:
         return state
     now = time.time()
-    state["status"] = status
+    state["status"] = status.value
     state["error"] = state.get("error") or error
     state["ended"] = now
     if isinstance(state.get("started"), (int, float)):
@@ -39,7 +39,7 @@ def mark_ended(run_dir: Path, status: str, error: str, worker_status: str) -> di
     state["reaped"] = now
     for worker in state.get("workers") or []:
         if isinstance(worker, dict) and worker.get("status") not in DONE_STATES:
-            worker["status"] = worker_status
+            worker["status"] = worker_status.value
             worker["detail"] = worker.get("detail") or error
     write_state(run_dir, state)
     return state
@@ -70,11 +70,12 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
         state = read_state(run_dir) or state
         killed = stop_processes(leftover_processes(state, run_dir), kill_grace)
         if kernel_alive(state):
-            settle = time.monotonic() + SETTLE_TIMEOUT  # let the supervisor notice the exits and record them
+            # let the supervisor notice the exits and record them
+            settle = time.monotonic() + current_settings().stop_settle_timeout
             while time.monotonic() < settle and (read_state(run_dir) or {}).get("status") not in DONE_STATES:
                 time.sleep(poll_interval)
         else:
-            mark_ended(run_dir, "stopped", "stopped by request after its kernel died", "stopped")
+            mark_ended(run_dir, ClusterStatus.STOPPED, "stopped by request after its kernel died", WorkerStatus.STOPPED)
     result: dict[str, Any] = dict(describe(run_dir) or {"name": run_dir.name})
     result["killed"] = killed
     return result

@@ -5,12 +5,12 @@ what it writes to ``sys.stdout`` lands in that cell: in a headless run's saved n
 renderer as plain text. It is bounded so the cell stays readable and jupyter_server's output rate limits
 (1000 messages/s, 1 MB/s) are never near: at most ``echo_lines`` lines per worker as they come, then only a
 count; when the run ends, a note of what was cut and the last ``echo_tail_lines`` lines of each worker whose
-output was cut. Lines longer than ``ECHO_LINE_CHARS`` are cut. Writes happen once per wait tick (at most every
+output was cut. Lines longer than ``echo_line_chars`` are cut. Writes happen once per wait tick (at most every
 ``flush_interval``), one write for all workers. The full logs stay on disk.
 
 A worker's traceback is shown once: the echo holds a ``Traceback (most recent call last)`` block back; if the
 worker then failed, the block is left to the run's summary / ``RunFailed`` (a one-line note says so), else it is
-written after ``TRACEBACK_HOLD`` seconds (a handled exception the worker logged and went on from).
+written after ``echo_traceback_hold`` seconds (a handled exception the worker logged and went on from).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from nbworkers.magics.run.core.statuses import WorkerStatus
+from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
-ECHO_LINE_CHARS = 1000
-TRACEBACK_HOLD = 3.0  # seconds a traceback is held back while its worker has not (yet) been seen to fail
 TRACEBACK_START = "Traceback (most recent call last)"
 
 
@@ -38,10 +39,20 @@ class _WorkerEcho:
     held_since: float = 0.0
 
 
+def blocking_echo() -> WorkerEcho | None:
+    """The echo a blocking wait (``--block``, ``%workers wait``, a session cell) writes with, from the settings;
+    None when ``echo_lines`` is 0."""
+    config = settings()
+    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+
+
 class WorkerEcho:
     def __init__(self, max_lines: int, tail_lines: int, out: TextIO | None = None):
         self.max_lines = max(0, max_lines)
         self.tail_lines = max(0, tail_lines)
+        config = settings()
+        self.line_chars = config.echo_line_chars
+        self.traceback_hold = config.echo_traceback_hold  # seconds a traceback waits for its worker's status
         self._out = out
         self._workers: dict[int, _WorkerEcho] = {}
         self.written = 0  # lines written (tests)
@@ -62,7 +73,7 @@ class WorkerEcho:
         for worker in snapshot.get("workers") or []:
             out.extend(self._new_lines(worker, final=True))
             state = self._workers[worker.get("index", 0)]
-            if state.held and worker.get("status") == "failed":
+            if state.held and worker.get("status") == WorkerStatus.FAILED:
                 out.append(f"[{worker.get('index', 0)}] (its traceback is not repeated here: see the run's error)")
                 state.held = []
             out.extend(self._emit(worker.get("index", 0), state, self._release(state)))
@@ -109,8 +120,8 @@ class WorkerEcho:
                 state.held.append(line)
             else:
                 ready.append(line)
-        if state.held and not final and worker.get("status") != "failed" \
-                and time.monotonic() - state.held_since > TRACEBACK_HOLD:
+        if state.held and not final and worker.get("status") != WorkerStatus.FAILED \
+                and time.monotonic() - state.held_since > self.traceback_hold:
             ready.extend(self._release(state))
         return self._emit(index, state, ready)
 
@@ -122,7 +133,7 @@ class WorkerEcho:
     def _emit(self, index: int, state: _WorkerEcho, fresh: list[str]) -> list[str]:
         out = []
         for line in fresh:
-            line = line if len(line) <= ECHO_LINE_CHARS else line[:ECHO_LINE_CHARS] + " ...[cut]"
+            line = cap_line(line, self.line_chars, SHORT_CUT_NOTE)
             if state.shown < self.max_lines:
                 out.append(f"[{index}] {line}")
                 state.shown += 1

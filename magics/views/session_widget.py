@@ -7,17 +7,9 @@ from typing import Any
 
 
 def session_view_factory(cell: Any) -> Any:
-    from nbworkers.magics.settings import settings
-    from nbworkers.magics.views.view import TextView
+    from nbworkers.magics.views.view import default_view_factory
 
-    if settings().widget:
-        try:
-            return _widget_view(cell)
-        except Exception as error:  # no widget support here: the text/HTML view still shows the cell
-            import warnings
-
-            warnings.warn(f"nbworkers: live widget unavailable ({error}); showing the text view", stacklevel=2)
-    return TextView(cell)
+    return default_view_factory(cell, _widget_view)
 
 
 def _widget_view(cell: Any) -> Any:

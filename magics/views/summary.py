@@ -13,31 +13,35 @@ import signal
 from typing import Any, Final
 
 from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.failed import ERROR_BELOW_KEY
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.failed import ERROR_BELOW_KEY, failed_workers
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
-STATUS_LABELS = {
-    "starting": "starting",
-    "waiting": "waiting for peers",
-    "running": "running",
-    "finished": "finished",
-    "failed": "failed",
-    "stopped": "stopped",
-    "restarting": "restarting",
-    "stopping": "stopping",
-    "lost": "lost (its kernel died)",
+# (The two enums share their values: a key stands for the run's status and the worker's alike.)
+STATUS_LABELS: dict[str, str] = {
+    WorkerStatus.STARTING: "starting",
+    WorkerStatus.WAITING: "waiting for peers",
+    WorkerStatus.RUNNING: "running",
+    WorkerStatus.FINISHED: "finished",
+    WorkerStatus.FAILED: "failed",
+    WorkerStatus.STOPPED: "stopped",
+    WorkerStatus.RESTARTING: "restarting",
+    WorkerStatus.STOPPING: "stopping",
+    ClusterStatus.LOST: "lost (its kernel died)",
 }
-STATUS_COLORS = {  # badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
-    "starting": "#6b7280",
-    "waiting": "#b45309",
-    "running": "#1d4ed8",
-    "finished": "#15803d",
-    "failed": "#b91c1c",
-    "stopped": "#6b21a8",
-    "restarting": "#c2410c",
-    "stopping": "#7c3aed",
-    "lost": "#374151",
+# badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
+STATUS_COLORS: dict[str, str] = {
+    WorkerStatus.STARTING: "#6b7280",
+    WorkerStatus.WAITING: "#b45309",
+    WorkerStatus.RUNNING: "#1d4ed8",
+    WorkerStatus.FINISHED: "#15803d",
+    WorkerStatus.FAILED: "#b91c1c",
+    WorkerStatus.STOPPED: "#6b21a8",
+    WorkerStatus.RESTARTING: "#c2410c",
+    WorkerStatus.STOPPING: "#7c3aed",
+    ClusterStatus.LOST: "#374151",
 }
 TRACEBACK_TAIL_LINES = 20
 LIVE_TAIL_LINES = 3
@@ -108,11 +112,14 @@ def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -
     return tail[-limit:]
 
 
+_NOT_NEWS = (WorkerStatus.STOPPED, WorkerStatus.FINISHED, WorkerStatus.RESTARTING)  # ended as nbworkers meant
+
+
 def exit_text(worker: WorkerSnapshot) -> str:
     """How a worker's process ended, in words: ``exit code 1``, ``killed by SIGKILL``; nothing for a clean exit
     or for a worker nbworkers stopped (its SIGTERM/SIGKILL is not news: the status says "stopped")."""
     code = worker.get("exit_code")
-    if code in (None, 0) or worker.get("status") in ("stopped", "finished", "restarting"):
+    if code in (None, 0) or worker.get("status") in _NOT_NEWS:
         return ""
     if isinstance(code, int) and code < 0:
         try:
@@ -125,7 +132,7 @@ def exit_text(worker: WorkerSnapshot) -> str:
 def headline(snapshot: ClusterSnapshot) -> str:
     status = snapshot.get("status") or "unknown"
     workers = snapshot.get("workers") or []
-    label = "stopped by you" if status == "stopped" else status_label(status)
+    label = "stopped by you" if status == ClusterStatus.STOPPED else status_label(status)
     text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
     text += f", {len(workers)} worker{'s' if len(workers) != 1 else ''}"
     verb = "in" if status in DONE_STATES else "for"
@@ -298,14 +305,14 @@ def _output_tails(snapshot: ClusterSnapshot) -> list[str]:
         return []
     out = []
     for worker in snapshot.get("workers") or []:
-        if worker.get("status") == "failed":
+        if worker.get("status") == WorkerStatus.FAILED:
             continue
         tail = [x for x in (worker.get("log_tail") or []) if x.strip()][-OUTPUT_TAIL_LINES:]
         if not tail:
             continue
         out.append(f"--- last lines of {worker_name(worker)}'s output ---")
         index = worker.get("index", "?")
-        out.extend(f"[{index}] {x if len(x) <= OUTPUT_LINE_CHARS else x[:OUTPUT_LINE_CHARS] + ' ...'}" for x in tail)
+        out.extend(f"[{index}] {cap_line(x, OUTPUT_LINE_CHARS, SHORT_CUT_NOTE)}" for x in tail)
     return out
 
 
@@ -327,5 +334,4 @@ def render_summary_html(snapshot: ClusterSnapshot) -> str:
     )
 
 
-def _failed(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
-    return [w for w in snapshot.get("workers") or [] if w.get("status") == "failed"]
+_failed = failed_workers

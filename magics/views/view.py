@@ -9,6 +9,7 @@ where no widget can be (and beside the widget, as its fallback).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from IPython.display import display
@@ -61,14 +62,18 @@ class TextView:
                 self._handle.update(self._bundle(snapshot, final=True))
 
 
-def default_view_factory(cluster: Any) -> View:
+def default_view_factory(cluster: Any, widget_view: Callable[[Any], View] | None = None) -> View:
+    """The live widget (``widget_view``, default ``ClusterWidgetView``) when the setting ``widget`` is on and the
+    front end can show it, else the text/HTML view."""
     from nbworkers.magics.settings import settings
 
     if settings().widget:
         try:
-            from nbworkers.magics.views.widget import ClusterWidgetView
+            if widget_view is None:
+                from nbworkers.magics.views.widget import ClusterWidgetView
 
-            return ClusterWidgetView(cluster)
+                widget_view = ClusterWidgetView
+            return widget_view(cluster)
         except Exception as error:  # no widget support here: the text/HTML view still shows the run
             import warnings
 

@@ -33,9 +33,9 @@ from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views.summary import render_html, render_text
+from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
-MAX_LINE_CHARS = 2000  # longer log lines are cut in the widget (the log file keeps them whole)
 MAX_LOG_CHARS = 64_000  # per worker and update: a tail of long lines keeps only its newest ~64 kB
 CARD_FIELDS = (
     "index", "role", "role_index", "host", "pid", "status", "detail", "exit_code", "epoch", "epochs_total",
@@ -94,16 +94,19 @@ def cluster_payload(snapshot: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def logs_payload(
-    snapshot: Mapping[str, Any], max_lines: int, max_chars: int = MAX_LINE_CHARS, max_total: int = MAX_LOG_CHARS
+    snapshot: Mapping[str, Any], max_lines: int, max_chars: int | None = None, max_total: int = MAX_LOG_CHARS
 ) -> list[list[str]]:
-    """Each worker's log tail (newest last), bounded in lines, line length and total size."""
+    """Each worker's log tail (newest last), bounded in lines, line length (``max_chars``, default the setting
+    ``widget_line_chars``) and total size."""
+    if max_chars is None:
+        max_chars = settings().widget_line_chars
     out = []
     for worker in snapshot.get("workers") or []:
         lines = (worker.get("log_tail") or [])[-max_lines:] if max_lines > 0 else []
         kept: list[str] = []
         total = 0
         for line in reversed(lines):
-            line = line if len(line) <= max_chars else line[:max_chars] + " …[cut]"
+            line = cap_line(line, max_chars, SHORT_CUT_NOTE)
             total += len(line) + 1
             if total > max_total and kept:
                 break

@@ -2,22 +2,19 @@
 
 Bounded both ways: at most ``maxlen`` lines, each at most ``max_line_chars`` characters (a line without a newline
 would otherwise grow without limit: in the kernel, the widget and state.json); a cut line keeps its head and
-ends with ``CUT_NOTE``. The log file on disk keeps everything."""
+ends with ``CUT_NOTE`` (``protocol/lines.py``). The log file on disk keeps everything."""
 
 from __future__ import annotations
 
 from collections import deque
 
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.lines import CUT_NOTE, cap_line
 
-DEFAULT_TAIL_LINES = 300
+__all__ = ["CUT_NOTE", "DEFAULT_TAIL_LINES", "LogTail", "cap_line"]
+
+DEFAULT_TAIL_LINES = 300  # the default of the setting log_tail_lines (magics/settings.py takes it from here)
 DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
-CUT_NOTE = " [… line cut by nbworkers at {limit} characters; the log file has all of it]"
-
-
-def cap_line(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters (plus the note saying so) when longer."""
-    return text if len(text) <= limit else text[:limit] + CUT_NOTE.format(limit=limit)
 
 
 class LogTail:

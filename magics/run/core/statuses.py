@@ -1,5 +1,8 @@
 """Every status a run and a worker can be in, as ``str`` enums.
 
+``ClusterStatus`` is the kernel's own; ``WorkerStatus`` is defined in ``protocol/statuses.py`` (the workers send
+those values) and re-exported here, so the kernel side imports both from one place.
+
 The values are the strings the state file, the REST API, the widget and ``%workers`` have always used:
 ``ClusterStatus.RUNNING == "running"`` and ``json.dumps`` writes ``"running"``, so a status set from an enum
 and one read back from a JSON file compare equal.
@@ -7,10 +10,12 @@ and one read back from a JSON file compare equal.
 
 from __future__ import annotations
 
-from enum import Enum
+from nbworkers.protocol.statuses import Status, WorkerStatus
+
+__all__ = ["ClusterStatus", "WorkerStatus", "is_terminal"]
 
 
-class ClusterStatus(str, Enum):
+class ClusterStatus(Status):
     """Where a whole run is (``ClusterState.status``)."""
 
     STARTING = "starting"  # the group is launching (first time or after a restart)
@@ -21,39 +26,6 @@ class ClusterStatus(str, Enum):
     FAILED = "failed"  # a failure the policy did not restart (the error says which)
     STOPPED = "stopped"  # stopped by request (not a failure)
     LOST = "lost"  # the state file says it runs but its kernel is dead (magics/rundir/liveness.py)
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        """True once the run has ended: no status follows this one."""
-        return self in _TERMINAL_CLUSTER
-
-
-class WorkerStatus(str, Enum):
-    """Where one worker is (``WorkerState.status``; the workers send some of these: ``protocol/wire.py``)."""
-
-    STARTING = "starting"  # process launched, importing
-    WAITING = "waiting"  # waiting for its peers (strategy / collectives being set up)
-    RUNNING = "running"
-    RESTARTING = "restarting"  # its group is being restarted
-    STOPPING = "stopping"  # asked to stop, not gone yet
-    FINISHED = "finished"  # exited 0 (or retired by the supervisor once training ended)
-    FAILED = "failed"
-    STOPPED = "stopped"  # stopped by request or because another worker failed
-    LOST = "lost"  # its run was lost (dead kernel)
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL_WORKER
-
-
-_TERMINAL_CLUSTER = frozenset({ClusterStatus.FINISHED, ClusterStatus.FAILED, ClusterStatus.STOPPED, ClusterStatus.LOST})
-_TERMINAL_WORKER = frozenset({WorkerStatus.FINISHED, WorkerStatus.FAILED, WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 
 def is_terminal(status: str) -> bool:

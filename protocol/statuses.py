@@ -1,0 +1,48 @@
+"""Where one worker is: the ``WorkerStatus`` values, defined once for every process.
+
+The workers send most of these in their ``status`` messages (``protocol/wire.py`` checks them against
+``SENT_BY_WORKERS``), so the protocol owns the values; the kernel sets the others itself (``STOPPING``,
+``LOST``) and re-exports this enum beside its ``ClusterStatus`` (``magics/run/core/statuses.py``). The values are
+the strings the state file, the REST API, the widget and ``%workers`` show: ``WorkerStatus.RUNNING == "running"``
+and ``json.dumps`` writes ``"running"``.
+
+Pure Python (``enum`` only): the workers and hosts import it at start.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    """A status (no members here): equal to its string value, printed as it, and final or not. The run's
+    ``ClusterStatus`` and ``WorkerStatus`` both are one; their final values are the same four."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once it has ended: no status follows this one."""
+        return self.value in TERMINAL_VALUES
+
+
+TERMINAL_VALUES = frozenset({"finished", "failed", "stopped", "lost"})
+
+
+class WorkerStatus(Status):
+    """Where one worker is (``WorkerState.status`` in the kernel; the ``state`` of a ``status`` message)."""
+
+    STARTING = "starting"  # process launched, importing
+    WAITING = "waiting"  # waiting for its peers (strategy / collectives being set up)
+    RUNNING = "running"
+    RESTARTING = "restarting"  # its group is being restarted
+    STOPPING = "stopping"  # asked to stop, not gone yet (set by the kernel)
+    FINISHED = "finished"  # exited 0 (or retired by the supervisor once training ended)
+    FAILED = "failed"
+    STOPPED = "stopped"  # stopped by request or because another worker failed
+    LOST = "lost"  # its run was lost (dead kernel; set by the kernel)
+
+
+# What a worker may say in a ``status`` message (the kernel drops any other ``state`` as malformed)
+SENT_BY_WORKERS = frozenset(WorkerStatus) - {WorkerStatus.STOPPING, WorkerStatus.LOST}

@@ -1,0 +1,120 @@
+"""One vocabulary: worker statuses defined once (in the protocol), one line capper, the settings that replaced
+module constants. No kernel, no TensorFlow, no subprocess."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from nbworkers.host.worker_host import LineCap
+from nbworkers.magics.launch import roles
+from nbworkers.magics.run.core import statuses
+from nbworkers.magics.run.core.logtail import DEFAULT_TAIL_LINES, LogTail
+from nbworkers.magics.settings import WorkerSettings
+from nbworkers.magics.views import summary
+from nbworkers.magics.views.echo import WorkerEcho
+from nbworkers.magics.views.widget import logs_payload
+from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol import statuses as protocol_statuses
+from nbworkers.protocol.env_settings import EnvSettingWarning
+from nbworkers.protocol.lines import CUT_NOTE, SHORT_CUT_NOTE, cap_line, cut_note
+
+
+# ---- statuses
+
+
+def test_the_kernel_uses_the_protocols_worker_status():
+    assert statuses.WorkerStatus is protocol_statuses.WorkerStatus
+
+
+def test_the_wire_accepts_what_workers_may_send_and_nothing_the_kernel_alone_sets():
+    W = protocol_statuses.WorkerStatus
+    assert set(wire.WORKER_STATES) == {"starting", "waiting", "running", "finished", "failed", "stopped", "restarting"}
+    assert W.STOPPING not in wire.WORKER_STATES and W.LOST not in wire.WORKER_STATES
+    assert wire.validate("status", {"worker": 0, "gen": 0, "t": 0.0, "state": W.RUNNING}) is None
+    assert wire.validate("status", {"worker": 0, "gen": 0, "t": 0.0, "state": W.LOST.value}) == "unknown state 'lost'"
+
+
+def test_a_status_enum_is_its_string():
+    W, C = statuses.WorkerStatus, statuses.ClusterStatus
+    assert W.FAILED == "failed" and str(W.FAILED) == "failed" and f"{C.LOST}" == "lost"
+    assert {W.RUNNING: 1}.get("running") == 1  # dict keys from the enums answer plain strings from a state file
+    assert W.FINISHED.is_terminal and not W.STOPPING.is_terminal
+    assert statuses.is_terminal("lost") and not statuses.is_terminal("running") and not statuses.is_terminal("")
+
+
+def test_the_run_and_its_workers_end_on_the_same_four_statuses():
+    W, C = statuses.WorkerStatus, statuses.ClusterStatus
+    assert issubclass(C, protocol_statuses.Status) and issubclass(W, protocol_statuses.Status)
+    assert {c.value for c in C if c.is_terminal} == {w.value for w in W if w.is_terminal} == {
+        "finished", "failed", "stopped", "lost"}
+
+
+def test_every_status_has_one_label_in_the_summary():
+    every = {s.value for s in statuses.ClusterStatus} | {s.value for s in statuses.WorkerStatus}
+    assert set(summary.STATUS_LABELS) == every == set(summary.STATUS_COLORS)
+
+
+# ---- one line capper
+
+
+def test_cap_line_cuts_with_the_note_that_names_the_limit():
+    assert cap_line("abc", 3) == "abc"
+    assert cap_line("abcdef", 3) == "abc" + CUT_NOTE.format(limit=3) == "abc" + cut_note(3)
+    assert cap_line("abcdef", 3, SHORT_CUT_NOTE) == "abc …[cut]"
+
+
+def test_the_host_the_log_tail_and_the_views_cut_alike():
+    long = "x" * 500
+    host = LineCap(100)(long + "\n")
+    tail = LogTail(10, max_line_chars=100)
+    tail.feed([long + "\n"])
+    assert host == cap_line(long, 100) + "\n"
+    assert tail.lines() == [cap_line(long, 100)]
+    widget = logs_payload({"workers": [{"log_tail": [long]}]}, max_lines=10, max_chars=100)
+    assert widget == [[cap_line(long, 100, SHORT_CUT_NOTE)]]
+
+
+def test_the_echo_cuts_at_its_setting(monkeypatch):
+    from nbworkers.magics import settings as settings_module
+
+    config = WorkerSettings(echo_line_chars=10)
+    monkeypatch.setattr(settings_module, "_settings", config)
+    out = io.StringIO()
+    echo = WorkerEcho(max_lines=5, tail_lines=5, out=out)
+    assert echo.line_chars == 10 and echo.traceback_hold == config.echo_traceback_hold
+    tail = LogTail(10)
+    tail.feed(["y" * 30 + "\n"])
+    echo.tick({"workers": [{"index": 0, "status": "running", "log_tail": tail.lines(), "log_total": tail.total}]})
+    echo.finish({"workers": [{"index": 0, "status": "finished", "log_tail": tail.lines(), "log_total": tail.total}]})
+    assert "y" * 10 + SHORT_CUT_NOTE in out.getvalue()
+
+
+# ---- settings that were module constants
+
+
+def test_one_default_for_each_duplicated_value():
+    settings = WorkerSettings()
+    assert settings.log_tail_lines == DEFAULT_TAIL_LINES
+    assert roles.evaluator_grace(settings) == settings.evaluator_grace == 60.0
+    settings.evaluator_grace = 1.5
+    assert roles.evaluator_grace(settings) == 1.5
+
+
+@pytest.mark.parametrize("setting", [env_settings.LOG_BATCH_INTERVAL, env_settings.ZYGOTE_REQUEST_TIMEOUT])
+def test_a_zero_interval_is_refused_with_a_warning(setting):
+    with pytest.warns(EnvSettingWarning, match=setting.name):
+        assert setting.get({setting.name: "0"}) == setting.default
+    assert setting.get({setting.name: "0.5"}) == 0.5
+
+
+def test_one_blocking_echo_for_runs_and_session_cells(monkeypatch):
+    from nbworkers.magics import settings as settings_module
+    from nbworkers.magics.views.echo import blocking_echo
+
+    monkeypatch.setattr(settings_module, "_settings", WorkerSettings(echo_lines=0))
+    assert blocking_echo() is None
+    monkeypatch.setattr(settings_module, "_settings", WorkerSettings(echo_lines=7, echo_tail_lines=3))
+    echo = blocking_echo()
+    assert echo is not None and (echo.max_lines, echo.tail_lines) == (7, 3)
