@@ -1,6 +1,7 @@
 # nbworkers: everything a fresh machine needs, from the project's own files.
 #   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
-#   make test   set up, then run the whole test suite
+#   make test   set up, then run the whole test suite: tests/unit, then tests/integration
+#   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -39,11 +40,21 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
+# Two pytest runs: the unit tests' output comes first (a broken piece shows in seconds), and no integration module
+# is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The integration
+# tests run even when a unit test failed; the exit status is non-zero when either run failed (5, nothing selected
+# by PYTEST_ARGS' markers in one folder, is not a failure).
+# PYTEST_ARGS goes to both, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray).
+PYTEST_ARGS ?=
+
 test: setup browser-deps estimator-env
-	$(PY) -m pytest
+	@status=0; for kind in unit integration; do \
+	  $(PY) -m pytest tests/$$kind $(PYTEST_ARGS); code=$$?; \
+	  [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
+	done; exit $$status
 
 test-fast: setup
-	$(PY) -m pytest -m 'not browser and not estimator and not slow'
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lab: setup
 	$(PY) -m nbworkers.kernelspec install --sys-prefix

@@ -32,7 +32,7 @@ POLL_INTERVAL = 1.0  # seconds between progress lines
 LEFTOVER_TIMEOUT = 20.0  # seconds for worker processes to be gone after the kernel shut down
 CLUSTER_NAME = "quickstart"
 
-# The quickstart tutorial's training cell (tests/test_tutorials.py checks it is the notebook's, verbatim).
+# The quickstart tutorial's training cell (tests/unit/test_tutorials_files.py checks it is the notebook's, verbatim).
 QUICKSTART_CELL = '''%%worker -n 2 --name quickstart
 import os
 import numpy as np

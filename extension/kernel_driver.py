@@ -2,7 +2,7 @@
 
 One driver for everything that runs notebook cells without a notebook: the tests (``tests/conftest.py``'s
 ``kernel`` fixture and the kernelspec / leftover tests), the benchmarks (``benchmarks/run.py``) and the demo
-(``nbworkers.demo``). Headless whole-notebook runs use nbclient instead (tests/test_tutorials.py).
+(``nbworkers.demo``). Headless whole-notebook runs use nbclient instead (tests/integration/test_tutorials.py).
 
     kernel = KernelDriver(cwd, env)             # this interpreter's ipykernel, or kernel_name=... (a kernelspec)
     result = kernel.run("%load_ext nbworkers")  # a CellResult: stdout, stderr, error, displays, status

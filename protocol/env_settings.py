@@ -2,8 +2,8 @@
 
 In the style of Ray's ``constants.py``: one declaration per variable, and every module reads its variable through
 it (``env_settings.LEADER_WAIT.get()``), so the name, the default and the parsing live here only. README.md's
-environment table is generated from ``ALL`` (``python tools/env_table.py``; tests/test_settings_table.py fails
-when the README is out of date).
+environment table is generated from ``ALL`` (``python tools/env_table.py``;
+tests/integration/test_settings_table_scripts.py fails when the README is out of date).
 
 A value that does not parse never crashes the kernel or a worker: ``get()`` warns once (an
 ``EnvSettingWarning`` naming the variable, the value given and what to give instead) and uses the default.

@@ -4,7 +4,8 @@ Some failures have no exit code or exception type that tells them apart, only th
 a worker's exit by the end of its log (``magics/run/core/failures.py``, ``magics/launch/ports.py``) and the worker turns
 Keras 3's failures into clear errors (``distlib/compat/keras_compat.py``). Like the private symbols of
 ``distlib/compat/internals.py``, these are upstream internals: each group says where the text comes from and the
-versions it was seen on (tests/test_internals.py checks the ones that live in Python sources).
+versions it was seen on (tests/integration/test_compat_internals_installed.py checks the ones that live in Python
+sources).
 
 Pure data: the kernel imports this (it never imports TensorFlow).
 """

@@ -6,8 +6,8 @@ JSON only (no pickle is ever read). The kernel checks them with jupyter_client's
 ``Signer``, a few lines of ``hmac`` + ``json`` producing exactly what ``Session.serialize`` would: importing
 jupyter_client costs ~0.1 s of CPU per process (it loads its whole client and manager stack), which was
 two-thirds of a worker's start-up before the cell's first line, paid by every worker and host of every run
-(benchmarks/results.md). ``tests/test_units.py`` checks the two agree. Every cluster has its own key, handed
-to its workers in their environment.
+(benchmarks/results.md). ``tests/integration/test_wire_signer_jupyter_client.py`` checks the two agree. Every
+cluster has its own key, handed to its workers in their environment.
 
 A message is ``(kind, content)``. Every content carries ``worker`` (index), ``gen`` (the group's launch
 generation, bumped on every restart so stale messages are ignored) and ``t`` (sender's wall time).

@@ -1,5 +1,6 @@
 """A real two-node Ray cluster on this machine for the Ray tests (``ray_cluster``, module-scoped), shared by
-tests/test_ray_backend.py and tests/test_sessions_ray.py (``yield from running_cluster()`` in a fixture).
+tests/integration/test_ray_backend.py and tests/integration/test_sessions_ray.py (``yield from running_cluster()``
+in a fixture).
 
 The cluster: a head node and a second node (two raylets, one CPU each, on this machine's address — Ray
 replaces 127.0.0.1 by it), each ``ray start --block`` in a session of its own so that teardown ends exactly

@@ -3,7 +3,7 @@
     python tools/env_table.py           # rewrite the table between the markers in README.md
     python tools/env_table.py --check   # exit 1 (and say so) when README.md's table is out of date
 
-tests/test_settings_table.py runs the check.
+tests/integration/test_settings_table_scripts.py runs the check.
 """
 
 from __future__ import annotations

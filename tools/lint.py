@@ -8,7 +8,7 @@ but never imported fails there only at run time); exit 1 on any finding. Config:
 mypy checks the import package ``nbworkers`` as it is installed: the four code folders are mapped into it by
 setuptools' package-dir (extension/ -> nbworkers, magics/ -> nbworkers.magics, ...), which mypy cannot follow,
 so the same tree is laid out with symlinks under build/lint/ and the paths in mypy's report are mapped back to
-the repository's. tests/test_lint.py runs this.
+the repository's. tests/integration/test_lint.py runs this.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ the upstream issue it works around (when there is one) and the versions it was c
   for the name in the source of the class and its bases (it needs no instance: no cluster, no model).
 
 ``missing(group)`` says what is gone (imports the group's modules: call it right before patching, when they
-are loaded anyway); ``warn_once`` prints one line per missing symbol per process. tests/test_internals.py
-checks every entry against the installed TensorFlow / Keras / tf_keras. Importing this module imports
+are loaded anyway); ``warn_once`` prints one line per missing symbol per process.
+tests/integration/test_compat_internals_installed.py checks every entry against the installed TensorFlow / Keras /
+tf_keras. Importing this module imports
 nothing heavy.
 """
 

@@ -22,8 +22,8 @@ Not fixed: ``steps_per_execution > 1`` (Keras runs the steps in a ``tf.while_loo
 where the gradients' all-reduce fails, with or without this fix): ``fit``/``evaluate`` raise
 ``StepsPerExecutionUnderMultiWorkerError`` saying so before the first step.
 
-Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/test_keras3_fit.py). Known
-needed on Keras 3.16.0-dev too (the same two corrections were checked there by hand), and reported upstream
+Known needed and checked correct on: TensorFlow 2.21.0 with Keras 3.15.1 (tests/integration/test_keras3_fit.py).
+Known needed on Keras 3.16.0-dev too (the same two corrections were checked there by hand), and reported upstream
 since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trainer()`` patches only when the
 installed trainer still has the broken code (a source probe for the two ``strategy.reduce`` calls; where no source
 is shipped, the version window ``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched.

@@ -1,7 +1,8 @@
 // nbworkers widget, part 1 of 3: status labels, formatting, the worker cards.
 // widget.py joins uPlot, widget_cards.js, widget_chart.js and widget.js into the widget's one ES module.
 
-// Every cluster and worker status (magics/run/core/statuses.py; tests/test_widget.py checks none is missing).
+// Every cluster and worker status (magics/run/core/statuses.py; tests/unit/test_views_widget.py checks none is
+// missing).
 const STATUS_LABELS = {
   starting: "starting",
   waiting: "waiting for peers",

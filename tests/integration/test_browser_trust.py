@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     cell_executed,

@@ -7,12 +7,9 @@ the real supervisor does, without TensorFlow, so these tests check the front end
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     card_statuses,

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import (  # noqa: E402
     REPO,
     card_statuses,

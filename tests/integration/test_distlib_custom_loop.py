@@ -7,10 +7,7 @@ and step, with the saved weights, not from zero.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import CUSTOM_LOOP_STEP  # noqa: E402
 from distlib_helpers import run_cluster  # noqa: E402
 

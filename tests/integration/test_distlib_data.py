@@ -12,9 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distlib_helpers import CLUSTER_TIMEOUT_S, run_cluster  # noqa: E402
 
 DATA_CELL = """

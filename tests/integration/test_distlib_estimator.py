@@ -5,12 +5,9 @@ A second run with a higher max_steps continues from the checkpoint the first lef
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distlib_helpers import TF215_PYTHON, run_cluster  # noqa: E402
 
 pytestmark = [

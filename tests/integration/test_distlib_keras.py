@@ -6,10 +6,7 @@ active, as under %%worker) and reads their metrics from a RelayReceiver, as the 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distlib_helpers import run_cluster  # noqa: E402
 
 # The data pipeline is built BEFORE the strategy in every script: the tutorials' order.

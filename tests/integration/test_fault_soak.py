@@ -18,7 +18,7 @@ import time
 import psutil
 from cells import CUSTOM_LOOP_STEP
 from conftest import processes_of_run_root, wait_until
-from test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
+from integration.test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
 
 KILLS = 10
 SOAK_SEED = int(os.environ.get("NBWORKERS_SOAK_SEED", "1515"))

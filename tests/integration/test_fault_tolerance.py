@@ -25,7 +25,7 @@ from conftest import processes_of_run_root, wait_until
 WAIT_TIMEOUT = 240  # seconds for one restarted 2-worker run on 2 shared cores
 POLL_TIMEOUT = 150  # seconds to reach the point where a test kills a worker
 SNAPSHOT = "nbworkers.get_cluster({name!r}).snapshot()"
-TF215_PYTHON = Path(__file__).resolve().parents[1] / ".venv-tf215" / "bin" / "python"  # `make estimator-env`
+TF215_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tf215" / "bin" / "python"  # `make estimator-env`
 
 # Keras 3 through distlib.fit with checkpoint_dir: 4 epochs of 8 steps, ~1.5 s an epoch (a sleeping callback).
 KERAS_CELL = """%%worker -n 2 --name {name} --max-restarts 2 --env NBWORKERS_MOCK_DATA=1 {flags}
@@ -500,21 +500,3 @@ def test_tf_keras_fit_with_checkpoint_dir_saves_on_sigterm_and_resumes(kernel, r
         epochs = re.findall(r"^EPOCH 1 (\d+)$", worker_log(run_root, name, i), re.M)
         assert epochs == ["1", "2", "3"], epochs
     assert_same_final_weights(run_root, name)
-
-
-def test_preemption_saving_is_on_only_for_cluster_workers_and_can_be_turned_off(monkeypatch):
-    from nbworkers.distlib.worker import preemption
-
-    tf_config = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}'
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.delenv(preemption.ENV_PREEMPTION, raising=False)
-    assert not preemption.enabled() and preemption.saver() is None  # a plain script: SIGTERM kills as usual
-    with preemption.training(lambda: None) as guard:
-        guard.step_done()  # a no-op without a saver
-    monkeypatch.setenv("TF_CONFIG", tf_config)
-    assert preemption.enabled()
-    monkeypatch.setenv(preemption.ENV_PREEMPTION, "0")
-    assert not preemption.enabled()
-    monkeypatch.delenv("TF_CONFIG")
-    monkeypatch.setenv(preemption.ENV_PREEMPTION, "1")
-    assert preemption.enabled()

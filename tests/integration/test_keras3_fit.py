@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distlib_helpers import run_cluster  # noqa: E402
 
 LOSS_RTOL = 1e-5

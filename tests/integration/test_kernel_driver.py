@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from nbworkers.kernel_driver import CellFailed, KernelDriver, wait_until
+from nbworkers.kernel_driver import CellFailed, KernelDriver
 
 
 def test_a_cell_shows_streams_displays_and_errors(tmp_path):
@@ -30,9 +30,3 @@ def test_a_cell_shows_streams_displays_and_errors(tmp_path):
     finally:
         kernel.shutdown()
     assert kernel.manager.provisioner is None or not kernel.manager.is_alive()
-
-
-def test_wait_until_returns_the_first_true_value_or_the_last_one():
-    seen = iter([0, None, "found", "later"])
-    assert wait_until(lambda: next(seen), 5, interval=0.001) == "found"
-    assert wait_until(lambda: [], 0.05, interval=0.01) == []  # timed out: the predicate's last value

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from nbworkers.kernel_driver import KernelDriver
-from nbworkers.kernelspec.launch import ALL_GPUS, MACHINE_GPUS_ENV, kernel_gpu_environ, worker_gpu_pool
+from nbworkers.kernelspec.launch import ALL_GPUS, MACHINE_GPUS_ENV, worker_gpu_pool
 
 PY = sys.executable
 JUPYTER = str(Path(sys.executable).with_name("jupyter"))
@@ -135,19 +135,6 @@ def test_uninstall_refuses_a_kernel_that_is_not_ours(tmp_path: Path, prefix: Pat
     result = kernelspec_cli("uninstall", "--prefix", str(prefix), env=env)
     assert result.returncode == 1 and "not an nbworkers kernel" in result.stderr
     assert foreign.exists()
-
-
-def test_gpu_environment_of_the_kernel():
-    """The kernel hides every GPU from itself and keeps the machine's list for the workers."""
-    assert kernel_gpu_environ({"CUDA_VISIBLE_DEVICES": "0,1"}) == {
-        "CUDA_VISIBLE_DEVICES": "-1", MACHINE_GPUS_ENV: "0,1"}
-    assert kernel_gpu_environ({}) == {"CUDA_VISIBLE_DEVICES": "-1", MACHINE_GPUS_ENV: ALL_GPUS}
-    # a kernel started from an nbworkers kernel keeps the original list
-    assert kernel_gpu_environ({"CUDA_VISIBLE_DEVICES": "-1", MACHINE_GPUS_ENV: "2,3"}) == {"CUDA_VISIBLE_DEVICES": "-1"}
-
-    assert worker_gpu_pool({MACHINE_GPUS_ENV: "0,1", "CUDA_VISIBLE_DEVICES": "-1"}) == ["0", "1"]
-    assert worker_gpu_pool({MACHINE_GPUS_ENV: "", "CUDA_VISIBLE_DEVICES": "-1"}) == []
-    assert worker_gpu_pool({"CUDA_VISIBLE_DEVICES": "3"}) == ["3"]  # a plain kernel, not ours
 
 
 def test_all_gpus_means_what_nvidia_smi_lists(tmp_path: Path):

@@ -8,17 +8,6 @@ import signal
 from cells import KILLABLE, worker_cell
 from conftest import processes_of_run_root, wait_until
 
-from nbworkers.magics.run.core.failures import (
-    PeerLost,
-    PortCollision,
-    RestartsExhausted,
-    WorkerCrashed,
-    WorkerPreempted,
-    WorkerRaised,
-    classify_exit,
-    root_cause,
-)
-from nbworkers.magics.run.core.restart_policy import RestartPolicy
 
 # Generation 0 waits to be killed; the restarted generation finishes.
 KILLABLE_CELL = worker_cell("-n 2 --name {name} {flags}", KILLABLE)
@@ -105,27 +94,6 @@ def test_restart_button_restarts_the_group(kernel, run_root):
     assert snap["status"] == "finished" and snap["restart_history"][0]["kind"] == "UserRestart"
 
 
-def test_classification_of_exits():
-    assert isinstance(classify_exit(1, -9, ""), WorkerCrashed)
-    assert isinstance(classify_exit(1, 137, ""), WorkerCrashed)
-    assert isinstance(classify_exit(1, -15, ""), WorkerPreempted)
-    assert isinstance(classify_exit(1, 42, ""), WorkerPreempted)
-    assert isinstance(classify_exit(0, 1, "E grpc_server_lib Could not start gRPC server"), PortCollision)
-    assert isinstance(classify_exit(0, 1, "Traceback...\nValueError: shapes differ"), WorkerRaised)
-    peer = classify_exit(0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed")
-    assert isinstance(peer, PeerLost)
-    crash = classify_exit(1, -9, "")
-    assert root_cause([peer, crash]) is crash
-    # the restart policy's part (every rule: tests/test_supervisor_policy.py)
-    raised = classify_exit(0, 1, "ValueError: x")
-    assert not RestartPolicy(3, 3, 1.0, 30.0).decide(raised).restart
-    assert RestartPolicy(1, 3, 1.0, 30.0).decide(crash).restart
-    assert isinstance(RestartPolicy(0, 3, 1.0, 30.0).decide(crash).failure, RestartsExhausted)
-    policy = RestartPolicy(3, 3, 1.0, 30.0)
-    assert policy.decide(crash).restart
-    assert not policy.decide(classify_exit(1, -9, "")).restart, "the same error twice is permanent"
-
-
 def test_restart_after_the_end_runs_the_cell_again(kernel, run_root):
     cell = """%%worker -n 2 --block --name twice
 print("ran", flush=True)
@@ -135,15 +103,3 @@ print("ran", flush=True)
     assert not kernel.run("%workers wait twice --timeout 60").error
     assert kernel.value("nbworkers.get_cluster('twice').status") == "finished"
     assert "[1] ran" in kernel.run("%workers logs twice").stdout
-
-
-def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():
-    from nbworkers.magics.views.summary import render_summary_html, render_text
-
-    snapshot = {
-        "name": "x", "status": "finished", "workers": [], "restarts": 1, "wall_time": 3.0,
-        "restart_history": [{"generation": 1, "kind": "WorkerCrashed", "cause": "worker 1 was killed by SIGKILL",
-                             "worker": 1, "resumed_from": {"epoch": 2, "step": 0}}],
-    }
-    for shown in (render_text(snapshot), render_summary_html(snapshot)):
-        assert "WorkerCrashed: worker 1 was killed by SIGKILL; resumed from a checkpoint at epoch 2, step 0" in shown

@@ -7,13 +7,11 @@ import json
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import processes_of_run_root, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distlib_helpers import TF215_PYTHON  # noqa: E402
 
 # TensorFlow's parameter-server tutorial, "Training with Model.fit": the cell runs on the chief (the

@@ -23,7 +23,7 @@ from nbworkers.magics.rundir import leftovers
 from nbworkers.magics.rundir.liveness import LOST
 
 PY = sys.executable
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "nbworkers-test-" + uuid.uuid4().hex
 SERVER_START_TIMEOUT = 60  # seconds for `jupyter server` to answer
 KERNEL_START_TIMEOUT = 90

@@ -4,12 +4,9 @@ on, and the next cell running in the same worker processes. Plain-Python workers
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import (  # noqa: E402
     cell_executed,
     chromium_page,

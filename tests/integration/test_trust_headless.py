@@ -16,7 +16,6 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import write_notebook  # noqa: E402
 
 CELL_TIMEOUT = 240  # s per cell

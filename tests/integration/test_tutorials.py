@@ -22,7 +22,7 @@ from conftest import kill_leftovers, processes_of_run_root, wait_until
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TUTORIALS = REPO / "tutorials"
 TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"
 NOTEBOOK_TIMEOUT = 900  # seconds for one notebook on 2 shared cores (they take well under a minute alone)
@@ -33,18 +33,6 @@ SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/views/summary
 DEMO_TIMEOUT = 900  # seconds for `python -m nbworkers.demo`
 
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))
-
-
-def test_tutorials_exist_and_are_stripped():
-    assert len(NOTEBOOKS) >= 6, NOTEBOOKS
-    for name in NOTEBOOKS:
-        notebook = nbformat.read(TUTORIALS / name, as_version=4)
-        nbformat.validate(notebook)
-        assert notebook.nbformat == 4
-        assert notebook.metadata["kernelspec"]["name"] == "python3", name
-        for cell in notebook.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, f"{name}: outputs are not stripped"
 
 
 def worker_cells(notebook) -> list:
@@ -99,13 +87,6 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
             f"{name}: no final summary in the output of the cell\n{cell.source[:200]}\n"
             f"outputs: {[o.get('output_type') for o in cell.outputs]}"
         )
-
-
-def test_demo_runs_the_quickstart_cell_verbatim():
-    from nbworkers.demo import QUICKSTART_CELL
-
-    notebook = nbformat.read(TUTORIALS / "01_quickstart.ipynb", as_version=4)
-    assert [c.source for c in worker_cells(notebook)] == [QUICKSTART_CELL]
 
 
 @pytest.mark.slow

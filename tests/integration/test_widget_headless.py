@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import TESTS_DIR, write_notebook  # noqa: E402
 
 KERNEL_TIMEOUT = 120  # s per cell

@@ -1,24 +1,20 @@
-"""The registry of private TensorFlow / Keras symbols (``distlib/compat/internals.py``) against the installed packages.
-
-One fast test per symbol (TensorFlow, Keras 3 and tf_keras are imported in this test process), plus checks
-that the registry stays honest: every entry is used by the module it names, every private module distlib
-imports is in the registry, and a missing symbol gives one clear warning.
+"""The registry of private TensorFlow / Keras symbols (``distlib/compat/internals.py``) against nbworkers' own
+sources, without importing TensorFlow: every entry is documented and used by the module it names, every private
+module and symbol distlib touches is registered, every patch checks its symbols first, and ``wrap_once`` wraps
+once. The symbols against the installed packages: tests/integration/test_compat_internals_installed.py.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from nbworkers.distlib.compat import internals
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DISTLIB = REPO / "distlib"
 
 
@@ -40,37 +36,6 @@ PRIVATE_IMPORT = re.compile(rf"(?:from|import)\s+({PRIVATE_MODULE})|[\"']({PRIVA
 NOT_UPSTREAM = {"_exit", "_every", "_loss", "_guard", "_batch"}
 
 
-def installed(entry: internals.Internal) -> bool:
-    return importlib.util.find_spec(entry.module.split(".")[0]) is not None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def packages_imported():
-    """Import TensorFlow, Keras 3 and tf_keras once, before the per-test environment check (they set variables)."""
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
-    import tf_keras  # noqa: F401
-
-
-@pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
-def test_symbol_is_present_in_the_installed_packages(entry):
-    if not installed(entry):
-        pytest.skip(f"{entry.module.split('.')[0]} is not installed here (checked in .venv-tf215 below)")
-    assert internals.problem(entry) is None, (entry.name, internals.problem(entry))
-
-
-@pytest.mark.skipif(not TF215_PYTHON.exists(), reason="no .venv-tf215 (make estimator-env)")
-def test_symbols_of_the_tensorflow_215_environment_are_present_there():
-    """The entries checked on TensorFlow 2.15 (tf.estimator, and everything else distlib patches there too)."""
-    names = [e.name for e in internals.REGISTRY if "2.15" in e.checked]
-    assert any(name.startswith("tensorflow_estimator") for name in names)
-    code = ("from nbworkers.distlib.compat import internals\n"
-            f"gone = [(e.name, internals.problem(e)) for e in internals.REGISTRY if e.name in {names!r}]\n"
-            "print([g for g in gone if g[1] is not None])")
-    out = subprocess.run([str(TF215_PYTHON), "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:] + out.stderr[-2000:]
-
-
 @pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
 def test_entry_is_documented_and_used_by_its_module(entry):
     assert entry.why and entry.checked and entry.kind in ("attribute", "instance")
@@ -87,29 +52,6 @@ def test_every_private_module_distlib_imports_is_registered():
             parents = {module.rsplit(".", n)[0] for n in range(module.count(".") + 1)}
             assert registered & (parents | {m for m in registered if m.startswith(module + ".")}), (
                 f"{path.name} imports the private module {module}: register what it touches in distlib/compat/internals.py")
-
-
-def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
-    gone = internals.Internal("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer._no_such_method",
-                              "keras3_mwms", "test", "keras 3.15.1", internals.K20585)
-    reason = internals.problem(gone)
-    assert "_no_such_method" in reason
-    assert internals.warn_once([(gone, reason)], "the fix stays off")
-    assert not internals.warn_once([(gone, reason)], "the fix stays off")  # once per process
-    err = capsys.readouterr().err
-    assert err.count("nbworkers: the installed") == 1 and "_no_such_method" in err and "keras-team/keras#20585" in err and "keras 3.15.1" in err
-    instance = internals.Internal("keras.src.callbacks.backup_and_restore", "BackupAndRestore._nowhere", "x", "t", "v",
-                                  kind="instance")
-    assert "_nowhere" in internals.problem(instance)
-    assert "cannot import" in internals.problem(internals.Internal("keras.src.no_such_module", "X", "x", "t", "v"))
-
-
-def test_importing_the_registry_and_the_fix_does_not_import_tensorflow():
-    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
-            " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
-            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def _private_names_used(tree: ast.AST) -> set[str]:
@@ -193,17 +135,3 @@ def test_wrap_once_wraps_with_wrapt_and_never_twice():
     assert not wrap_once(Upstream, "method", wrapper)  # installed twice: wrapped once
     assert Upstream().method(1, y=2) == 30 and Upstream.method(Upstream(), 1) == 20
     assert calls == ["Upstream", "Upstream"]
-
-
-def test_log_texts_the_kernel_classifies_by_live_in_one_place():
-    from nbworkers.magics.launch import ports
-    from nbworkers.magics.run.core import failures
-    from nbworkers.protocol import tf_messages
-
-    assert failures.PEER_LOST_MARKERS is tf_messages.PEER_LOST_MARKERS
-    assert ports.PORT_TAKEN_MARKERS is tf_messages.PORT_TAKEN_MARKERS
-    peer_gone = "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"
-    assert failures.classify_exit(0, 1, peer_gone).kind == "PeerLost"
-    import tensorflow.python.distribute.coordinator.coordinator_context as coordinator_context
-
-    assert tf_messages.mentions(Path(coordinator_context.__file__).read_text(), tf_messages.KERAS3_FIT_UNDER_PSS)

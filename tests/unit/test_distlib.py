@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import textwrap
 import time
 import types
 
@@ -34,24 +32,6 @@ TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
 
 
 # ---- importing distlib stays TensorFlow-free -------------------------------------------------------------
-
-
-def test_import_and_startup_hook_do_not_import_tensorflow():
-    code = textwrap.dedent(
-        """
-        import sys
-        import nbworkers.distlib as distlib
-        from nbworkers.distlib.worker import startup
-        startup.before_user_code()
-        distlib.task(); distlib.is_chief(); distlib.report(loss=1.0); distlib.ReportCallback()
-        [getattr(distlib, name) for name in distlib.__all__]  # every public name loads without TensorFlow
-        print("TF_LOADED", "tensorflow" in sys.modules, "KERAS_LOADED", "keras" in sys.modules)
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
-    assert out.returncode == 0, out.stderr
-    assert "TF_LOADED False KERAS_LOADED False" in out.stdout
 
 
 # ---- TF_CONFIG -------------------------------------------------------------------------------------------
@@ -146,25 +126,6 @@ def test_unequal_gpu_counts_are_an_error_naming_each_worker():
     assert collectives.gpu_counts_from_env({}) is None
     with pytest.raises(ValueError, match="comma-separated"):
         collectives.gpu_counts_from_env({collectives.ENV_GPU_COUNTS: "one,two"})
-
-
-def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts():
-    """Mocked counts in NBWORKERS_GPU_COUNTS (what a launcher that assigned GPUs would set)."""
-    code = textwrap.dedent(
-        """
-        import sys
-        from nbworkers import distlib
-        try:
-            distlib.strategy()
-        except distlib.GpuCountMismatchError as error:
-            print("ERROR", error)
-        print("TF_LOADED", "tensorflow" in sys.modules)
-        """
-    )
-    env = {**os.environ, **tf_config(TWO_WORKERS), collectives.ENV_GPU_COUNTS: "2,1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
-    assert "ERROR Workers see different numbers of GPUs (worker 0: 2, worker 1: 1" in out.stdout, out.stderr
-    assert "TF_LOADED False" in out.stdout
 
 
 def test_worker_facts_compare_gpu_devices_and_clusters():

@@ -68,12 +68,3 @@ def test_the_launch_scans_once_and_the_spec_carries_it(tmp_path):
     assert spec.scan is not None and "train_and_evaluate" in spec.scan.names and spec.scan.multi_worker
     assert cell_scan.of_spec(spec) is spec.scan
     assert not any(t.serves for t in roles.plan(2, ps=1, names=spec.scan.names))  # Estimator: the cell runs everywhere
-
-
-def test_a_launched_worker_gets_the_kernels_scan(kernel, run_root):
-    (kernel.notebook_dir / "helpers.py").write_text("# uses MultiWorkerMirroredStrategy\n")
-    ran = kernel.run("%%worker -n 1 --block --name scanned\nimport os\nprint('SCAN', os.environ['NBWORKERS_CELL_SCAN'])")
-    assert ran.status == "ok", ran.failure
-    log = (run_root / "scanned" / "worker-0.log").read_text()
-    shown = cell_scan.from_env({wire.ENV_CELL_SCAN: log.split("SCAN ", 1)[1].splitlines()[0]})
-    assert shown == cell_scan.CellScan(uses_tensorflow=False, changes_environment=False, multi_worker=True)

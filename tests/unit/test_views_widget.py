@@ -6,14 +6,12 @@ import fnmatch
 import json
 import math
 import re
-import sys
 import threading
 import tomllib
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from browser_helpers import FakeCluster  # noqa: E402
 
 from nbworkers.magics.run.core.state import ClusterState, WorkerState  # noqa: E402
@@ -29,7 +27,7 @@ from nbworkers.magics.views.widget import (  # noqa: E402
     logs_payload,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MAGICS = REPO / "magics" / "views"
 
 

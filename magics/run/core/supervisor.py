@@ -4,7 +4,7 @@ No threads, processes, sockets or TensorFlow in here: ``Cluster`` (magics/run/cl
 processes, turns what it saw into events (``events.py``), hands them to ``handle`` and executes the actions it
 gets back (stop, kill, dump stacks, retire one task, relaunch). Time comes from an injectable clock, so the
 whole lifecycle (start, progress, failures, restarts and their back-off, the stall watchdog, stop, the end)
-is unit-tested in milliseconds (tests/test_supervisor_*.py).
+is unit-tested in milliseconds (tests/unit/test_run_core_*.py).
 
 It owns every status change of the run (``ClusterState.status``) and of its workers (``WorkerState.status``),
 and the restart bookkeeping of the state (generation, restarts, history). Whether a failure is restarted is

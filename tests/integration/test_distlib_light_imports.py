@@ -1,0 +1,57 @@
+"""distlib stays light in a fresh interpreter: importing it and the startup hook imports no TensorFlow, and
+the launcher's GPU-count check stops distlib.strategy() before TensorFlow starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from nbworkers.distlib import collectives
+from nbworkers.protocol import wire
+
+SUBPROCESS_TIMEOUT_S = 60
+TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+
+
+def tf_config(cluster_spec, task_type="worker", index=0) -> dict[str, str]:
+    return {"TF_CONFIG": json.dumps({"cluster": cluster_spec, "task": {"type": task_type, "index": index}})}
+
+
+def test_import_and_startup_hook_do_not_import_tensorflow():
+    code = textwrap.dedent(
+        """
+        import sys
+        import nbworkers.distlib as distlib
+        from nbworkers.distlib.worker import startup
+        startup.before_user_code()
+        distlib.task(); distlib.is_chief(); distlib.report(loss=1.0); distlib.ReportCallback()
+        [getattr(distlib, name) for name in distlib.__all__]  # every public name loads without TensorFlow
+        print("TF_LOADED", "tensorflow" in sys.modules, "KERAS_LOADED", "keras" in sys.modules)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr
+    assert "TF_LOADED False KERAS_LOADED False" in out.stdout
+
+
+def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts():
+    """Mocked counts in NBWORKERS_GPU_COUNTS (what a launcher that assigned GPUs would set)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from nbworkers import distlib
+        try:
+            distlib.strategy()
+        except distlib.GpuCountMismatchError as error:
+            print("ERROR", error)
+        print("TF_LOADED", "tensorflow" in sys.modules)
+        """
+    )
+    env = {**os.environ, **tf_config(TWO_WORKERS), collectives.ENV_GPU_COUNTS: "2,1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    assert "ERROR Workers see different numbers of GPUs (worker 0: 2, worker 1: 1" in out.stdout, out.stderr
+    assert "TF_LOADED False" in out.stdout

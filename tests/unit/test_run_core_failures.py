@@ -1,0 +1,49 @@
+"""How a worker's exit is classified (magics/run/core/failures.py) and how the views show each restart: its
+kind, its cause and where the group resumed. No processes."""
+
+from __future__ import annotations
+
+from nbworkers.magics.run.core.failures import (
+    PeerLost,
+    PortCollision,
+    RestartsExhausted,
+    WorkerCrashed,
+    WorkerPreempted,
+    WorkerRaised,
+    classify_exit,
+    root_cause,
+)
+from nbworkers.magics.run.core.restart_policy import RestartPolicy
+
+
+def test_classification_of_exits():
+    assert isinstance(classify_exit(1, -9, ""), WorkerCrashed)
+    assert isinstance(classify_exit(1, 137, ""), WorkerCrashed)
+    assert isinstance(classify_exit(1, -15, ""), WorkerPreempted)
+    assert isinstance(classify_exit(1, 42, ""), WorkerPreempted)
+    assert isinstance(classify_exit(0, 1, "E grpc_server_lib Could not start gRPC server"), PortCollision)
+    assert isinstance(classify_exit(0, 1, "Traceback...\nValueError: shapes differ"), WorkerRaised)
+    peer = classify_exit(0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed")
+    assert isinstance(peer, PeerLost)
+    crash = classify_exit(1, -9, "")
+    assert root_cause([peer, crash]) is crash
+    # the restart policy's part (every rule: tests/test_supervisor_policy.py)
+    raised = classify_exit(0, 1, "ValueError: x")
+    assert not RestartPolicy(3, 3, 1.0, 30.0).decide(raised).restart
+    assert RestartPolicy(1, 3, 1.0, 30.0).decide(crash).restart
+    assert isinstance(RestartPolicy(0, 3, 1.0, 30.0).decide(crash).failure, RestartsExhausted)
+    policy = RestartPolicy(3, 3, 1.0, 30.0)
+    assert policy.decide(crash).restart
+    assert not policy.decide(classify_exit(1, -9, "")).restart, "the same error twice is permanent"
+
+
+def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():
+    from nbworkers.magics.views.summary import render_summary_html, render_text
+
+    snapshot = {
+        "name": "x", "status": "finished", "workers": [], "restarts": 1, "wall_time": 3.0,
+        "restart_history": [{"generation": 1, "kind": "WorkerCrashed", "cause": "worker 1 was killed by SIGKILL",
+                             "worker": 1, "resumed_from": {"epoch": 2, "step": 0}}],
+    }
+    for shown in (render_text(snapshot), render_summary_html(snapshot)):
+        assert "WorkerCrashed: worker 1 was killed by SIGKILL; resumed from a checkpoint at epoch 2, step 0" in shown
