@@ -52,6 +52,45 @@ class WorkerStatus(str, Enum):
         return self in _TERMINAL_WORKER
 
 
+class CellState(str, Enum):
+    """Where one cell of a session is (``magics/sessions/core.py``; ``SessionCell.state``)."""
+
+    QUEUED = "queued"  # submitted, waiting for the cells before it and for every worker to be ready
+    RUNNING = "running"
+    FINISHED = "finished"  # every worker ended it without an error
+    FAILED = "failed"  # an error on a worker, its --timeout, or the session failed or restarted after an error
+    STOPPED = "stopped"  # interrupted by Stop, or the processes restarted on purpose
+    CANCELLED = "cancelled"  # never ran: Stop while queued, or a cell before it failed
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (CellState.QUEUED, CellState.RUNNING)
+
+    @property
+    def view_status(self) -> ClusterStatus:
+        """The run status a view shows for a cell (it shows a cell as it shows a run)."""
+        return _CELL_VIEW[self]
+
+
+class CellEnd(str, Enum):
+    """How one worker ended a cell (its ``cell end`` message's ``status``: ``protocol/session_wire.py``)."""
+
+    OK = "ok"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"  # KeyboardInterrupt (Stop, --timeout) or aborted collectives
+
+    @property
+    def worker_status(self) -> WorkerStatus:
+        return {CellEnd.OK: WorkerStatus.FINISHED, CellEnd.ERROR: WorkerStatus.FAILED,
+                CellEnd.INTERRUPTED: WorkerStatus.STOPPED}[self]
+
+
+_CELL_VIEW = {CellState.QUEUED: ClusterStatus.STARTING, CellState.RUNNING: ClusterStatus.RUNNING,
+              CellState.FINISHED: ClusterStatus.FINISHED, CellState.FAILED: ClusterStatus.FAILED,
+              CellState.STOPPED: ClusterStatus.STOPPED, CellState.CANCELLED: ClusterStatus.STOPPED}
 _TERMINAL_CLUSTER = frozenset({ClusterStatus.FINISHED, ClusterStatus.FAILED, ClusterStatus.STOPPED, ClusterStatus.LOST})
 _TERMINAL_WORKER = frozenset({WorkerStatus.FINISHED, WorkerStatus.FAILED, WorkerStatus.STOPPED, WorkerStatus.LOST})
 
