@@ -56,8 +56,9 @@ class SessionCell:
         return self.record.timeout
 
     @property
-    def state(self) -> CellState:
-        return self.record.state
+    def state(self) -> str:
+        """A ``CellState`` value, as a plain string (``repr`` and JSON show it as the views do)."""
+        return self.record.state.value
 
     @property
     def error(self) -> str:
@@ -74,7 +75,7 @@ class SessionCell:
     # ------------------------------------------------------------------------------ what views read
     @property
     def status(self) -> str:
-        return self.state.view_status.value
+        return self.record.state.view_status.value
 
     @property
     def done(self) -> bool:
@@ -106,7 +107,7 @@ class SessionCell:
             "kernel_id": self.session.state.kernel_id,
             "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
                         for w, p in zip(self.workers, self.session.state.workers)],
-            "session": {"name": self.session.name, "cell": self.number, "state": self.state.value,
+            "session": {"name": self.session.name, "cell": self.number, "state": self.state,
                         "cells": len(self.session.cells), "running": first_line[:120]},
         }
 
@@ -151,7 +152,7 @@ class SessionCell:
         return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
 
     def __repr__(self) -> str:
-        return f"<SessionCell {self.name!r}: {self.state.value}>"
+        return f"<SessionCell {self.name!r}: {self.state}>"
 
     def _ipython_display_(self) -> None:
         self.show()
@@ -187,7 +188,7 @@ class SessionCell:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
         self.ended = time.time()
         status = {CellState.FINISHED: WorkerStatus.FINISHED, CellState.FAILED: WorkerStatus.FAILED}.get(
-            self.state, WorkerStatus.STOPPED)
+            self.record.state, WorkerStatus.STOPPED)
         for worker in self.workers:
             if worker.status in (WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.WAITING):
                 worker.status = status.value
