@@ -28,7 +28,7 @@ from typing import Any, assert_never
 from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.core import events as run_ev
 from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
-from nbworkers.magics.run.core.statuses import CellEnd
+from nbworkers.magics.run.core.statuses import CellEnd, WorkerStatus
 from nbworkers.magics.run.relay import Message
 from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
@@ -294,7 +294,8 @@ class Session(Cluster):
         elif kind == "metrics" and current is not None:
             current.workers[index].apply_metrics(content, time.time())
             current.dirty = True
-        elif kind == "status" and current is not None and content["state"] in ("waiting", "running"):
+        elif kind == "status" and current is not None and content["state"] in (WorkerStatus.WAITING,
+                                                                                WorkerStatus.RUNNING):
             current.workers[index].apply_status(content["state"], content.get("detail") or "")
             current.dirty = True
         super()._apply(message)
