@@ -203,6 +203,15 @@ class SessionCell:
             self.finish_views()
 
     # ------------------------------------------------------------------------------ views
+    def refresh_if_due(self, interval: float) -> None:
+        """The supervisor's refresh of a running cell's views: when something changed, at most every ``interval``
+        seconds, and not while a ``wait()`` refreshes them itself (from the notebook's thread)."""
+        with self.session._lock:
+            waiting = self._waiters > 0
+        if self.dirty and not waiting and time.monotonic() - self._flushed >= interval:
+            self._flushed = time.monotonic()
+            self.refresh_views()
+
     def refresh_views(self) -> None:
         with self._views_lock:
             views = list(self._views)

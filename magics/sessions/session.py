@@ -244,11 +244,8 @@ class Session(Cluster):
         super()._periodic()
         with self._lock:
             current = self.cells[self._cells.current - 1] if self._cells.current else None
-            waiting = current is not None and current._waiters > 0
-        if (current is not None and current.dirty and not waiting
-                and time.monotonic() - current._flushed >= self.settings.flush_interval):
-            current._flushed = time.monotonic()
-            current.refresh_views()
+        if current is not None:
+            current.refresh_if_due(self.settings.flush_interval)
 
     def _idle(self) -> bool:
         return self._cells.current is None  # an idle session is not stalled
