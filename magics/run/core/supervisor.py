@@ -5,7 +5,7 @@ processes, turns what it saw into events (``events.py``), hands them to ``handle
 gets back (stop, kill, dump stacks, retire one task, relaunch). Time comes from two injected clocks (``clock``
 for timeouts, ``wall`` for the times written into the state), never from the machine's, so the whole lifecycle
 (start, progress, failures, restarts and their back-off, the stall watchdog, stop, the end) is unit-tested in
-milliseconds (tests/test_supervisor_*.py). ``handle`` matches on the ``Event`` union and the shell on the
+milliseconds (tests/test_supervisor_*.py, tests/unit/). ``handle`` matches on the ``Event`` union and the shell on the
 ``Action`` union, both ending in ``assert_never``: mypy proves every case is handled.
 
 It owns every status change of the run (``ClusterState.status``) and of its workers (``WorkerState.status``),
