@@ -79,7 +79,7 @@ def bench(kernel, run_root: Path, handdir: Path, env: dict[str, str], reps: int,
         kernel.output(ERROR.format(name=name), timeout=120)
         cell = f"nbworkers.session({name!r}).cells[-1]"
         raised, worker0_end, kernel_end = kernel.value(
-            f"({cell}.ends[1]['t'], {cell}.ends[0]['t'], {cell}.ended)")
+            f"({cell}.ends[1].t, {cell}.ends[0].t, {cell}.ended)")
         kernel.output(f"%workers stop {name}")
         row = {"hand": hand, "first_fit": first, "session": second, "idle_cpu": idle,
                "error_worker0": worker0_end - raised, "error_kernel": kernel_end - raised}

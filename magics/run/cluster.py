@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, assert_never
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
@@ -84,6 +84,7 @@ class Cluster:
         self._core = Supervisor(
             self.state, RestartPolicy.from_settings(self.settings, spec.max_restarts),
             Timings.from_settings(self.settings, spec.stall_timeout, spec.timeout), tasks,
+            clock=time.monotonic, wall=time.time,
         )
 
     # ----------------------------------------------------------------------------------- user-facing API
@@ -97,7 +98,13 @@ class Cluster:
 
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
-            return self.state.snapshot()
+            return self._snapshot()
+
+    def _snapshot(self) -> ClusterSnapshot:
+        """The state's picture, with the relay's drop counts (lock held)."""
+        data = self.state.snapshot(time.time())
+        data["dropped"] = self._drop_counts()
+        return data
 
     def stop(self) -> None:
         """Ask the supervisor to stop every worker (TERM, a grace period, KILL). Thread-safe; returns at once."""
@@ -238,9 +245,6 @@ class Cluster:
             with self._lock:
                 self._handle(ev.SupervisorCrashed(traceback.format_exc()))
         finally:
-            with self._lock:
-                self.state.ended = self.state.ended or time.time()
-                self.state.dropped = self._drop_counts()
             self._write_state(force=True)
             self._done.set()
             with self._lock:
@@ -252,27 +256,31 @@ class Cluster:
             for proc in self._procs:
                 proc.close()
 
-    def _handle(self, event: Any) -> None:
+    def _handle(self, event: ev.Event) -> None:
         """Give the supervisor core one event and carry out what it decides (lock held)."""
-        for action in self._core.handle(event):
-            if isinstance(action, ev.StopGroup):
-                for proc in self._procs:
-                    proc.request_stop()
-            elif isinstance(action, ev.KillGroup):
-                self._kill_all()
-            elif isinstance(action, ev.DumpStacks):
-                for proc in self._procs:
-                    proc.dump_stacks()
-            elif isinstance(action, ev.RetireWorker):
-                self._procs[action.index].request_stop()
-            elif isinstance(action, ev.Relaunch):
-                self._relaunch()
-            elif isinstance(action, ev.RestartScheduled):
-                self._restart_scheduled(action.cause)
-            elif isinstance(action, ev.Failed):
-                self._run_failed(action.failure)
-        if self._core.dirty:
-            self._core.dirty, self._dirty = False, True
+        actions = self._core.handle(event)
+        if actions or not isinstance(event, (ev.Tick, ev.Progress)):  # the others change what views show
+            self._dirty = True
+        for action in actions:
+            match action:
+                case ev.StopGroup():
+                    for proc in self._procs:
+                        proc.request_stop()
+                case ev.KillGroup():
+                    self._kill_all()
+                case ev.DumpStacks():
+                    for proc in self._procs:
+                        proc.dump_stacks()
+                case ev.RetireWorker():
+                    self._procs[action.index].request_stop()
+                case ev.Relaunch():
+                    self._relaunch()
+                case ev.RestartScheduled():
+                    self._restart_scheduled(action.cause)
+                case ev.Failed():
+                    self._run_failed(action.failure)
+                case _:
+                    assert_never(action)
 
     def _apply(self, message: Message) -> None:
         content = message.content
@@ -283,19 +291,16 @@ class Cluster:
         if index >= len(self.state.workers):
             self.relay.drops.note("malformed", f"no worker {index}")
             return
-        worker = self.state.workers[index]
         self._dirty = True
         if message.kind == "log":
-            worker.log_tail.feed(self._noise[index].filter(content["lines"]))
-            worker.log_hidden = self._noise[index].dropped
-            self._handle(ev.Progress(index))
+            lines = self._noise[index].filter(content["lines"])  # TensorFlow's C++ chatter: magics/run/noise.py
+            self._handle(ev.Logged(index, tuple(lines), self._noise[index].dropped))
         elif message.kind == "metrics":
             self._handle(ev.Metrics(index, content))
         elif message.kind == "status":
             self._handle(ev.StatusReported(index, content["state"], content.get("detail") or ""))
         elif message.kind == "hello":
-            worker.pid = content["pid"]
-            worker.host = content.get("host") or ""
+            self._handle(ev.Hello(index, content["pid"], content.get("host") or ""))
             self._procs[index].worker_pid = content["pid"]
 
     def _check_requests(self) -> None:
@@ -376,9 +381,8 @@ class Cluster:
     def _refresh_views(self) -> None:
         def snapshot() -> ClusterSnapshot:
             with self._lock:
-                self.state.dropped = self._drop_counts()
                 self._dirty = False
-                return self.state.snapshot()
+                return self._snapshot()
 
         self._views.refresh(snapshot)
 
@@ -388,8 +392,7 @@ class Cluster:
     def _write_state(self, force: bool = False) -> None:
         self._last_state_write = time.monotonic()
         with self._lock:
-            self.state.dropped = self._drop_counts()
-            data = state_file_data(self.state.snapshot(), self._procs, self.run_id)
+            data = state_file_data(self._snapshot(), self._procs, self.run_id)
         try:
             rundir.write_state(self.run_dir, data)  # atomic, 0600
         except OSError:

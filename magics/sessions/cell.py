@@ -3,7 +3,8 @@
 ``SessionCell`` is what ``%%worker --session NAME`` returns. It looks like a cluster to the views
 (``name``, ``snapshot()``, ``stop()``, ``restart()``), so the widget and the text/HTML view show it unchanged;
 its snapshot adds ``session: {name, cell, state, cells, running}`` (the widget's header line shows it).
-The session's supervisor feeds it (``start``, ``feed_log``, ``apply``, ``worker_ended``, ``conclude``).
+Its lifecycle (state, error, each worker's end) is the session core's ``CellRecord`` (``magics/sessions/core.py``);
+the session carries the core's actions into it (``begin``, ``feed_log``, ``worker_ended``, ``conclude``, ``end``).
 """
 
 from __future__ import annotations
@@ -16,39 +17,24 @@ from typing import Any
 
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
+from nbworkers.magics.run.core.statuses import CellState, WorkerStatus
+from nbworkers.magics.sessions.core import CellRecord
+from nbworkers.magics.sessions.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import session_wire
 
-CELL_STATES = ("queued", "running", "finished", "failed", "stopped", "cancelled")
-
 
 class SessionCell:
-    def __init__(self, session: Any, number: int, code: str, timeout: float | None = None):
+    def __init__(self, session: Any, record: CellRecord, code: str):
         self.session = session
-        self.number = number
+        self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
-        self.timeout = timeout
-        self.name = f"{session.name} cell {number}"
-        self.state = "queued"
-        self.error = ""
-        self.failed_workers: tuple[int, ...] = ()
+        self.name = f"{session.name} cell {record.number}"
         self.submitted = time.time()
-        self.started: float | None = None
+        self.started: float | None = None  # wall times, for the views
         self.ended: float | None = None
-        self.interrupts = 0  # Stop requests seen
-        self.timed_out = False  # --timeout passed: the interrupted cell counts as failed
-        self.interrupted_at: float | None = None
-        self.paused: dict[int, int] = {}  # worker -> its report count when it paused for a Stop
-        self.resumed = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
-        self.first_error_at: float | None = None
-        self.first_error_worker: int | None = None
-        self.all_ended_at = 0.0  # monotonic time every worker's end message was in
-        self.aborted_at: float | None = None
-        self.ends: dict[int, dict[str, Any]] = {}  # worker -> its ``cell end`` message
-        self.closed_logs: set[int] = set()  # workers whose end marker line arrived
         self.workers = [
-            WorkerState(index=w.index, role=w.role, role_index=w.role_index, log_path=w.log_path,
-                        status="starting")
+            WorkerState(index=w.index, role=w.role, role_index=w.role_index, log_path=w.log_path)
             for w in session.state.workers
         ]
         for worker in self.workers:
@@ -60,10 +46,36 @@ class SessionCell:
         self.dirty = True
         self._flushed = 0.0  # monotonic time the session last refreshed this cell's views
 
+    # ------------------------------------------------------------------------------ the core's record
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    @property
+    def timeout(self) -> float | None:
+        return self.record.timeout
+
+    @property
+    def state(self) -> str:
+        """A ``CellState`` value, as a plain string (``repr`` and JSON show it as the views do)."""
+        return self.record.state.value
+
+    @property
+    def error(self) -> str:
+        return self.record.error
+
+    @property
+    def failed_workers(self) -> tuple[int, ...]:
+        return self.record.failed_workers
+
+    @property
+    def ends(self) -> dict[int, WorkerEnd]:
+        return self.record.ends
+
     # ------------------------------------------------------------------------------ what views read
     @property
     def status(self) -> str:
-        return {"queued": "starting", "cancelled": "stopped"}.get(self.state, self.state)
+        return self.record.state.view_status.value
 
     @property
     def done(self) -> bool:
@@ -132,7 +144,7 @@ class SessionCell:
         finally:
             with self.session._lock:
                 self._waiters -= 1
-        if raise_on_failure and ended and self.state == "failed":
+        if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
 
@@ -158,29 +170,28 @@ class SessionCell:
 
     # ------------------------------------------------------------------------------ fed by the session (lock held)
     def begin(self) -> None:
-        self.state, self.started = "running", time.time()
+        """The core dispatched the cell: every worker runs it."""
+        self.started = time.time()
         for worker in self.workers:
-            worker.status = "running"
+            worker.status = WorkerStatus.RUNNING.value
         self.dirty = True
 
     def feed_log(self, worker: int, text: str) -> None:
         self.workers[worker].log_tail.feed([text])
         self.dirty = True
 
-    def worker_ended(self, worker: int, content: dict[str, Any]) -> None:
-        self.ends[worker] = content
-        status = {"ok": "finished", "error": "failed", "interrupted": "stopped"}[content["status"]]
-        self.workers[worker].apply_status(status, content.get("error") or "")
-        if content["status"] == "error" and self.first_error_at is None:
-            self.first_error_at = time.monotonic()
+    def worker_ended(self, worker: int, end: WorkerEnd) -> None:
+        self.workers[worker].apply_status(end.status.worker_status.value, end.error)
         self.dirty = True
 
-    def conclude(self, state: str, error: str = "", failed: tuple[int, ...] = ()) -> None:
-        self.state, self.error, self.failed_workers = state, error, failed
+    def conclude(self) -> None:
+        """The core concluded the cell (its record holds how): the workers still running show its end."""
         self.ended = time.time()
+        status = {CellState.FINISHED: WorkerStatus.FINISHED, CellState.FAILED: WorkerStatus.FAILED}.get(
+            self.record.state, WorkerStatus.STOPPED)
         for worker in self.workers:
-            if worker.status in ("starting", "running", "waiting"):
-                worker.status = {"finished": "finished", "failed": "failed"}.get(state, "stopped")
+            if worker.status in (WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.WAITING):
+                worker.status = status.value
         self.dirty = True
 
     def end(self) -> None:
@@ -192,6 +203,15 @@ class SessionCell:
             self.finish_views()
 
     # ------------------------------------------------------------------------------ views
+    def refresh_if_due(self, interval: float) -> None:
+        """The supervisor's refresh of a running cell's views: when something changed, at most every ``interval``
+        seconds, and not while a ``wait()`` refreshes them itself (from the notebook's thread)."""
+        with self.session._lock:
+            waiting = self._waiters > 0
+        if self.dirty and not waiting and time.monotonic() - self._flushed >= interval:
+            self._flushed = time.monotonic()
+            self.refresh_views()
+
     def refresh_views(self) -> None:
         with self._views_lock:
             views = list(self._views)
@@ -225,12 +245,14 @@ class LogRouter:
         self._cell: dict[int, int | None] = {}  # worker -> the cell whose output its log is carrying
         self._carry: dict[int, str] = {}  # worker -> an unfinished last line that may be a marker's start
 
-    def route(self, cells: list[SessionCell], index: int, text: str) -> None:
+    def route(self, cells: list[SessionCell], index: int, text: str) -> list[int]:
+        """Feed ``text`` (worker ``index``'s output) to its cells; the cells whose end marker it carried."""
         text = self._carry.pop(index, "") + text
         tail = text[text.rfind("\n") + 1:]
         if tail and (tail.startswith(self.HEAD) or self.HEAD.startswith(tail)):  # a marker split in two
             self._carry[index], text = tail, text[: len(text) - len(tail)]
         at = 0
+        closed = []
         target = self._cell.get(index)
         for match in session_wire.MARKER.finditer(text):
             _feed(cells, target, index, text[at:match.start()])
@@ -238,12 +260,12 @@ class LogRouter:
             if event == "start":
                 target = number
             else:
-                if 0 < number <= len(cells):
-                    cells[number - 1].closed_logs.add(index)
+                closed.append(number)
                 target = None
             at = match.end()
         _feed(cells, target, index, text[at:])
         self._cell[index] = target
+        return closed
 
 
 def _feed(cells: list[SessionCell], number: int | None, index: int, text: str) -> None:

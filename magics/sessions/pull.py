@@ -142,8 +142,7 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
                         "expression such as model.get_weights(), not a statement") from None
     session._check_index(worker)
     while True:  # after the cells submitted before it (an Interrupt in the notebook stops waiting)
-        with session._lock:
-            cell = session._current or (session._queue[-1] if session._queue else None)
+        cell = session.last_pending_cell()
         if cell is None:
             break
         cell.wait(raise_on_failure=False)

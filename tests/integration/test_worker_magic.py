@@ -232,7 +232,7 @@ def test_port_collision_relaunches_on_fresh_ports(kernel, run_root):
     """A TensorFlow server that loses the race for its port: the group restarts on fresh ports."""
     occupy = """
 import socket
-from nbworkers.magics import ports as _ports
+from nbworkers.magics.launch import ports as _ports
 _held = socket.socket(); _held.bind(("0.0.0.0", 0)); _held.listen(1)
 _real_pick = _ports.pick_free_ports
 _calls = []

@@ -128,18 +128,20 @@ def test_the_decoder_refuses_pickles_and_malformed_replies():
 
 def test_output_goes_to_the_cell_that_printed_it_even_when_a_marker_is_split(tmp_path):
     from nbworkers.magics.launch.spec import LaunchSpec
-    from nbworkers.magics.sessions.cell import SessionCell
+    from nbworkers.magics.sessions.cell import LogRouter, SessionCell
+    from nbworkers.magics.sessions.core import CellRecord
     from nbworkers.magics.sessions.session import Session
     from nbworkers.magics.settings import WorkerSettings
 
     session = Session(LaunchSpec(code="x = 1", workers=2, name="route", python=sys.executable, cwd=str(tmp_path)),
                       WorkerSettings(run_root=str(tmp_path / "runs")))
-    session.cells = [SessionCell(session, 1, "a"), SessionCell(session, 2, "b")]
-    session._route_log(0, "before\n" + session_wire.marker(1, "start") + "hello\n--- nbworkers: ce")
-    session._route_log(0, "ll 1 end ---\nbetween cells\n" + session_wire.marker(2, "start") + "wor")
-    session._route_log(0, "ld\n")
-    session._route_log(1, session_wire.marker(2, "start") + "other worker\n" + session_wire.marker(2, "end"))
-    assert session.cells[0].workers[0].log_tail.lines() == ["hello"]
-    assert session.cells[0].closed_logs == {0}
-    assert session.cells[1].workers[0].log_tail.lines() == ["world"]
-    assert session.cells[1].workers[1].log_tail.lines() == ["other worker"] and session.cells[1].closed_logs == {1}
+    cells = [SessionCell(session, CellRecord(1), "a"), SessionCell(session, CellRecord(2), "b")]
+    router = LogRouter()
+    assert router.route(cells, 0, "before\n" + session_wire.marker(1, "start") + "hello\n--- nbworkers: ce") == []
+    assert router.route(cells, 0, "ll 1 end ---\nbetween cells\n" + session_wire.marker(2, "start") + "wor") == [1]
+    router.route(cells, 0, "ld\n")
+    assert router.route(cells, 1, session_wire.marker(2, "start") + "other worker\n" + session_wire.marker(2, "end")) == [2]
+    assert cells[0].workers[0].log_tail.lines() == ["hello"]
+    assert cells[1].workers[0].log_tail.lines() == ["world"]
+    assert cells[1].workers[1].log_tail.lines() == ["other worker"]
+

@@ -1,6 +1,7 @@
 """What the supervisor core (magics/run/core/supervisor.py) is told, and what it asks the cluster to do.
 
-Events are what ``Cluster`` observed (a relay message, processes that exited, a stop button, the clock ticking);
+Events are what ``Cluster`` observed (a relay message, processes that exited, a stop button, the clock ticking;
+the core reads its injected clock, never the machine's);
 actions are what it must do with processes (stop them, kill them, ask for their stacks, start the group again)
 or tell its subclasses (a session ends its cells when a restart is scheduled or the run failed). Plain data.
 """
@@ -8,9 +9,12 @@ or tell its subclasses (a session ends its cells when a restart is scheduled or 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
+
+if TYPE_CHECKING:
+    from nbworkers.magics.run.core.supervisor import Attempt
 
 
 # ----------------------------------------------------------------------------------------------- events
@@ -19,6 +23,25 @@ class Progress:
     """A worker printed something (or, in a session, a cell event arrived): the run is not stalled."""
 
     worker: int | None = None
+
+
+@dataclass(frozen=True)
+class Logged:
+    """A worker's log lines (TensorFlow's C++ start-up chatter already filtered out, ``hidden`` lines so far):
+    they go into its log tail, and the run is not stalled."""
+
+    worker: int
+    lines: tuple[str, ...]
+    hidden: int = 0
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A worker's first message: its process id and host."""
+
+    worker: int
+    pid: int
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,8 @@ class Ended:
 
 @dataclass(frozen=True)
 class SupervisorCrashed:
+    """The shell's supervisor loop raised: the run fails with the traceback, and ends."""
+
     traceback: str
 
 
@@ -108,7 +133,7 @@ class RetireWorker:
 class Relaunch:
     """Kill what is left of the group and launch it again (``attempt.generation``, fresh ports)."""
 
-    attempt: Any  # supervisor.Attempt
+    attempt: Attempt
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,6 @@ class Failed:
     failure: WorkerFailure
 
 
-Event = Union[Progress, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick, LaunchFailed, Ended,
-              SupervisorCrashed]
+Event = Union[Progress, Logged, Hello, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick,
+              LaunchFailed, Ended, SupervisorCrashed]
 Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, Failed]

@@ -7,6 +7,7 @@ ends with ``CUT_NOTE`` (``protocol/lines.py``). The log file on disk keeps every
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
 from nbworkers.protocol import env_settings
 from nbworkers.protocol.lines import CUT_NOTE, cap_line
@@ -60,11 +61,16 @@ class LogTail:
     def lines(self) -> list[str]:
         return list(self._lines)
 
+    @property
+    def open(self) -> bool:
+        """The last line has no newline yet (a progress bar being redrawn)."""
+        return self._open
+
     def __len__(self) -> int:
         return len(self._lines)
 
 
-def _pieces(chunk: str):
+def _pieces(chunk: str) -> Iterator[str]:
     """Split on newlines only (str.splitlines would also split on \\r), keeping the newline."""
     start = 0
     while start < len(chunk):

@@ -3,6 +3,10 @@
 ``ClusterState.snapshot()`` is the one plain, JSON-able picture of a run that every view reads: the live
 text/HTML output, the widget, ``%workers``, the state file the server extension serves. Its shape is declared
 in ``magics/shapes.py`` (``ClusterSnapshot``, ``WorkerSnapshot``); statuses are ``magics/run/core/statuses.py``'s.
+
+Plain data with no decisions: every status change is the supervisor's (``supervisor.py``), and no method here reads
+the clock for a decision. ``time.time`` is only the default of ``started`` and of ``snapshot(now)``, the views'
+picture of a run built by a shell.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbworkers.magics.run.core.logtail import LogTail
-from nbworkers.magics.run.core.statuses import ClusterStatus
+from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, RestartEntry, WorkerSnapshot
 
 CLUSTER_STATES = tuple(status.value for status in ClusterStatus)
@@ -28,7 +32,7 @@ class WorkerState:
     role_index: int = 0
     host: str = ""
     pid: int | None = None
-    status: str = "starting"
+    status: str = WorkerStatus.STARTING.value
     detail: str = ""
     exit_code: int | None = None
     epoch: int | None = None
@@ -41,12 +45,15 @@ class WorkerState:
     log_path: str = ""
     log_tail: LogTail = field(default_factory=LogTail)
     log_hidden: int = 0  # TensorFlow C++ start-up lines kept out of the tail (magics/run/noise.py); the file has them
-    history: deque = field(default_factory=lambda: deque(maxlen=2000))  # (global_step, {metric: value})
-    last_progress: float = field(default_factory=time.time)
+    # (global_step, {metric: value})
+    history: deque[tuple[int, dict[str, float]]] = field(default_factory=lambda: deque(maxlen=2000))
     _rate_anchor: tuple[float, int] | None = None
 
-    def apply_metrics(self, content: dict[str, Any]) -> None:
-        now = content.get("t") or time.time()
+    def apply_metrics(self, content: dict[str, Any], now: float | None = None) -> None:
+        """A worker's metrics report: progress counters, values, the step rate and the chart's history. The time
+        of the report is the worker's own ``t``, else ``now`` (wall time it arrived; None: the rate is not
+        measured). The worker's status is the supervisor's to change, not this report's."""
+        when = content.get("t") or now
         for name in ("epoch", "epochs_total", "step", "steps_total"):
             if content.get(name) is not None:
                 setattr(self, name, content[name])
@@ -54,17 +61,14 @@ class WorkerState:
         # the rate is taken over the global step (epochs x steps_total + step): the per-epoch step restarts
         # every epoch, which would make a rate across an epoch's end wrong or never measured
         step = self.global_step() if content.get("step") is not None else None
-        if step is not None:
+        if step is not None and when is not None:
             if self._rate_anchor is None or step < self._rate_anchor[1]:
-                self._rate_anchor = (now, step)
-            elif now - self._rate_anchor[0] >= 1.0:
-                self.steps_per_sec = (step - self._rate_anchor[1]) / (now - self._rate_anchor[0])
-                self._rate_anchor = (now, step)
+                self._rate_anchor = (when, step)
+            elif when - self._rate_anchor[0] >= 1.0:
+                self.steps_per_sec = (step - self._rate_anchor[1]) / (when - self._rate_anchor[0])
+                self._rate_anchor = (when, step)
         if content.get("metrics"):
             self.history.append((self.global_step(), dict(content["metrics"])))
-        self.last_progress = time.time()
-        if self.status in ("starting", "waiting"):
-            self.status = "running"
 
     def global_step(self) -> int:
         """A monotone x for charts: steps across epochs when the step restarts every epoch.
@@ -105,7 +109,7 @@ class WorkerState:
             "log_path": self.log_path,
             "log_tail": self.log_tail.lines(),
             "log_total": self.log_tail.total,  # complete lines seen so far (the tail's last one may be open)
-            "log_open": bool(getattr(self.log_tail, "_open", False)),
+            "log_open": self.log_tail.open,
             "log_hidden": self.log_hidden,
             "history": [[x, m] for x, m in self.history],
         }
@@ -117,7 +121,7 @@ class ClusterState:
     workers: list[WorkerState]
     run_dir: str
     backend: str = "local"
-    status: str = "starting"
+    status: str = ClusterStatus.STARTING.value
     error: str = ""
     started: float = field(default_factory=time.time)
     ended: float | None = None
@@ -127,7 +131,6 @@ class ClusterState:
     restart_history: list[RestartEntry] = field(default_factory=list)
     failure_kind: str = ""  # the WorkerFailure class behind a failed run (magics/run/core/failures.py)
     generation: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
     kernel_pid: int | None = None
     kernel_id: str = ""
 
@@ -135,10 +138,11 @@ class ClusterState:
     def done(self) -> bool:
         return self.status in DONE_STATES
 
-    def wall_time(self) -> float:
-        return (self.ended or time.time()) - self.started
+    def wall_time(self, now: float | None = None) -> float:
+        return (self.ended or (time.time() if now is None else now)) - self.started
 
-    def snapshot(self) -> ClusterSnapshot:
+    def snapshot(self, now: float | None = None) -> ClusterSnapshot:
+        """The picture every view reads; ``now`` (wall time, default the clock's) measures a running run's time."""
         return {
             "name": self.name,
             "backend": self.backend,
@@ -146,14 +150,14 @@ class ClusterState:
             "error": self.error,
             "started": self.started,
             "ended": self.ended,
-            "wall_time": self.wall_time(),
+            "wall_time": self.wall_time(now),
             "restarts": self.restarts,
             "restart_causes": list(self.restart_causes),
             "restart_history": [RestartEntry(**entry) for entry in self.restart_history],  # copies
             "failure_kind": self.failure_kind,
             "generation": self.generation,
             "run_dir": self.run_dir,
-            "dropped": dict(self.dropped),
+            "dropped": {},  # the relay's counts: the shell that owns the relay fills them in
             "kernel_pid": self.kernel_pid,
             "kernel_id": self.kernel_id,
             "workers": [w.snapshot() for w in self.workers],

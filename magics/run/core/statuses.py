@@ -10,9 +10,11 @@ and one read back from a JSON file compare equal.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from nbworkers.protocol.statuses import Status, WorkerStatus
 
-__all__ = ["ClusterStatus", "WorkerStatus", "is_terminal"]
+__all__ = ["CellEnd", "CellState", "ClusterStatus", "WorkerStatus", "is_terminal"]
 
 
 class ClusterStatus(Status):
@@ -27,6 +29,43 @@ class ClusterStatus(Status):
     STOPPED = "stopped"  # stopped by request (not a failure)
     LOST = "lost"  # the state file says it runs but its kernel is dead (magics/rundir/liveness.py)
 
+
+class CellState(Status):
+    """Where one cell of a session is (``magics/sessions/core.py``; ``SessionCell.state``)."""
+
+    QUEUED = "queued"  # submitted, waiting for the cells before it and for every worker to be ready
+    RUNNING = "running"
+    FINISHED = "finished"  # every worker ended it without an error
+    FAILED = "failed"  # an error on a worker, its --timeout, or the session failed or restarted after an error
+    STOPPED = "stopped"  # interrupted by Stop, or the processes restarted on purpose
+    CANCELLED = "cancelled"  # never ran: Stop while queued, or a cell before it failed
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (CellState.QUEUED, CellState.RUNNING)
+
+    @property
+    def view_status(self) -> ClusterStatus:
+        """The run status a view shows for a cell (it shows a cell as it shows a run)."""
+        return _CELL_VIEW[self]
+
+
+class CellEnd(str, Enum):
+    """How one worker ended a cell (its ``cell end`` message's ``status``: ``protocol/session_wire.py``)."""
+
+    OK = "ok"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"  # KeyboardInterrupt (Stop, --timeout) or aborted collectives
+
+    @property
+    def worker_status(self) -> WorkerStatus:
+        return {CellEnd.OK: WorkerStatus.FINISHED, CellEnd.ERROR: WorkerStatus.FAILED,
+                CellEnd.INTERRUPTED: WorkerStatus.STOPPED}[self]
+
+
+_CELL_VIEW = {CellState.QUEUED: ClusterStatus.STARTING, CellState.RUNNING: ClusterStatus.RUNNING,
+              CellState.FINISHED: ClusterStatus.FINISHED, CellState.FAILED: ClusterStatus.FAILED,
+              CellState.STOPPED: ClusterStatus.STOPPED, CellState.CANCELLED: ClusterStatus.STOPPED}
 
 def is_terminal(status: str) -> bool:
     """Whether a cluster status string (from a snapshot or a state file) means the run ended."""

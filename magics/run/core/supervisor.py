@@ -2,24 +2,29 @@
 
 No threads, processes, sockets or TensorFlow in here: ``Cluster`` (magics/run/cluster.py) polls the relay and the
 processes, turns what it saw into events (``events.py``), hands them to ``handle`` and executes the actions it
-gets back (stop, kill, dump stacks, retire one task, relaunch). Time comes from an injectable clock, so the
-whole lifecycle (start, progress, failures, restarts and their back-off, the stall watchdog, stop, the end)
-is unit-tested in milliseconds (tests/unit/test_run_core_*.py).
+gets back (stop, kill, dump stacks, retire one task, relaunch). Time comes from two injected clocks (``clock``
+for timeouts, ``wall`` for the times written into the state), never from the machine's, so the whole lifecycle
+(start, progress, failures, restarts and their back-off, the stall watchdog, stop, the end) is unit-tested in
+milliseconds (tests/unit/test_run_core_*.py). ``handle`` matches on the ``Event`` union and the shell on the
+``Action`` union, both ending in ``assert_never``: mypy proves every case is handled.
 
 It owns every status change of the run (``ClusterState.status``) and of its workers (``WorkerState.status``),
-and the restart bookkeeping of the state (generation, restarts, history). Whether a failure is restarted is
-the policy's (magics/run/core/restart_policy.py); each launch of the group is an ``Attempt``. Statuses are named by
-``ClusterStatus``/``WorkerStatus`` (magics/run/core/statuses.py) and stored as their plain string values, so a snapshot
-is plain data (JSON, ``repr``) everywhere it goes.
+and every other change of the state (log tails, metrics, pids, the restart bookkeeping, the end). Views are the
+shell's business: it refreshes them after any event but a ``Tick`` or ``Progress`` that returned no action (those
+leave what a view shows as it was). Whether a failure is restarted is the policy's
+(magics/run/core/restart_policy.py); each launch of the group is an ``Attempt``. Statuses are named by
+``ClusterStatus``/``WorkerStatus`` (magics/run/core/statuses.py) and stored as their plain string values, so a
+snapshot is plain data (JSON, ``repr``) everywhere it goes.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, assert_never
 
 from nbworkers.magics.launch import roles
+from nbworkers.magics.launch.tfconfig import Task
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import (
     GroupStalled,
@@ -72,22 +77,21 @@ class Attempt:
 
 
 class Supervisor:
-    def __init__(self, state: ClusterState, policy: RestartPolicy, timings: Timings, tasks: list[Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+    def __init__(self, state: ClusterState, policy: RestartPolicy, timings: Timings, tasks: list[Task] | None = None,
+                 *, clock: Callable[[], float], wall: Callable[[], float]):
         self.state = state
         self.policy = policy
         self.timings = timings
         self.tasks = tasks if tasks is not None else roles.plan(len(state.workers))
-        self.clock = clock
-        self.wall = wall  # time.time: the times written into the state (restart history, end)
+        self.clock = clock  # seconds, monotonic: timeouts, deadlines, the watchdog (the shell's time.monotonic)
+        self.wall = wall  # seconds since the epoch: the times written into the state (restart history, end)
         self.started = clock()
         self.attempt = Attempt(state.generation, None, self.started, self.started)
         self.stopping_since: float | None = None
-        self.final_status = ""
+        self.final_status: str = ""
         self.kill_deadline: float | None = None
         self.pending: WorkerFailure | None = None  # a restart is due once the group is gone
         self.restart_due = 0.0
-        self.dirty = True  # the state changed since the views were last refreshed (the shell clears it)
 
     # ------------------------------------------------------------------------------------- queries
     @property
@@ -108,26 +112,61 @@ class Supervisor:
         return self.all_exited and self.pending is None
 
     # ------------------------------------------------------------------------------------- events
-    def handle(self, event: Any) -> list[ev.Action]:
-        """Apply one event (magics/run/core/events.py; each has its ``_on_<Event>`` below); the actions the cluster must
-        carry out, in order."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is None:
-            raise TypeError(f"the supervisor has no handler for {event!r}")
-        return handler(event) or []
+    def handle(self, event: ev.Event) -> list[ev.Action]:
+        """Apply one event (magics/run/core/events.py); the actions the cluster must carry out, in order.
 
-    def _on_Progress(self, event: ev.Progress) -> None:
-        self.attempt.last_progress = self.clock()
+        The match covers the whole ``Event`` union (``assert_never``): an event without a case fails mypy."""
+        match event:
+            case ev.Progress():
+                self.attempt.last_progress = self.clock()
+                return []
+            case ev.Logged():
+                self._on_logged(event)
+                return []
+            case ev.Hello():
+                worker = self.state.workers[event.worker]
+                worker.pid, worker.host = event.pid, event.host
+                return []
+            case ev.Metrics():
+                self._on_metrics(event)
+                return []
+            case ev.StatusReported():
+                self._on_status(event)
+                return []
+            case ev.StopRequested():
+                return self._on_stop_requested()
+            case ev.RestartRequested():
+                return self._on_restart_requested(event)
+            case ev.Exited():
+                return self._on_exited(event)
+            case ev.Tick():
+                return self._on_tick(event)
+            case ev.LaunchFailed():
+                return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
+            case ev.Ended():
+                return self._on_ended()
+            case ev.SupervisorCrashed():
+                return self._on_crashed(event)
+            case _:
+                assert_never(event)
 
-    def _on_Metrics(self, event: ev.Metrics) -> None:
+    def _on_logged(self, event: ev.Logged) -> None:
         self.attempt.last_progress = self.clock()
-        self.state.workers[event.worker].apply_metrics(event.content)
+        worker = self.state.workers[event.worker]
+        worker.log_tail.feed(list(event.lines))
+        worker.log_hidden = event.hidden
+
+    def _on_metrics(self, event: ev.Metrics) -> None:
+        self.attempt.last_progress = self.clock()
+        worker = self.state.workers[event.worker]
+        worker.apply_metrics(event.content, self.wall())
+        if worker.status in (WorkerStatus.STARTING, WorkerStatus.WAITING):
+            worker.status = WorkerStatus.RUNNING.value
         self._note_resume(event.content)
         if self.state.status == ClusterStatus.STARTING:
             self.state.status = ClusterStatus.RUNNING.value
-        self.dirty = True
 
-    def _on_StatusReported(self, event: ev.StatusReported) -> None:
+    def _on_status(self, event: ev.StatusReported) -> None:
         self.attempt.last_progress = self.clock()
         worker = self.state.workers[event.worker]
         if worker.exit_code is None and self.pending is None:
@@ -135,27 +174,25 @@ class Supervisor:
             started = event.state in (WorkerStatus.RUNNING, WorkerStatus.WAITING)
             if started and self.state.status == ClusterStatus.STARTING:
                 self.state.status = ClusterStatus.RUNNING.value
-        self.dirty = True
 
-    def _on_StopRequested(self, event: ev.StopRequested) -> list[ev.Action]:
+    def _on_stop_requested(self) -> list[ev.Action]:
         if self.stopping:
             return []
         self.pending = None
         return self._begin_stop(ClusterStatus.STOPPED)
 
-    def _on_RestartRequested(self, event: ev.RestartRequested) -> list[ev.Action]:
+    def _on_restart_requested(self, event: ev.RestartRequested) -> list[ev.Action]:
         if self.stopping or self.pending is not None:
             return []
         return self._on_failure(event.cause)
 
-    def _on_Exited(self, event: ev.Exited) -> list[ev.Action]:
-        failures = []
+    def _on_exited(self, event: ev.Exited) -> list[ev.Action]:
+        failures: list[WorkerFailure] = []
         for index, code, log_tail in event.exits:
             worker = self.state.workers[index]
             if worker.exit_code is not None:
                 continue
             worker.exit_code = code
-            self.dirty = True
             if self.pending is not None:
                 worker.status = WorkerStatus.RESTARTING.value
             elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
@@ -169,7 +206,7 @@ class Supervisor:
                 worker.detail = worker.detail or str(failures[-1])
         return self._on_failure(root_cause(failures)) if failures else []
 
-    def _on_Tick(self, event: ev.Tick) -> list[ev.Action]:
+    def _on_tick(self, event: ev.Tick) -> list[ev.Action]:
         now = self.clock()
         actions: list[ev.Action] = []
         if not self.stopping and self.timings.run_timeout and now - self.started > self.timings.run_timeout:
@@ -187,12 +224,8 @@ class Supervisor:
             actions += self._relaunch()
         return actions
 
-    def _on_LaunchFailed(self, event: ev.LaunchFailed) -> list[ev.Action]:
-        return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
-
-    def _on_Ended(self, event: ev.Ended) -> list[ev.Action]:
+    def _on_ended(self) -> list[ev.Action]:
         self.state.ended = self.wall()
-        self.dirty = True
         if self.state.status != ClusterStatus.FAILED:
             if self.stopping:
                 self.state.status = self.final_status
@@ -202,10 +235,10 @@ class Supervisor:
                 self.state.status = ClusterStatus.FAILED.value
         return [ev.KillGroup()]
 
-    def _on_SupervisorCrashed(self, event: ev.SupervisorCrashed) -> list[ev.Action]:
+    def _on_crashed(self, event: ev.SupervisorCrashed) -> list[ev.Action]:
         self.state.status = ClusterStatus.FAILED.value
         self.state.error = "nbworkers supervisor crashed:\n" + event.traceback
-        self.dirty = True
+        self.state.ended = self.state.ended or self.wall()
         return [ev.KillGroup()]
 
     # ------------------------------------------------------------------------------------- transitions
@@ -239,7 +272,6 @@ class Supervisor:
 
     def _stop_group(self) -> ev.StopGroup:
         self.kill_deadline = self.clock() + self.timings.stop_grace + self.timings.kill_margin
-        self.dirty = True
         return ev.StopGroup()
 
     def _check_stall(self, now: float) -> list[ev.Action]:
@@ -276,7 +308,6 @@ class Supervisor:
                 attempt.retired.add(i)
                 self.state.workers[i].detail = roles.retirement_detail(self.tasks[i])
                 actions.append(ev.RetireWorker(i))
-                self.dirty = True
         return actions
 
     def _relaunch(self) -> list[ev.Action]:
@@ -298,7 +329,6 @@ class Supervisor:
         now = self.clock()
         self.attempt = Attempt(state.generation, cause, now, now)
         self.kill_deadline = None
-        self.dirty = True
         return [ev.Relaunch(self.attempt)]
 
     def _note_resume(self, content: dict[str, Any]) -> None:

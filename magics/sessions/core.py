@@ -1,0 +1,336 @@
+"""A session's cell lifecycle, as a state machine: ``SessionCore.handle(event) -> [action]``.
+
+No threads, sockets, processes or TensorFlow here: ``Session`` (``magics/sessions/session.py``) turns what it saw
+into events (``magics/sessions/events.py``), hands them in and carries out the actions it gets back (send a
+command, tell a cell's views, restart the processes). Time comes from an injected ``clock`` (seconds,
+monotonic), the grace periods from an injected ``timings`` (read at each use: a user may change the settings while
+the session runs), so every path is unit-tested in milliseconds (tests/unit/test_session_core.py):
+
+- queue: cells run one at a time, in order, once every worker is connected (``Group.READY``); a failed cell
+  cancels the queued ones.
+- peer grace: one worker's error gives the others ``session_peer_grace`` seconds to end the cell too, then their
+  collectives are aborted (``SendAbort``); no end ``session_abort_grace`` later restarts the processes.
+- interrupt (Stop): the workers pause at a report point, then all raise KeyboardInterrupt at the same step
+  (``SendPause``, ``SendResume``; ``SendInterrupt`` for a cell that does not report). A cell still running
+  ``session_interrupt_grace`` seconds later, or a second Stop, restarts the processes.
+- restart that loses state: aborted collectives cannot be used again, a stuck cell cannot be reached, so the core
+  asks for ``RestartLosingState``; the supervisor restarts the group and answers ``GroupRestarting``, and the core
+  ends the running cell, cancels the queue and says which cells' state is gone (``lost_note``). A restart the
+  supervisor decided itself (a worker killed, the Restart button) arrives the same way.
+
+Composition, not a shared core: the supervisor core (``magics/run/core/supervisor.py``) decides about processes
+(every ``%%worker`` run has one, session or not) and this core about cells. They never call each other: the
+shell turns this core's ``RestartLosingState`` into the supervisor's ``RestartRequested``, and the supervisor's
+``RestartScheduled`` / ``Failed`` and the run's end into this core's ``GroupRestarting`` / ``GroupFailed`` /
+``SessionEnded``. So the supervisor and its tests stay as they are for plain runs, and each core is small enough to
+read at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
+from nbworkers.magics.sessions import events as ev
+from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
+
+LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
+
+
+@dataclass(frozen=True)
+class SessionTimings:
+    """The session's grace periods, in seconds (``magics/settings.py``'s ``session_*``)."""
+
+    peer_grace: float = 10.0
+    abort_grace: float = 30.0
+    interrupt_grace: float = 30.0
+    pause_wait: float = 2.0
+    log_close_wait: float = LOG_CLOSE_WAIT
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SessionTimings:
+        return cls(peer_grace=settings.session_peer_grace, abort_grace=settings.session_abort_grace,
+                   interrupt_grace=settings.session_interrupt_grace, pause_wait=settings.session_pause_wait)
+
+
+@dataclass
+class CellRecord:
+    """What the core knows about one cell (times are the core's clock)."""
+
+    number: int
+    timeout: float | None = None
+    state: CellState = CellState.QUEUED
+    error: str = ""
+    failed_workers: tuple[int, ...] = ()
+    started_at: float | None = None
+    interrupts: int = 0  # Stop requests seen
+    timed_out: bool = False  # --timeout passed: the interrupted cell counts as failed
+    interrupted_at: float | None = None
+    paused: dict[int, int] = field(default_factory=dict)  # worker -> its report count when it paused for a Stop
+    resumed: bool = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
+    first_error_at: float | None = None
+    first_error_worker: int | None = None
+    all_ended_at: float = 0.0  # when every worker's end message was in
+    aborted_at: float | None = None
+    ends: dict[int, WorkerEnd] = field(default_factory=dict)  # worker -> its ``cell end``
+    closed_logs: set[int] = field(default_factory=set)  # workers whose end marker line arrived
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How a restart this core asked for ends the running cell."""
+
+    state: CellState
+    error: str = ""
+    failed: tuple[int, ...] = ()
+
+
+class SessionCore:
+    def __init__(self, name: str, workers: int, timings: Callable[[], SessionTimings], *,
+                 clock: Callable[[], float]):
+        self.name = name
+        self.workers = workers
+        self.timings = timings
+        self.clock = clock
+        self.cells: list[CellRecord] = []
+        self.queue: deque[int] = deque()
+        self.current: int | None = None
+        self.alive_from = 1  # the first cell whose state lives in the current processes
+        self.lost_note = ""  # what the last restart of the processes lost
+        self._restart: _Outcome | None = None  # a restart was asked for; the running cell ends this way
+
+    # ------------------------------------------------------------------------------------- queries
+    def record(self, number: int) -> CellRecord:
+        return self.cells[number - 1]
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None or bool(self.queue)
+
+    @property
+    def last_pending(self) -> int | None:
+        """The cell a call made now runs after: the last queued one, else the running one."""
+        return self.queue[-1] if self.queue else self.current
+
+    # ------------------------------------------------------------------------------------- events
+    def handle(self, event: ev.Event) -> list[ev.Action]:
+        """Apply one event; the actions the session must carry out, in order. The match covers the whole
+        ``Event`` union (``assert_never``): an event without a case fails mypy."""
+        match event:
+            case ev.Submitted():
+                if event.cell != len(self.cells) + 1:
+                    raise ValueError(f"cell {event.cell} submitted after {len(self.cells)} cells")
+                self.cells.append(CellRecord(event.cell, event.timeout))
+                self.queue.append(event.cell)
+                return self._dispatch(event.group)
+            case ev.Tick():
+                actions = self._check_cell(self.record(self.current), event.group) if self.current else []
+                return actions + self._dispatch(event.group)
+            case ev.InterruptRequested():
+                outcome, actions = self._interrupt(event.cell, event.group)
+                return actions + [ev.Answer(outcome)]
+            case ev.Began():
+                return [self._stale(event.cell, event.worker) if self.current != event.cell
+                        else ev.MarkProgress(event.worker)]
+            case ev.Paused():
+                if self.current != event.cell:
+                    return [self._stale(event.cell, event.worker)]
+                self.record(event.cell).paused[event.worker] = event.step
+                return [ev.MarkProgress(event.worker)]
+            case ev.WorkerEnded():
+                return self._worker_ended(event)
+            case ev.LogClosed():
+                if 0 < event.cell <= len(self.cells):
+                    self.record(event.cell).closed_logs.add(event.worker)
+                return []
+            case ev.GroupRestarting():
+                return self._group_restarting(event)
+            case ev.GroupFailed():
+                self._restart = None
+                reason = f"the session failed: {event.error}"
+                return self._conclude_current(CellState.FAILED, reason) + self._cancel_queue(f"not run: {reason}")
+            case ev.SessionEnded():
+                self._restart = None
+                reason = f"the session ended ({event.status})" + (f": {event.error}" if event.error else "")
+                state = CellState.FAILED if event.status == ClusterStatus.FAILED else CellState.STOPPED
+                return self._conclude_current(state, reason) + self._cancel_queue(reason)
+            case _:
+                assert_never(event)
+
+    def _dispatch(self, group: Group) -> list[ev.Action]:
+        """The next queued cell, once no cell runs, every worker is ready and no restart was asked for."""
+        if self.current is not None or not self.queue or group != Group.READY or self._restart is not None:
+            return []
+        cell = self.record(self.queue.popleft())
+        self.current = cell.number
+        cell.state, cell.started_at = CellState.RUNNING, self.clock()
+        return [ev.Dispatch(cell.number), ev.MarkProgress()]
+
+    def _worker_ended(self, event: ev.WorkerEnded) -> list[ev.Action]:
+        if self.current != event.cell:
+            return [self._stale(event.cell, event.worker)]
+        cell = self.record(event.cell)
+        actions: list[ev.Action] = []
+        if event.worker not in cell.ends:
+            cell.ends[event.worker] = event.end
+            if event.end.status == CellEnd.ERROR and cell.first_error_worker is None:
+                cell.first_error_worker, cell.first_error_at = event.worker, self.clock()
+            if len(cell.ends) == self.workers:
+                cell.all_ended_at = self.clock()
+            actions.append(ev.CellWorkerEnded(cell.number, event.worker, event.end))
+        return actions + [ev.MarkProgress(event.worker)]
+
+    def _check_cell(self, cell: CellRecord, group: Group) -> list[ev.Action]:
+        """The running cell's end, its --timeout and grace periods (every supervisor round)."""
+        now, timings = self.clock(), self.timings()
+        running = tuple(w for w in range(self.workers) if w not in cell.ends)
+        if not running:
+            if len(cell.closed_logs) >= self.workers or now - cell.all_ended_at >= timings.log_close_wait:
+                return self._finish(cell, group)
+            return []
+        actions: list[ev.Action] = []
+        if (cell.timeout and cell.started_at is not None and now - cell.started_at > cell.timeout
+                and cell.interrupted_at is None):
+            cell.error = f"timed out after {cell.timeout:g} s (--timeout)"
+            cell.timed_out = True
+            actions += self._interrupt(cell.number, group)[1]
+        if cell.interrupted_at is not None and not cell.resumed:
+            actions += self._stop_at_common_step(cell, running, now, timings)
+        peers_late = cell.first_error_at is not None and now - cell.first_error_at >= timings.peer_grace
+        if peers_late and cell.aborted_at is None:
+            cell.aborted_at = now
+            reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in cell {cell.number}"
+            actions.append(ev.SendAbort(cell.number, running, reason))
+        elif cell.aborted_at is not None and now - cell.aborted_at >= timings.abort_grace:
+            actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} after an abort", group,
+                                         _Outcome(CellState.FAILED, self.error_text(cell)))
+        elif cell.interrupted_at is not None and now - cell.interrupted_at >= timings.interrupt_grace:
+            actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} "
+                                         f"{timings.interrupt_grace:g} s after Stop (stuck in a collective)", group,
+                                         _Outcome(CellState.STOPPED))
+        return actions
+
+    def _interrupt(self, number: int | None, group: Group) -> tuple[InterruptOutcome, list[ev.Action]]:
+        """Stop the running cell (KeyboardInterrupt on every worker); a queued cell is cancelled instead. A second
+        Stop of the same cell restarts the processes."""
+        if number is not None and number != self.current:
+            if number in self.queue:
+                self.queue.remove(number)
+                return InterruptOutcome.CANCELLED, self._conclude(self.record(number), CellState.CANCELLED,
+                                                                  "cancelled before it ran (Stop)")
+            return InterruptOutcome.NOT_RUNNING, []
+        if self.current is None:
+            return InterruptOutcome.IDLE, []
+        cell = self.record(self.current)
+        cell.interrupts += 1
+        if cell.interrupts >= 2:
+            return InterruptOutcome.RESTARTING, self._ask_restart("Stop was pressed twice", group,
+                                                                  _Outcome(CellState.STOPPED))
+        cell.interrupted_at = self.clock()
+        pending = tuple(w for w in range(self.workers) if w not in cell.ends)
+        return InterruptOutcome.INTERRUPTING, [ev.SendPause(cell.number, pending)]  # then resume(stop_at)
+
+    def _stop_at_common_step(self, cell: CellRecord, running: tuple[int, ...], now: float,
+                             timings: SessionTimings) -> list[ev.Action]:
+        """Stop: every worker raises KeyboardInterrupt at the same step. Workers at a report point pause and
+        say their step; one that did not pause within session_pause_wait is inside the next step's collective,
+        waiting for the paused ones: all stop one step later. No worker paused (the cell does not report):
+        plain KeyboardInterrupt everywhere."""
+        paused = {w: step for w, step in cell.paused.items() if w in running}
+        waited = cell.interrupted_at is not None and now - cell.interrupted_at >= timings.pause_wait
+        if paused and (len(paused) == len(running) or waited):
+            cell.resumed = True
+            stop_at = max(paused.values()) + (0 if len(paused) == len(running) else 1)
+            return [ev.SendResume(cell.number, running, stop_at)]
+        if waited:
+            cell.resumed = True
+            return [ev.SendInterrupt(cell.number, running)]
+        return []
+
+    def _finish(self, cell: CellRecord, group: Group) -> list[ev.Action]:
+        """Every worker ended the cell: how it ended, and whether the processes must restart."""
+        aborted = [w for w, end in cell.ends.items() if end.aborted]
+        statuses = {w: end.status for w, end in cell.ends.items()}
+        if CellEnd.ERROR in statuses.values():
+            error = self.error_text(cell)
+            failed = tuple(sorted(w for w, s in statuses.items() if s == CellEnd.ERROR))
+            if aborted:
+                return self._ask_restart(f"worker {cell.first_error_worker} failed while {_workers(aborted)} "
+                                         "waited in a collective, which had to be aborted", group,
+                                         _Outcome(CellState.FAILED, error, failed))
+            return self._conclude(cell, CellState.FAILED, error, failed)
+        if CellEnd.INTERRUPTED in statuses.values():
+            actions = self._conclude(cell, CellState.FAILED if cell.timed_out else CellState.STOPPED,
+                                     cell.error or "interrupted (KeyboardInterrupt) by Stop")
+            if aborted:
+                actions += self._ask_restart("collectives were aborted while stopping the cell", group,
+                                             _Outcome(CellState.STOPPED))
+            return actions
+        return self._conclude(cell, CellState.FINISHED)
+
+    def error_text(self, cell: CellRecord) -> str:
+        """A failed cell's error: the first failing worker's message and traceback, and who was interrupted."""
+        worker = cell.first_error_worker
+        end = cell.ends.get(worker) if worker is not None else None
+        if end is None:
+            return cell.error or "failed"
+        text = f"worker {worker}: {end.error or 'error'}"
+        if end.traceback:
+            text += "\n" + end.traceback.rstrip()
+        others = [w for w, e in cell.ends.items() if w != worker and e.status != CellEnd.OK]
+        if others:
+            text += f"\n({_workers(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it)"
+        return text
+
+    # ------------------------------------------------------------------------------------- transitions
+    def _conclude(self, cell: CellRecord, state: CellState, error: str = "",
+                  failed: tuple[int, ...] = ()) -> list[ev.Action]:
+        if cell.state.is_terminal:
+            return []
+        cell.state, cell.error, cell.failed_workers = state, error, failed
+        if cell.number == self.current:
+            self.current = None
+        actions: list[ev.Action] = [ev.CellConcluded(cell.number, state)]
+        if state == CellState.FAILED and self.queue:
+            actions += self._cancel_queue(f"not run: cell {cell.number} failed")
+        return actions
+
+    def _conclude_current(self, state: CellState, error: str, failed: tuple[int, ...] = ()) -> list[ev.Action]:
+        return self._conclude(self.record(self.current), state, error, failed) if self.current else []
+
+    def _cancel_queue(self, reason: str) -> list[ev.Action]:
+        actions: list[ev.Action] = []
+        while self.queue:
+            actions += self._conclude(self.record(self.queue.popleft()), CellState.CANCELLED, reason)
+        return actions
+
+    def _ask_restart(self, reason: str, group: Group, outcome: _Outcome) -> list[ev.Action]:
+        """Restart the processes on purpose (collectives unusable, a stuck cell): their state is lost."""
+        if not group.can_restart or self._restart is not None:
+            return []
+        self._restart = outcome
+        return [ev.RestartLosingState(reason)]
+
+    def _group_restarting(self, event: ev.GroupRestarting) -> list[ev.Action]:
+        ran = [c.number for c in self.cells if c.number >= self.alive_from and c.started_at is not None]
+        lost = f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
+        self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
+                          "(variables, models, datasets); run the cells that build what you need again")
+        # the Restart button (on purpose) ends the running cell as stopped, a failure as failed
+        outcome = self._restart or _Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
+        self._restart = None
+        actions = self._conclude_current(outcome.state, f"{outcome.error}\n{self.lost_note}".strip(), outcome.failed)
+        actions += self._cancel_queue(f"not run: {self.lost_note}")
+        self.alive_from = len(self.cells) + 1
+        return actions + [ev.FailPulls(f"not answered: {self.lost_note}")]
+
+    def _stale(self, cell: int, worker: int) -> ev.DropStale:
+        return ev.DropStale(f"cell {cell} message from worker {worker}")
+
+
+def _workers(items: Iterable[int]) -> str:
+    items = list(items)
+    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)

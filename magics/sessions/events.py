@@ -1,0 +1,234 @@
+"""What the session core (``magics/sessions/core.py``) is told, and what it asks the session to do.
+
+Events are what ``Session`` (``magics/sessions/session.py``) observed: a cell submitted, a worker's ``cell``
+message, a cell's end marker in a log, a Stop, the supervisor's round, and what the supervisor core decided about
+the processes (a restart, a failure, the end). Actions are what the session must do: send a command to the
+workers, tell a cell's views, mark progress for the stall watchdog, restart the processes (the state in them is
+lost), answer a Stop. Plain data; states are the enums of ``magics/run/core/statuses.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Union
+
+from nbworkers.magics.run.core.statuses import CellEnd, CellState
+
+
+class Group(str, Enum):
+    """Where the session's processes are, as the shell sees them when it hands in an event."""
+
+    READY = "ready"  # running, and every worker is connected to the command channel: a cell can be sent
+    CONNECTING = "connecting"  # running, some worker not connected yet (starting, or restarted)
+    RESTARTING = "restarting"  # the supervisor is restarting the group
+    STOPPING = "stopping"  # the session is being stopped (Stop of the session, or it failed)
+
+    @property
+    def can_restart(self) -> bool:
+        """A restart asked now would be carried out (not while one is under way or the session ends)."""
+        return self in (Group.READY, Group.CONNECTING)
+
+
+class InterruptOutcome(str, Enum):
+    """What a Stop did (``Session.interrupt``'s answer, shown by ``%worker stop``)."""
+
+    INTERRUPTING = "interrupting"  # KeyboardInterrupt on its way to every worker
+    RESTARTING = "restarting"  # a second Stop: the processes restart, their state is lost
+    CANCELLED = "cancelled"  # the cell was queued: it will not run
+    NOT_RUNNING = "not running"  # that cell already ended
+    IDLE = "idle"  # no cell runs
+
+
+@dataclass(frozen=True)
+class WorkerEnd:
+    """One worker's ``cell end`` message."""
+
+    status: CellEnd
+    error: str = ""
+    traceback: str = ""
+    aborted: bool = False  # its collectives were aborted (``abort``): the process cannot use them again
+    t: float | None = None  # the worker's wall time when it ended the cell
+
+
+# ----------------------------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Submitted:
+    """A cell was submitted (numbered from 1, in order); it runs after the cells before it."""
+
+    cell: int
+    timeout: float | None  # --timeout of the cell, seconds; None: none
+    group: Group
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Once per supervisor round: dispatch, the cell's timeout and grace periods, its end."""
+
+    group: Group
+
+
+@dataclass(frozen=True)
+class InterruptRequested:
+    """Stop: of the running cell (``cell`` None or the running one), or of a queued cell (cancelled)."""
+
+    cell: int | None
+    group: Group
+
+
+@dataclass(frozen=True)
+class Began:
+    """A worker began running a cell (its ``cell start`` message)."""
+
+    worker: int
+    cell: int
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A worker paused at a report point for a Stop; ``step``: its report count."""
+
+    worker: int
+    cell: int
+    step: int
+
+
+@dataclass(frozen=True)
+class WorkerEnded:
+    """A worker ended a cell (its ``cell end`` message)."""
+
+    worker: int
+    cell: int
+    end: WorkerEnd
+
+
+@dataclass(frozen=True)
+class LogClosed:
+    """A worker's end marker line for a cell arrived: that cell's output from it is complete."""
+
+    worker: int
+    cell: int
+
+
+@dataclass(frozen=True)
+class GroupRestarting:
+    """The supervisor decided to restart the processes (``RestartScheduled``): their state is lost."""
+
+    cause: str
+    on_purpose: bool  # a UserRestart (the Restart button, or this core's RestartLosingState), not a failure
+
+
+@dataclass(frozen=True)
+class GroupFailed:
+    """The supervisor failed the session (``Failed``): it is being stopped."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    """Every process is gone: the session ended with ``status`` (a ``ClusterStatus`` value) and ``error``."""
+
+    status: str
+    error: str = ""
+
+
+# ----------------------------------------------------------------------------------------------- actions
+@dataclass(frozen=True)
+class Dispatch:
+    """Send the cell to every worker (``run``); it is running now."""
+
+    cell: int
+
+
+@dataclass(frozen=True)
+class SendPause:
+    """Stop, first step: ask ``workers`` to pause at their next report and say their step."""
+
+    cell: int
+    workers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SendResume:
+    """Stop, second step: go on and raise KeyboardInterrupt at report number ``stop_at`` (the same on every one)."""
+
+    cell: int
+    workers: tuple[int, ...]
+    stop_at: int
+
+
+@dataclass(frozen=True)
+class SendInterrupt:
+    """Stop of a cell that does not report: plain KeyboardInterrupt on ``workers``."""
+
+    cell: int
+    workers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SendAbort:
+    """A peer failed and ``workers`` did not end the cell within the peer grace: abort their collectives."""
+
+    cell: int
+    workers: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class CellWorkerEnded:
+    """A worker ended the cell: its view shows that worker's end."""
+
+    cell: int
+    worker: int
+    end: WorkerEnd
+
+
+@dataclass(frozen=True)
+class CellConcluded:
+    """The cell ended (its record holds the state, error, failed workers): its views finish, its waiters wake."""
+
+    cell: int
+    state: CellState
+
+
+@dataclass(frozen=True)
+class RestartLosingState:
+    """Restart the session's processes on purpose (aborted collectives, a cell stuck after Stop, a second Stop):
+    every variable in them is lost. The supervisor carries it out; ``GroupRestarting`` follows."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class MarkProgress:
+    """A cell event: the session is not stalled (the supervisor's ``Progress``)."""
+
+    worker: int | None = None
+
+
+@dataclass(frozen=True)
+class DropStale:
+    """A worker's cell message for a cell that is not running: counted as stale, ignored."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class FailPulls:
+    """Pending ``pull`` requests will get no answer (the processes restart)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer to an ``InterruptRequested``."""
+
+    outcome: InterruptOutcome
+
+
+Event = Union[Submitted, Tick, InterruptRequested, Began, Paused, WorkerEnded, LogClosed, GroupRestarting, GroupFailed,
+              SessionEnded]
+Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, CellWorkerEnded, CellConcluded,
+               RestartLosingState, MarkProgress, DropStale, FailPulls, Answer]

@@ -1,0 +1,273 @@
+"""The session core (magics/sessions/core.py) driven by events on a fake clock: no kernel, no processes, no
+sockets, no TensorFlow. Each test walks one path of a cell's lifecycle and checks the actions and the cells' states."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbworkers.magics.run.core.statuses import CellEnd, CellState
+from nbworkers.magics.sessions import events as ev
+from nbworkers.magics.sessions.core import SessionCore, SessionTimings
+from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
+
+READY, CONNECTING, RESTARTING, STOPPING = Group.READY, Group.CONNECTING, Group.RESTARTING, Group.STOPPING
+OK = WorkerEnd(CellEnd.OK)
+RAISED = WorkerEnd(CellEnd.ERROR, "ValueError: shapes differ", "Traceback ...\nValueError: shapes differ")
+INTERRUPTED = WorkerEnd(CellEnd.INTERRUPTED, "KeyboardInterrupt")
+ABORTED = WorkerEnd(CellEnd.INTERRUPTED, "collective aborted", aborted=True)
+TIMINGS = SessionTimings(peer_grace=2.0, abort_grace=5.0, interrupt_grace=10.0, pause_wait=1.0, log_close_wait=1.0)
+
+
+class Session:
+    """A session core with two workers on a fake clock; ``actions`` keeps everything it asked for."""
+
+    def __init__(self, workers: int = 2, timings: SessionTimings = TIMINGS):
+        self.now = 100.0
+        self.timings = timings
+        self.core = SessionCore("s", workers, lambda: self.timings, clock=lambda: self.now)
+        self.actions: list[ev.Action] = []
+
+    def send(self, event: ev.Event) -> list[ev.Action]:
+        actions = self.core.handle(event)
+        self.actions += actions
+        return actions
+
+    def submit(self, timeout: float | None = None, group: Group = READY) -> list[ev.Action]:
+        return self.send(ev.Submitted(len(self.core.cells) + 1, timeout, group))
+
+    def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
+        self.now += seconds
+        return self.send(ev.Tick(group))
+
+    def end(self, cell: int, *ends: WorkerEnd, close_logs: bool = True) -> None:
+        for worker, end in enumerate(ends):
+            self.send(ev.WorkerEnded(worker, cell, end))
+            if close_logs:
+                self.send(ev.LogClosed(worker, cell))
+
+    def stop(self, cell: int | None = None, group: Group = READY) -> tuple[InterruptOutcome, list[ev.Action]]:
+        actions = self.send(ev.InterruptRequested(cell, group))
+        assert isinstance(actions[-1], ev.Answer)
+        return actions[-1].outcome, actions[:-1]
+
+    def state(self, cell: int) -> CellState:
+        return self.core.record(cell).state
+
+
+def kinds(actions: list[ev.Action]) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def concluded(actions: list[ev.Action]) -> list[tuple[int, CellState]]:
+    return [(a.cell, a.state) for a in actions if isinstance(a, ev.CellConcluded)]
+
+
+# ----------------------------------------------------------------------------------------------- queue and dispatch
+def test_cells_queue_and_run_one_at_a_time_once_every_worker_is_ready():
+    s = Session()
+    assert s.submit(group=CONNECTING) == [] and s.submit(group=CONNECTING) == []
+    assert s.tick(group=CONNECTING) == [] and s.core.busy
+    assert s.tick() == [ev.Dispatch(1), ev.MarkProgress()]
+    assert s.state(1) == CellState.RUNNING and s.state(2) == CellState.QUEUED and s.core.current == 1
+    assert s.tick() == []  # cell 2 waits for cell 1
+    s.end(1, OK, OK)
+    actions = s.tick()
+    assert concluded(actions) == [(1, CellState.FINISHED)] and actions[-2:] == [ev.Dispatch(2), ev.MarkProgress()]
+    s.end(2, OK, OK)
+    assert concluded(s.tick()) == [(2, CellState.FINISHED)] and not s.core.busy
+
+
+def test_an_idle_session_starts_a_submitted_cell_at_once():
+    s = Session()
+    assert kinds(s.submit()) == ["Dispatch", "MarkProgress"]
+
+
+def test_a_cell_waits_for_its_end_markers_a_moment_then_ends_anyway():
+    s = Session()
+    s.submit()
+    s.end(1, OK, OK, close_logs=False)
+    assert s.tick(0.5) == []  # the last output may still be on its way
+    assert concluded(s.tick(0.6)) == [(1, CellState.FINISHED)]
+
+
+def test_a_failed_cell_cancels_the_queued_ones_and_says_which_worker_raised():
+    s = Session()
+    s.submit(), s.submit(), s.submit()
+    s.end(1, RAISED, INTERRUPTED)
+    actions = s.tick()
+    assert concluded(actions) == [(1, CellState.FAILED), (2, CellState.CANCELLED), (3, CellState.CANCELLED)]
+    cell = s.core.record(1)
+    assert cell.failed_workers == (0,) and cell.error.startswith("worker 0: ValueError: shapes differ\nTraceback")
+    assert "(worker 1 was interrupted because of it)" in cell.error
+    assert s.core.record(2).error == "not run: cell 1 failed" and "Dispatch" not in kinds(actions)
+
+
+def test_cell_messages_for_a_cell_that_does_not_run_are_stale():
+    s = Session()
+    s.submit()
+    assert s.send(ev.WorkerEnded(0, 7, OK)) == [ev.DropStale("cell 7 message from worker 0")]
+    assert kinds(s.send(ev.Paused(1, 2, 3))) == ["DropStale"] and kinds(s.send(ev.Began(0, 9))) == ["DropStale"]
+    assert s.send(ev.Began(0, 1)) == [ev.MarkProgress(0)]
+    with pytest.raises(ValueError, match="cell 5 submitted after 1 cells"):
+        s.send(ev.Submitted(5, None, READY))
+
+
+# ----------------------------------------------------------------------------------------------- peer grace and abort
+def test_one_workers_error_gives_the_others_the_peer_grace_then_aborts_their_collectives():
+    s = Session()
+    s.submit()
+    s.send(ev.WorkerEnded(0, 1, RAISED))
+    assert s.tick(1.9) == []  # an error in code every worker runs ends everywhere: give them time
+    assert s.tick(0.2) == [ev.SendAbort(1, (1,), "worker 0 of session 's' failed in cell 1")]
+    assert s.tick(1.0) == []  # the abort is sent once
+    s.end(1, RAISED, ABORTED)  # worker 1 was in a collective: aborted, the processes cannot use it again
+    actions = s.tick()
+    assert actions == [ev.RestartLosingState("worker 0 failed while worker 1 waited in a collective, which had to "
+                                             "be aborted")]
+    assert s.tick() == [] and s.state(1) == CellState.RUNNING  # asked once; the cell ends with the restart
+    actions = s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
+    cell = s.core.record(1)
+    assert concluded(actions) == [(1, CellState.FAILED)] and cell.failed_workers == (0,)
+    assert cell.error.startswith("worker 0: ValueError") and "the state of cell 1 is gone" in cell.error
+
+
+def test_a_worker_that_does_not_end_after_the_abort_restarts_the_processes():
+    s = Session()
+    s.submit()
+    s.send(ev.WorkerEnded(0, 1, RAISED))
+    assert kinds(s.tick(2.0)) == ["SendAbort"]
+    assert s.tick(4.9) == []
+    assert s.tick(0.2) == [ev.RestartLosingState("worker 1 did not end cell 1 after an abort")]
+
+
+# ----------------------------------------------------------------------------------------------- interrupt (Stop)
+def test_stop_pauses_every_worker_then_all_stop_at_the_same_step():
+    s = Session()
+    s.submit()
+    outcome, actions = s.stop()
+    assert outcome == InterruptOutcome.INTERRUPTING and actions == [ev.SendPause(1, (0, 1))]
+    s.send(ev.Paused(0, 1, 7))
+    assert s.tick() == []  # worker 1 may still pause
+    s.send(ev.Paused(1, 1, 6))
+    assert s.tick() == [ev.SendResume(1, (0, 1), 7)]
+    s.end(1, INTERRUPTED, INTERRUPTED)
+    assert concluded(s.tick()) == [(1, CellState.STOPPED)]
+    assert s.core.record(1).error == "interrupted (KeyboardInterrupt) by Stop"
+
+
+def test_a_worker_that_did_not_pause_is_in_the_next_collective_so_all_stop_one_step_later():
+    s = Session()
+    s.submit()
+    s.stop()
+    s.send(ev.Paused(0, 1, 7))
+    assert s.tick(0.5) == []
+    assert s.tick(0.6) == [ev.SendResume(1, (0, 1), 8)]
+
+
+def test_a_cell_that_never_reports_gets_a_plain_keyboard_interrupt():
+    s = Session()
+    s.submit()
+    s.stop()
+    assert s.tick(1.1) == [ev.SendInterrupt(1, (0, 1))]
+    assert s.tick(1.0) == []
+
+
+def test_a_cell_still_running_after_the_interrupt_grace_restarts_the_processes():
+    s = Session()
+    s.submit(), s.submit()
+    s.stop()
+    s.tick(1.1)
+    assert s.tick(8.0) == []
+    reason = "workers 0, 1 did not end cell 1 10 s after Stop (stuck in a collective)"
+    assert s.tick(1.0) == [ev.RestartLosingState(reason)]
+    assert s.tick() == []  # no second request, and cell 2 is not sent while the processes restart
+    actions = s.send(ev.GroupRestarting(reason, on_purpose=True))
+    assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
+    assert actions[-1] == ev.FailPulls(f"not answered: {s.core.lost_note}") and s.core.alive_from == 3
+    assert "stuck in a collective" in s.core.lost_note and "the state of cell 1 is gone" in s.core.lost_note
+
+
+def test_a_second_stop_restarts_the_processes_and_says_which_cells_state_is_gone():
+    s = Session()
+    s.submit()
+    s.end(1, OK, OK)
+    s.tick()
+    s.submit()
+    s.stop()
+    outcome, actions = s.stop()
+    assert outcome == InterruptOutcome.RESTARTING and actions == [ev.RestartLosingState("Stop was pressed twice")]
+    actions = s.send(ev.GroupRestarting("Stop was pressed twice", on_purpose=True))
+    assert concluded(actions) == [(2, CellState.STOPPED)]
+    assert "Stop was pressed twice" in s.core.record(2).error and "state of cells 1-2 is gone" in s.core.lost_note
+    s.submit(group=CONNECTING)  # the new processes are connecting
+    assert s.tick(group=READY) == [ev.Dispatch(3), ev.MarkProgress()]
+    s.send(ev.GroupRestarting("worker 1 crashed", on_purpose=False))
+    assert s.state(3) == CellState.FAILED and "state of cell 3 is gone" in s.core.lost_note  # not cells 1-3
+
+
+def test_stop_of_a_queued_cell_cancels_it_and_other_stops_say_what_they_did():
+    s = Session()
+    assert s.stop() == (InterruptOutcome.IDLE, [])
+    s.submit(), s.submit()
+    outcome, actions = s.stop(2)
+    assert outcome == InterruptOutcome.CANCELLED and concluded(actions) == [(2, CellState.CANCELLED)]
+    assert s.core.record(2).error == "cancelled before it ran (Stop)"
+    assert s.stop(2) == (InterruptOutcome.NOT_RUNNING, [])
+    assert s.state(1) == CellState.RUNNING
+
+
+def test_a_cell_past_its_timeout_is_interrupted_and_counts_as_failed():
+    s = Session()
+    s.submit(timeout=3.0)
+    assert s.tick(2.9) == []
+    assert s.tick(0.2) == [ev.SendPause(1, (0, 1))]
+    s.end(1, INTERRUPTED, INTERRUPTED)
+    assert concluded(s.tick()) == [(1, CellState.FAILED)]
+    assert s.core.record(1).error == "timed out after 3 s (--timeout)"
+
+
+def test_collectives_aborted_while_stopping_end_the_cell_and_restart_the_processes():
+    s = Session()
+    s.submit()
+    s.stop()
+    s.end(1, INTERRUPTED, ABORTED)
+    actions = s.tick()
+    assert concluded(actions) == [(1, CellState.STOPPED)]
+    assert actions[-1] == ev.RestartLosingState("collectives were aborted while stopping the cell")
+
+
+# ----------------------------------------------------------------------------------------------- the group's fate
+def test_no_restart_is_asked_while_the_group_restarts_or_stops():
+    s = Session()
+    s.submit()
+    s.stop()
+    assert s.stop(group=STOPPING) == (InterruptOutcome.RESTARTING, [])
+    assert s.stop(group=RESTARTING) == (InterruptOutcome.RESTARTING, [])
+    assert s.tick(20.0, group=STOPPING) == [ev.SendInterrupt(1, (0, 1))]  # the grace ran out: no restart
+    assert s.state(1) == CellState.RUNNING
+
+
+def test_the_restart_button_stops_the_running_cell_and_a_crash_fails_it():
+    s = Session()
+    s.submit(), s.submit()
+    actions = s.send(ev.GroupRestarting("restart requested", on_purpose=True))
+    assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
+    assert s.core.record(2).error.startswith("not run: the session's processes restart (restart requested)")
+    s.submit()
+    s.send(ev.GroupRestarting("worker 0 was killed", on_purpose=False))
+    assert s.state(3) == CellState.FAILED
+
+
+def test_a_failed_session_and_its_end_conclude_what_is_left():
+    s = Session()
+    s.submit(), s.submit()
+    actions = s.send(ev.GroupFailed("worker 1 exited with code 3."))
+    assert concluded(actions) == [(1, CellState.FAILED), (2, CellState.CANCELLED)]
+    assert s.core.record(1).error == "the session failed: worker 1 exited with code 3."
+    assert s.core.record(2).error == "not run: cell 1 failed"  # the failed cell cancels the queue first
+    stopped = Session()
+    stopped.submit(), stopped.submit()
+    actions = stopped.send(ev.SessionEnded("stopped"))
+    assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
+    assert stopped.core.record(2).error == "the session ended (stopped)"
+    assert stopped.send(ev.SessionEnded("stopped")) == []  # nothing left to end
