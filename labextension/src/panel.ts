@@ -41,7 +41,7 @@ const BUTTONS: [Action, string, string][] = [
   ['stop', 'Stop', 'Stop the run (TERM, grace, KILL), even while its kernel is busy'],
   ['restart', 'Restart', 'Stop the group and start it again on fresh ports'],
   ['log', 'Log', "Open the workers' logs"],
-  ['tensorboard', 'TensorBoard', 'Run %workers tensorboard NAME in the current notebook'],
+  ['tensorboard', 'TensorBoard', 'Insert and run %workers tensorboard NAME in the current notebook'],
   ['attach', 'Attach', 'Insert and run %workers attach NAME in the current notebook'],
   ['remove', 'Remove', "Remove the ended run's directory (logs, state, TensorBoard files)"]
 ];
@@ -72,8 +72,8 @@ class RowView {
       this.parts[part] = div(`nbw-sb-${part}`, head);
     }
     this.parts.where = div('nbw-sb-where', this.node);
-    const bar = div('nbw-sb-bar', this.node);
-    this.parts.fill = div('nbw-sb-fill', bar);
+    this.parts.bar = div('nbw-sb-bar', this.node);
+    this.parts.fill = div('nbw-sb-fill', this.parts.bar);
     this.parts.progress = div('nbw-sb-progress', this.node);
     this.parts.workers = div('nbw-sb-workers', this.node);
     this.parts.message = div('nbw-sb-message', this.node);
@@ -98,6 +98,7 @@ class RowView {
     node.dataset.name = row.name;
     node.dataset.status = row.status;
     node.dataset.step = String(row.progress?.step ?? '');
+    node.dataset.progress = progressText(row);
     this.parts.name.textContent = row.session ? `${row.name} (session)` : row.name;
     this.parts.name.title = row.name;
     this.parts.status.textContent = row.status;
@@ -113,8 +114,10 @@ class RowView {
     this.parts.where.textContent = `${kernel}${row.kernel_alive ? '' : ' (gone)'} · ${placement(row)}`;
     this.parts.where.title = row.nodes && row.nodes.length ? `nodes: ${row.nodes.join(', ')}` : '';
     const done = percent(row);
-    this.parts.fill.style.width = `${done === null ? (ended ? 0 : 100) : done}%`;
-    this.parts.fill.classList.toggle('nbw-sb-fill-unknown', done === null && !ended);
+    // a bar when the share done is known; a faint full bar while a run without totals runs; none after it
+    this.parts.bar.style.visibility = done === null && ended ? 'hidden' : 'visible';
+    this.parts.fill.style.width = `${done === null ? 100 : done}%`;
+    this.parts.fill.classList.toggle('nbw-sb-fill-unknown', done === null);
     const session = row.session
       ? `${row.session.cells} cell${row.session.cells === 1 ? '' : 's'}, ${row.session.state}`
       : '';

@@ -31,8 +31,9 @@ SIDEBAR = "#nbworkers-sidebar"
 STEPS_CELL = """%%worker -n 2 --name {name}
 import time
 from nbworkers.distlib import report
-for step in range(1, 100_000):
-    report(step=step, steps_total=100_000, loss=1.0 / step ** 0.5)
+for step in range(1, 3001):
+    report(epoch=(step - 1) // 600 + 1, epochs_total=5, step=(step - 1) % 600 + 1, steps_total=600,
+           loss=1.0 / step ** 0.5)
     time.sleep(0.05)
 """
 QUICK_CELL = """%%worker -n 1 --name {name} --block
@@ -51,10 +52,6 @@ def wait_row(page, name: str, condition: str, timeout_ms: int = RUN_TIMEOUT_MS) 
         timeout=timeout_ms)
 
 
-def row_step(page, name: str) -> int:
-    return int(page.get_attribute(row(name), "data-step") or 0)
-
-
 def start_run(page, notebook: str) -> None:
     """Run the notebook's two cells: %load_ext, then the %%worker cell (it returns at once)."""
     run_cell(page, 0)
@@ -70,16 +67,16 @@ def open_second(page, notebook: str) -> None:
     wait_kernel_idle(page, RUN_TIMEOUT_MS)
 
 
+WIDGET_STATUS_JS = """(path) => {
+    const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
+    const view = panel && panel.node.querySelector('.nbw');
+    return view ? view.dataset.status : null;
+}"""
+
+
 def widget_status_in(page, notebook: str) -> str | None:
     """The run status the nbworkers widget shows inside the notebook ``notebook`` (open, maybe not in front)."""
-    return page.evaluate(
-        """(path) => {
-            const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
-            const view = panel && panel.node.querySelector('.nbw');
-            return view ? view.dataset.status : null;
-        }""",
-        notebook,
-    )
+    return page.evaluate(WIDGET_STATUS_JS, notebook)
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +108,10 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
             assert notebook in page.inner_text(f"{row(name)} .nbw-sb-where")  # each run's own kernel
             assert "2/2 workers alive" in page.inner_text(f"{row(name)} .nbw-sb-workers")
         # live: the steps go on without a reload, and the tab's caption shows the running runs' progress
-        before = row_step(page, "beta")
-        wait_row(page, "beta", f"Number(r.dataset.step) > {before + 5}", 30_000)
-        assert "step " in page.inner_text(f"{row('beta')} .nbw-sb-progress")
+        before = page.get_attribute(row("beta"), "data-progress")
+        wait_row(page, "beta", f"r.dataset.progress && r.dataset.progress !== {before!r}", 30_000)
+        assert "epoch 1/5 · step " in page.inner_text(f"{row('beta')} .nbw-sb-progress")
+        assert 0 < float(page.eval_on_selector(f"{row('alpha')} .nbw-sb-fill", "e => parseFloat(e.style.width)")) < 100
         caption = tab.get_attribute("title") or ""
         assert "alpha" in caption and "beta" in caption, caption
         RESULTS_DIR.mkdir(exist_ok=True)
@@ -125,12 +123,8 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         # Stop alpha from the sidebar: its row, and its own notebook's widget, say stopped
         page.click(f"{row('alpha')} .nbw-sb-stop")
         wait_row(page, "alpha", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
-        page.wait_for_function(
-            """(path) => {
-                const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
-                const view = panel && panel.node.querySelector('.nbw');
-                return view && view.dataset.status === 'stopped';
-            }""", arg="alpha.ipynb", timeout=STOP_TIMEOUT_MS)
+        page.wait_for_function(f"(path) => ({WIDGET_STATUS_JS})(path) === 'stopped'", arg="alpha.ipynb",
+                               timeout=STOP_TIMEOUT_MS)
         assert widget_status_in(page, "beta.ipynb") == "running"
         assert page.inner_text(f"{row('alpha')} .nbw-sb-workers").startswith("0/2")
 
