@@ -67,4 +67,4 @@ labextension: setup
 	$(PY) tools/labextension_stamp.py --write
 
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results
+	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo

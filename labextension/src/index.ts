@@ -43,6 +43,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const api = new ClustersAPI(app.serviceManager.serverSettings);
     const notebooks = new Map<string, string>(); // kernel id -> notebook path, for this server's kernels
     const sessions = app.serviceManager.sessions;
+    const kernels = app.serviceManager.kernels;
     const syncSessions = () => {
       notebooks.clear();
       for (const session of sessions.running()) {
@@ -77,6 +78,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
       await NotebookActions.run(notebook, panel.sessionContext);
     }
 
+    /** ``.restart()`` of an ended run in the kernel that ran it (a run that ended has no supervisor to ask). */
+    async function restartEnded(row: IRunRow): Promise<void> {
+      const model = Array.from(kernels.running()).find(kernel => kernel.id === row.kernel?.id);
+      if (!model) {
+        throw new Error(`its kernel is not running on this server: run the cell again`);
+      }
+      const connection = kernels.connectTo({ model });
+      try {
+        const code = `import nbworkers\nnbworkers.get_cluster(${JSON.stringify(row.name)}).restart()`;
+        const reply = await connection.requestExecute({ code, silent: true, store_history: false }).done;
+        const content = reply.content as { status: string; ename?: string; evalue?: string };
+        if (content.status !== 'ok') {
+          throw new Error(`${content.ename || content.status}: ${content.evalue || ''}`);
+        }
+      } finally {
+        connection.dispose();
+      }
+    }
+
     const openLog = (row: IRunRow) => {
       if (!labShell) {
         // Notebook 7's main area holds its one document: the log's text opens in a browser tab
@@ -106,7 +126,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         openLog,
         tensorboard: row => runInNotebook(`%workers tensorboard ${row.name}`),
         attach: row => runInNotebook(`%workers attach ${row.name}`),
-        notebookOf: kernelId => notebooks.get(kernelId) || ''
+        restartEnded,
+        notebookOf: kernelId => notebooks.get(kernelId) || '',
+        kernelHere: kernelId => Array.from(kernels.running()).some(kernel => kernel.id === kernelId)
       }
     });
     sidebar.title.icon = nbworkersIcon;

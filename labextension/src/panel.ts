@@ -24,8 +24,12 @@ export interface IRowActions {
   openLog(row: IRunRow): void;
   tensorboard(row: IRunRow): Promise<void>;
   attach(row: IRunRow): Promise<void>;
+  /** Run an ended run again in its own kernel (``.restart()`` there); the kernel must be one of this server's. */
+  restartEnded(row: IRunRow): Promise<void>;
   /** The notebook a kernel serves on this server ("" when none does). */
   notebookOf(kernelId: string): string;
+  /** Whether the kernel is one of this server's running kernels. */
+  kernelHere(kernelId: string): boolean;
 }
 
 export interface IPanelOptions {
@@ -39,7 +43,7 @@ type Action = 'stop' | 'restart' | 'log' | 'tensorboard' | 'attach' | 'remove';
 
 const BUTTONS: [Action, string, string][] = [
   ['stop', 'Stop', 'Stop the run (TERM, grace, KILL), even while its kernel is busy'],
-  ['restart', 'Restart', 'Stop the group and start it again on fresh ports'],
+  ['restart', 'Restart', 'Stop the group and start it again on fresh ports (an ended run: run it again)'],
   ['log', 'Log', "Open the workers' logs"],
   ['tensorboard', 'TensorBoard', 'Insert and run %workers tensorboard NAME in the current notebook'],
   ['attach', 'Attach', 'Insert and run %workers attach NAME in the current notebook'],
@@ -131,7 +135,9 @@ class RowView {
     }
     const can: Record<Action, boolean> = {
       stop: !ended || row.processes_alive > 0,
-      restart: !ended && row.kernel_alive && !row.stop_requested,
+      restart:
+        row.kernel_alive &&
+        (ended ? this.panel.actions.kernelHere(row.kernel?.id || '') : !row.stop_requested),
       log: row.workers > 0,
       tensorboard: true,
       attach: true,
@@ -157,6 +163,8 @@ class RowView {
       if (action === 'stop') {
         this.parts.status.textContent = 'stopping';
         await panel.api.stop(name);
+      } else if (action === 'restart' && isEnded(this.row)) {
+        await panel.actions.restartEnded(this.row);
       } else if (action === 'restart') {
         await panel.api.restart(name);
       } else if (action === 'remove') {

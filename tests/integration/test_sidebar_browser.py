@@ -2,7 +2,8 @@
 
 JupyterLab: two notebooks, each with its own kernel running a cluster (workers that report a step every 50 ms,
 no TensorFlow), both listed in the sidebar with live progress; Stop, Restart, Log, Attach and Remove from the
-sidebar, and the stopped run's own widget says stopped. Notebook 7: the sidebar shows in its left area.
+sidebar (the stopped run's own widget says stopped; Restart runs it again). Notebook 7: the sidebar shows in
+its left area.
 """
 
 from __future__ import annotations
@@ -127,6 +128,13 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
                                timeout=STOP_TIMEOUT_MS)
         assert widget_status_in(page, "beta.ipynb") == "running"
         assert page.inner_text(f"{row('alpha')} .nbw-sb-workers").startswith("0/2")
+
+        # Restart the stopped run: its own kernel runs it again (a run that ended has no supervisor to ask)
+        page.click(f"{row('alpha')} .nbw-sb-restart")
+        wait_row(page, "alpha", "r.dataset.status === 'running' && Number(r.dataset.step) > 0")
+        page.wait_for_function(f"(path) => ({WIDGET_STATUS_JS})(path) === 'running'", arg="alpha.ipynb")
+        page.click(f"{row('alpha')} .nbw-sb-stop")
+        wait_row(page, "alpha", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
 
         # Restart beta from the sidebar: its supervisor restarts the group and counts it
         page.click(f"{row('beta')} .nbw-sb-restart")
