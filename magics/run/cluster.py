@@ -4,10 +4,10 @@ The supervisor thread owns the run: it drains the relay, polls the worker proces
 requests (``stop()``, a widget button on any thread, or the server extension's ``stop-requested`` and
 ``restart-requested`` files), turns what it saw into events for the supervisor core and carries out the actions
 the core decides (stop, kill, dump stacks, relaunch). Every status change, failure decision and restart is the
-core's (magics/run/core/supervisor.py, its policy magics/run/core/restart_policy.py): one worker fails, the others are stopped (they would hang in a collective).
-The thread also writes the state file and refreshes the views at most every ``flush_interval`` seconds
-(magics/run/outputs.py); launching the group is magics/run/group_launch.py. Everything a user calls on a
-``Cluster`` returns at once except ``wait()``.
+core's (magics/run/core/supervisor.py, its policy magics/run/core/restart_policy.py): one worker fails, the
+others are stopped (they would hang in a collective). The thread also writes the state file and refreshes the
+views at most every ``flush_interval`` seconds (magics/run/outputs.py); launching the group is
+magics/run/group_launch.py. Everything a user calls on a ``Cluster`` returns at once except ``wait()``.
 """
 
 from __future__ import annotations
