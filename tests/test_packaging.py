@@ -60,5 +60,6 @@ def test_install_maps_the_folders_into_nbworkers(tmp_path: Path, editable: bool)
     if not editable:
         assert (labextension / "package.json").is_file() and (labextension / "install.json").is_file()
         assert list((labextension / "static").glob("remoteEntry.*.js"))
+        assert (labextension / "schemas" / "nbworkers" / "sidebar.json").is_file()  # its settings
         package_data = Path(found["nbworkers"]).parent / "labextension"  # also inside the package
         assert (package_data / "package.json").is_file() and list((package_data / "static").glob("remoteEntry.*.js"))

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "labextension"
 STAMP = REPO / "extension" / "labextension" / "sources.sha256"
-SOURCES = ("package.json", "package-lock.json", "tsconfig.json", "src", "style")
+SOURCES = ("package.json", "package-lock.json", "tsconfig.json", "src", "style", "schema")
 
 
 def source_files() -> list[Path]:

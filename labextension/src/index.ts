@@ -13,6 +13,7 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette, MainAreaWidget } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { ClustersAPI, IRunRow } from './api';
@@ -28,18 +29,22 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"
 
 export const nbworkersIcon = new LabIcon({ name: 'nbworkers:sidebar', svgstr: ICON_SVG });
 
+const PLUGIN_ID = 'nbworkers:sidebar'; // its settings: schema/sidebar.json
+
 const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'nbworkers:sidebar',
+  id: PLUGIN_ID,
   description: 'Every nbworkers run and session under the run root, live, in the left sidebar.',
   autoStart: true,
-  optional: [INotebookTracker, ILabShell, ILayoutRestorer, ICommandPalette],
+  optional: [INotebookTracker, ILabShell, ILayoutRestorer, ICommandPalette, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker | null,
     labShell: ILabShell | null,
     restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null
   ) => {
+    let logRefreshMs = 2000;
     const api = new ClustersAPI(app.serviceManager.serverSettings);
     const notebooks = new Map<string, string>(); // kernel id -> notebook path, for this server's kernels
     const sessions = app.serviceManager.sessions;
@@ -110,7 +115,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
       }
-      const content = new LogView(api, row.name, row.workers);
+      const content = new LogView(api, row.name, row.workers, () => logRefreshMs);
       const widget = new MainAreaWidget({ content });
       widget.id = id;
       widget.title.label = `${row.name} log`;
@@ -132,6 +137,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     sidebar.title.icon = nbworkersIcon;
+    if (settingRegistry) {
+      const apply = (settings: ISettingRegistry.ISettings) => {
+        const seconds = (key: string, fallback: number) => {
+          const value = settings.get(key).composite;
+          return 1000 * (typeof value === 'number' && value > 0 ? value : fallback);
+        };
+        sidebar.pollVisibleMs = seconds('pollVisibleSeconds', 1);
+        sidebar.pollHiddenMs = seconds('pollHiddenSeconds', 5);
+        logRefreshMs = seconds('logRefreshSeconds', 2);
+      };
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          apply(settings);
+          settings.changed.connect(apply);
+        })
+        .catch(reason => console.warn('nbworkers: sidebar settings not loaded', reason));
+    }
     app.shell.add(sidebar, 'left', { rank: 950 });
     if (restorer) {
       restorer.add(sidebar, 'nbworkers-sidebar');

@@ -7,7 +7,6 @@ import { Widget } from '@lumino/widgets';
 import { ClustersAPI } from './api';
 
 export const LOG_TAIL_LINES = 2000;
-const REFRESH_MS = 2000;
 
 export class LogView extends Widget {
   private picker: HTMLSelectElement;
@@ -17,7 +16,8 @@ export class LogView extends Widget {
   constructor(
     private api: ClustersAPI,
     readonly runName: string,
-    workers: number
+    workers: number,
+    private refreshMs: () => number // the sidebar's logRefreshSeconds setting, read at each refresh
   ) {
     super();
     this.addClass('nbw-sb-logview');
@@ -69,7 +69,7 @@ export class LogView extends Widget {
       this.text.textContent = `cannot read worker ${worker}'s log: ${(error as Error).message}`;
     }
     if (this.isAttached && !this.isDisposed) {
-      this.timer = window.setTimeout(() => void this.refresh(), REFRESH_MS);
+      this.timer = window.setTimeout(() => void this.refresh(), this.refreshMs());
     }
   }
 }

@@ -193,8 +193,8 @@ export class ClustersPanel extends Widget {
   private list: HTMLDivElement;
   private header: HTMLDivElement;
   private timer: number | undefined;
-  private pollVisibleMs: number;
-  private pollHiddenMs: number;
+  pollVisibleMs: number;
+  pollHiddenMs: number;
 
   constructor(options: IPanelOptions) {
     super();
