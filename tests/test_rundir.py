@@ -153,3 +153,6 @@ def test_a_listing_row_carries_the_chiefs_progress_and_the_live_workers(tmp_path
     assert row["restart_requested"] is False
     rundir.write_state(run_dir, {**state, "status": "stopped"})
     assert describe(run_dir)["workers_alive"] == 0  # an ended run has none, whatever its workers' last words
+    workers[0]["steps_per_sec"] = float("nan")
+    rundir.write_state(run_dir, {**state, "workers": workers[:1]})
+    assert describe(run_dir)["steps_per_sec"] is None  # strict JSON for the browser

@@ -5,6 +5,7 @@ Used by the Jupyter server extension and the kernel. Imports no TensorFlow.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -49,8 +50,8 @@ def progress_of(workers: list[dict[str, Any]]) -> RunProgress | None:
 def _steps_per_sec(workers: list[dict[str, Any]]) -> float | None:
     for worker in workers:
         rate = worker.get("steps_per_sec")
-        if isinstance(rate, (int, float)) and not isinstance(rate, bool):
-            return float(rate)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
+            return float(rate)  # finite only: the listing is strict JSON (a browser's JSON.parse refuses NaN)
     return None
 
 
