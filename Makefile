@@ -8,10 +8,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TF215_VENV := .venv-tf215
 STAMP := $(VENV)/.installed
+LABEXT_BUILD := extension/labextension
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps clean
+.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension clean
 
+# The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
+# files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
 setup: $(STAMP)
+	@if [ -d $(LABEXT_LINK) ] && [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); fi
+	@mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(CURDIR)/$(LABEXT_BUILD) $(LABEXT_LINK)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,5 +70,12 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'  # ipyparallel, measured side by side (not needed by the tests)
 	$(PY) benchmarks/run.py
 
+# Rebuild the sidebar from labextension/ (TypeScript) with the JupyterLab builder: needs node and npm; pinned by
+# labextension/package-lock.json. Commit extension/labextension/ afterwards (tests check it matches the sources).
+labextension: setup
+	cd labextension && npm ci --no-audit --no-fund
+	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
+	$(PY) tools/labextension_stamp.py --write
+
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results
+	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo

@@ -47,6 +47,11 @@ def settings():
     return current()
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab / Notebook 7 sidebar (``nbworkers/labextension``, built from ``labextension/``)."""
+    return [{"src": "labextension", "dest": "nbworkers"}]
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     """The Jupyter server extension (REST API over clusters), enabled by jupyter-config/.../nbworkers.json."""
     return [{"module": "nbworkers"}]

@@ -7,13 +7,19 @@
     GET    /nbworkers/api/clusters/<name>/logs/<worker>?tail=N
                                                             a worker's log (text/plain)
     DELETE /nbworkers/api/clusters/<name>                   stop it, even while its kernel is busy
+    DELETE /nbworkers/api/clusters/<name>?remove=1          remove an ended run (its directory); 409 while
+                                                            it runs or has processes left (stop it first)
+    POST   /nbworkers/api/clusters/<name>/restart           restart a running run's group (its supervisor
+                                                            takes the request, even while its kernel is busy);
+                                                            409 for a run that ended or whose kernel is gone
 
 It reads what the clusters write (``<run_root>/<name>/state.json``), so it never needs a kernel to be idle;
 stopping writes the ``stop-requested`` file the cluster's supervisor thread obeys, then kills what is left
 directly when the kernel is gone. Blocking work runs in thread pools, never on the server's event loop: reads
 (GET) and stops (DELETE, which may wait the stop grace) in separate pools, so slow stops never stall reads.
 A DELETE only ever signals processes that are the run's own (same user, started after the run, carrying its
-NBWORKERS_RUN_ID: ``procs/ownership.py``), whatever pids its state file lists.
+NBWORKERS_RUN_ID: ``procs/ownership.py``), whatever pids its state file lists. Restart and remove:
+``magics/rundir/actions.py``. The JupyterLab sidebar (``labextension/``) is this API's front end.
 Every endpoint needs an authenticated, authorized user; names and worker ids cannot leave the run root.
 
 Configure with ``c.NbworkersAPI.<setting>`` in ``jupyter_server_config.py``.
@@ -142,14 +148,42 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
+        from nbworkers.magics.rundir import actions as run_actions
         from nbworkers.magics.rundir import stop as run_stop
 
         run_dir = self.run_dir(name)
+        remove = self.get_argument("remove", "")
+        if remove not in ("", "0", "1", "true", "false"):
+            raise web.HTTPError(400, f"remove={remove!r}: give remove=1 to remove an ended run, or nothing to stop it")
+        if remove in ("1", "true"):
+            try:
+                await self.run_blocking(run_actions.remove_run, run_dir, pool=self.stop_executor)
+            except run_actions.RunNotRemovable as error:
+                raise web.HTTPError(409, str(error)) from None
+            self.write_json({"name": name, "removed": True})
+            return
         result = await self.run_blocking(
             lambda: run_stop.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
             pool=self.stop_executor,
         )
         self.write_json(result)
+
+
+class RestartHandler(ClusterAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        from nbworkers.magics.rundir import actions as run_actions
+        from nbworkers.magics.rundir import listing as run_listing
+
+        run_dir = self.run_dir(name)
+        try:
+            await self.run_blocking(run_actions.restart_run, run_dir)
+        except run_actions.RunNotRestartable as error:
+            raise web.HTTPError(409, str(error)) from None
+        row = await self.run_blocking(run_listing.describe, run_dir)
+        self.set_status(202)  # accepted: the run's supervisor restarts the group in the next poll
+        self.write_json(dict(row or {"name": name}))
 
 
 class LogHandler(ClusterAPIHandler):
@@ -196,6 +230,7 @@ def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor,
     return [
         (prefix + r"/clusters/?", ClustersHandler, kwargs),
         (prefix + rf"/clusters/{name}/?", ClusterHandler, kwargs),
+        (prefix + rf"/clusters/{name}/restart/?", RestartHandler, kwargs),
         (prefix + rf"/clusters/{name}/logs/(?P<worker>[^/]+)/?", LogHandler, kwargs),
         (prefix + r"(?:/.*)?", NotFoundHandler, kwargs),
     ]

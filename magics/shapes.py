@@ -105,8 +105,18 @@ class KernelRef(TypedDict):
     pid: int | None
 
 
+class RunProgress(TypedDict):
+    """A run's epoch/step progress in a listing (its chief's; ``run_listing.progress_of``)."""
+
+    epoch: int | None
+    epochs_total: int | None
+    step: int | None
+    steps_total: int | None
+    fraction: float | None  # share of the training done, 0..1, when the totals are known
+
+
 class RunRow(TypedDict):
-    """A run in a listing (``run_listing.describe(full=False)``, ``GET /nbworkers/api/clusters``)."""
+    """A run in a listing (``run_listing.describe(full=False)``, ``GET /nbworkers/api/clusters``, the sidebar)."""
 
     name: str
     kernel: KernelRef
@@ -125,6 +135,12 @@ class RunRow(TypedDict):
     processes_alive: int
     state_age: float | None
     stop_requested: bool
+    restart_requested: bool
+    workers_alive: int  # processes not ended (0 once the run has ended)
+    nodes: list[str]  # the hosts its workers run on
+    progress: RunProgress | None
+    steps_per_sec: float | None  # the chief's
+    session: dict[str, Any] | None  # %%worker --session: cells, idle/busy (magics/sessions/session.py)
 
 
 class HostProcess(Protocol):

@@ -225,8 +225,10 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
 
 
 @contextlib.contextmanager
-def lab_server(tmp: Path, env_extra: dict[str, str] | None = None) -> Iterator[LabServer]:
-    """A real JupyterLab on a free localhost port with a token, isolated config, no news pop-up."""
+def lab_server(tmp: Path, env_extra: dict[str, str] | None = None, app: str = "jupyterlab") -> Iterator[LabServer]:
+    """A real JupyterLab (``app="notebook"``: Notebook 7) on a free localhost port with a token, isolated config,
+    no news pop-up. Started as ``python -m <app>`` with this interpreter (``jupyter lab`` would run whatever
+    interpreter the ``jupyter-lab`` script's first line names)."""
     root, config, runtime, settings_dir = (tmp / d for d in ("root", "config", "runtime", "lab-settings"))
     for d in (root, config, runtime, settings_dir / "@jupyterlab" / "apputils-extension", tmp / "workspaces"):
         d.mkdir(parents=True, exist_ok=True)
@@ -251,7 +253,7 @@ def lab_server(tmp: Path, env_extra: dict[str, str] | None = None) -> Iterator[L
     }
     log_path = tmp / "server.log"
     log = open(log_path, "wb")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
+    cmd = [sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
            "--ServerApp.port_retries=50", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
            "--LabApp.extension_manager=readonly"]  # fmt: skip
     if os.geteuid() == 0:

@@ -1,13 +1,13 @@
 """A cluster: one ``%%worker`` run — its worker group, its relay, its state, its views, its supervisor thread.
 
 The supervisor thread owns the run: it drains the relay, polls the worker processes and the stop/restart
-requests (``stop()``, a widget button on any thread, or the server extension's ``stop-requested`` file), turns
-what it saw into events for the supervisor core and carries out the actions the core decides (stop, kill, dump
-stacks, relaunch). Every status change, failure decision and restart is the core's (magics/run/core/supervisor.py, its
-policy magics/run/core/restart_policy.py): one worker fails, the others are stopped (they would hang in a collective).
-The thread also writes the state file and refreshes the views at most every ``flush_interval`` seconds
-(magics/run/outputs.py); launching the group is magics/run/group_launch.py. Everything a user calls on a
-``Cluster`` returns at once except ``wait()``.
+requests (``stop()``, a widget button on any thread, or the server extension's ``stop-requested`` and
+``restart-requested`` files), turns what it saw into events for the supervisor core and carries out the actions
+the core decides (stop, kill, dump stacks, relaunch). Every status change, failure decision and restart is the
+core's (magics/run/core/supervisor.py, its policy magics/run/core/restart_policy.py): one worker fails, the
+others are stopped (they would hang in a collective). The thread also writes the state file and refreshes the
+views at most every ``flush_interval`` seconds (magics/run/outputs.py); launching the group is
+magics/run/group_launch.py. Everything a user calls on a ``Cluster`` returns at once except ``wait()``.
 """
 
 from __future__ import annotations
@@ -304,12 +304,12 @@ class Cluster:
             self._procs[index].worker_pid = content["pid"]
 
     def _check_requests(self) -> None:
-        """Stop and restart requests (any thread, or the server extension's stop file) to the core."""
+        """Stop and restart requests (any thread, or the server extension's request files) to the core."""
         if self._core.stopping:
             return
         if self._stop_event.is_set() or rundir.stop_requested(self.run_dir):
             self._handle(ev.StopRequested())
-        elif self._restart_event.is_set():
+        elif self._restart_event.is_set() or rundir.take_restart_request(self.run_dir):
             self._restart_event.clear()
             self._handle(ev.RestartRequested())
 

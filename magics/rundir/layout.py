@@ -9,6 +9,8 @@ A run directory (made private by ``rundir_prepare``: mode 0700, every file 0600)
   whoever records the end of a run whose kernel died (``run_stop``, ``leftovers``);
 - ``stop-requested``: a stop asked from outside the kernel (the server extension, an attached handle); the
   supervisor thread obeys it even while the kernel is busy;
+- ``restart-requested``: a restart asked from outside the kernel (the server extension: the sidebar's Restart);
+  the supervisor thread takes it (deletes it) and restarts the group, even while the kernel is busy;
 - ``tensorboard/``: the workers' TensorBoard event files, ``tensorboard.log``: the output of the TensorBoard
   that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``).
 
@@ -31,6 +33,7 @@ from nbworkers.protocol.private_dirs import write_private
 
 STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"
+RESTART_REQUEST_FILE = "restart-requested"
 CELL_FILE = "cell.py"
 PUSH_FILE = "push.pkl"
 TENSORBOARD_DIR = "tensorboard"  # the workers write it too: distlib/tensorboard.py (SUBDIR)
@@ -149,6 +152,26 @@ def request_stop(run_dir: Path) -> None:
 
 def stop_requested(run_dir: Path) -> bool:
     return (Path(run_dir) / STOP_REQUEST_FILE).exists()
+
+
+def request_restart(run_dir: Path) -> None:
+    """Ask the run's supervisor thread to restart its group (it takes the file even while the kernel is busy)."""
+    write_private(Path(run_dir) / RESTART_REQUEST_FILE, f"{time.time()}\n".encode())
+
+
+def restart_requested(run_dir: Path) -> bool:
+    return (Path(run_dir) / RESTART_REQUEST_FILE).exists()
+
+
+def take_restart_request(run_dir: Path) -> bool:
+    """True once per restart request: the file is removed as it is taken."""
+    try:
+        (Path(run_dir) / RESTART_REQUEST_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------- logs

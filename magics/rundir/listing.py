@@ -5,15 +5,54 @@ Used by the Jupyter server extension and the kernel. Imports no TensorFlow.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Literal, cast, overload
 
 from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.rundir.layout import list_run_dirs, read_state, state_mtime, stop_requested
+from nbworkers.magics.rundir.layout import list_run_dirs, read_state, restart_requested, state_mtime, stop_requested
 from nbworkers.magics.rundir.liveness import LOST, effective_status, kernel_alive, leftover_processes
-from nbworkers.magics.shapes import ClusterSnapshot, RunRow
+from nbworkers.magics.shapes import ClusterSnapshot, RunProgress, RunRow
+
+ENDED_WORKER_STATES = (*DONE_STATES, LOST)
+
+
+def _number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def progress_of(workers: list[dict[str, Any]]) -> RunProgress | None:
+    """The run's progress as its chief (the first process that reported a step or an epoch) sees it.
+
+    ``fraction`` is the share of the training done (0..1) when the totals are known: epochs and steps per
+    epoch, or the steps alone; else None.
+    """
+    for worker in workers:
+        epoch, step = _number(worker.get("epoch")), _number(worker.get("step"))
+        if epoch is None and step is None:
+            continue
+        epochs_total, steps_total = _number(worker.get("epochs_total")), _number(worker.get("steps_total"))
+        fraction = None
+        if steps_total and step is not None:
+            if epochs_total and epoch:
+                fraction = ((epoch - 1) * steps_total + step) / (epochs_total * steps_total)
+            elif not epochs_total:
+                fraction = step / steps_total
+        elif epochs_total and epoch:
+            fraction = epoch / epochs_total
+        return {"epoch": epoch, "epochs_total": epochs_total, "step": step, "steps_total": steps_total,
+                "fraction": None if fraction is None else max(0.0, min(1.0, fraction))}
+    return None
+
+
+def _steps_per_sec(workers: list[dict[str, Any]]) -> float | None:
+    for worker in workers:
+        rate = worker.get("steps_per_sec")
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
+            return float(rate)  # finite only: the listing is strict JSON (a browser's JSON.parse refuses NaN)
+    return None
 
 
 @overload
@@ -65,6 +104,13 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "error": liveness.pop("error", None) or state.get("error") or "",
         "run_dir": str(run_dir),
         **liveness,
+        "restart_requested": restart_requested(run_dir),
+        "workers_alive": 0 if status in ENDED_WORKER_STATES else sum(
+            1 for w in workers if w.get("status") not in ENDED_WORKER_STATES),
+        "nodes": sorted({str(w["host"]) for w in workers if w.get("host")}),
+        "progress": progress_of(workers),
+        "steps_per_sec": _steps_per_sec(workers),
+        "session": state.get("session") if isinstance(state.get("session"), dict) else None,
     })
 
 

@@ -55,3 +55,11 @@ def test_install_maps_the_folders_into_nbworkers(tmp_path: Path, editable: bool)
     # skip data files: `make setup` enables it with `jupyter server extension enable --sys-prefix`)
     config = env_dir / "etc" / "jupyter" / "jupyter_server_config.d" / "nbworkers.json"
     assert config.exists() or editable
+    # ... and the prebuilt sidebar where JupyterLab and Notebook 7 look (editable: `make setup` links it there)
+    labextension = env_dir / "share" / "jupyter" / "labextensions" / "nbworkers"
+    if not editable:
+        assert (labextension / "package.json").is_file() and (labextension / "install.json").is_file()
+        assert list((labextension / "static").glob("remoteEntry.*.js"))
+        assert (labextension / "schemas" / "nbworkers" / "sidebar.json").is_file()  # its settings
+        package_data = Path(found["nbworkers"]).parent / "labextension"  # also inside the package
+        assert (package_data / "package.json").is_file() and list((package_data / "static").glob("remoteEntry.*.js"))

@@ -266,6 +266,9 @@ def test_list_shows_the_running_cluster(server, busy_cluster):
     assert row["kernel"] == {"id": kernel.id, "pid": kernel.pid}
     assert row["backend"] == "local" and row["workers"] == 2 and row["restarts"] == 0
     assert isinstance(row["started"], float) and row["processes_alive"] >= 4  # 2 hosts + 2 workers
+    # what the sidebar shows of it
+    assert row["workers_alive"] == 2 and len(row["nodes"]) == 1 and row["restart_requested"] is False
+    assert row["progress"] is None and row["session"] is None  # the cell sleeps: it reports no step
 
 
 def test_detail_has_per_worker_status(server, busy_cluster):
@@ -294,6 +297,8 @@ ENDPOINTS = [
     ("GET", "/nbworkers/api/clusters/sleepy/logs/0"),
     ("GET", "/nbworkers/api/clusters/sleepy/logs/0?tail=3"),
     ("DELETE", "/nbworkers/api/clusters/sleepy"),
+    ("DELETE", "/nbworkers/api/clusters/sleepy?remove=1"),
+    ("POST", "/nbworkers/api/clusters/sleepy/restart"),
     ("GET", "/nbworkers/api/anything/else"),
 ]
 
@@ -383,6 +388,16 @@ def test_unknown_cluster_is_404(server):
     assert status == 404 and "no cluster named 'no-such-cluster'" in data["message"]
 
 
+def test_a_running_run_is_never_removed(server, busy_cluster):
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/sleepy?remove=1")
+    assert status == 409 and "stop it first" in data["message"], data
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/sleepy?remove=yes")
+    assert status == 400 and "remove=1" in data["message"], data
+    assert (server.run_root / "sleepy" / "worker-0.log").exists()
+    assert not (server.run_root / "sleepy" / "stop-requested").exists()
+    assert _state(server, "sleepy")["status"] == "running"
+
+
 # --------------------------------------------------------------------------------------------------- stopping
 def test_delete_stops_the_cluster_while_its_kernel_is_busy(server, busy_cluster):
     kernel, state = busy_cluster
@@ -400,6 +415,17 @@ def test_delete_stops_the_cluster_while_its_kernel_is_busy(server, busy_cluster)
     # again: nothing left to stop, same answer
     status, again = server.json("DELETE", "/nbworkers/api/clusters/sleepy")
     assert status == 200 and again["status"] == "stopped"
+
+
+def test_an_ended_run_is_not_restarted_from_outside_but_can_be_removed(server, busy_cluster):
+    status, data = server.json("POST", "/nbworkers/api/clusters/sleepy/restart")
+    assert status == 409 and "in its notebook" in data["message"], data
+    assert not (server.run_root / "sleepy" / "restart-requested").exists()
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/sleepy?remove=1")
+    assert status == 200 and data == {"name": "sleepy", "removed": True}
+    assert not (server.run_root / "sleepy").exists()
+    status, _ = server.json("GET", "/nbworkers/api/clusters/sleepy")
+    assert status == 404
 
 
 FAKE_RUN_ID = "fake-run"  # the NBWORKERS_RUN_ID the fake run's processes carry (only marked processes are killed)
@@ -459,6 +485,18 @@ def test_delete_kills_the_processes_of_a_dead_kernel_directly(server):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_a_lost_run_is_stopped_before_it_can_be_removed_and_never_restarted(server):
+    run_dir = write_fake_run(server.run_root, "lostrun", _dead_pid(), hosts=[], workers=[], started=time.time())
+    status, data = server.json("POST", "/nbworkers/api/clusters/lostrun/restart")
+    assert status == 409 and "lost" in data["message"], data
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/lostrun?remove=1")
+    assert status == 409 and "stop it first" in data["message"] and run_dir.exists(), data
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/lostrun")
+    assert status == 200 and data["status"] == "stopped"
+    status, data = server.json("DELETE", "/nbworkers/api/clusters/lostrun?remove=1")
+    assert status == 200 and not run_dir.exists(), data
 
 
 def test_a_killed_kernel_is_reported_lost_then_reaped(server):

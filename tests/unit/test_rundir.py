@@ -4,6 +4,7 @@ TensorFlow, no kernel."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,39 @@ def test_logs_and_tails_are_read_from_their_end(tmp_path):
     for bad in ("2", "-1", "²", "x"):
         with pytest.raises(rundir.RunNotFound):
             rundir.read_log(tmp_path, bad)
+
+
+def test_a_restart_request_is_taken_once(tmp_path):
+    rundir.request_restart(tmp_path)
+    assert rundir.restart_requested(tmp_path)
+    assert rundir.take_restart_request(tmp_path) is True
+    assert rundir.take_restart_request(tmp_path) is False and not rundir.restart_requested(tmp_path)
+
+
+def test_a_listing_row_carries_the_chiefs_progress_and_the_live_workers(tmp_path):
+    from nbworkers.magics.rundir.listing import describe, progress_of
+
+    assert progress_of([{"epoch": None, "step": None}]) is None
+    assert progress_of([{"epoch": 2, "epochs_total": 4, "step": 5, "steps_total": 10}])["fraction"] == 0.375
+    assert progress_of([{"step": 30, "steps_total": 120}])["fraction"] == 0.25
+    assert progress_of([{"epoch": 1, "epochs_total": 2}])["fraction"] == 0.5
+    assert progress_of([{"step": 7}]) == {"epoch": None, "epochs_total": None, "step": 7, "steps_total": None,
+                                          "fraction": None}
+    assert progress_of([{"step": 1}, {"step": 9}])["step"] == 1  # the first that reported: the chief
+    run_dir = tmp_path / "blue-otter"
+    run_dir.mkdir()
+    workers = [{"index": i, "host": "node-a" if i < 2 else "node-b", "status": s, "step": 3, "steps_total": 6,
+                "steps_per_sec": 2.5} for i, s in enumerate(["running", "running", "failed"])]
+    state = {"status": "running", "kernel_pid": os.getpid(), "started": time.time() - 5, "backend": "ray",
+             "workers": workers, "session": {"name": "blue-otter", "cells": 2, "state": "idle"}}
+    rundir.write_state(run_dir, state)
+    row = describe(run_dir)
+    assert row is not None
+    assert row["workers_alive"] == 2 and row["nodes"] == ["node-a", "node-b"] and row["steps_per_sec"] == 2.5
+    assert row["progress"] and row["progress"]["fraction"] == 0.5 and row["session"]["cells"] == 2
+    assert row["restart_requested"] is False
+    rundir.write_state(run_dir, {**state, "status": "stopped"})
+    assert describe(run_dir)["workers_alive"] == 0  # an ended run has none, whatever its workers' last words
+    workers[0]["steps_per_sec"] = float("nan")
+    rundir.write_state(run_dir, {**state, "workers": workers[:1]})
+    assert describe(run_dir)["steps_per_sec"] is None  # strict JSON for the browser

@@ -1,0 +1,90 @@
+/**
+ * Text the sidebar shows for a run: its age, its progress, its workers. Pure functions of a listing row.
+ */
+import { IRunRow } from './api';
+
+/** Statuses after which nothing changes any more (magics/run/core/statuses.py). */
+export const ENDED = new Set(['finished', 'failed', 'stopped', 'lost']);
+
+export function isEnded(row: IRunRow): boolean {
+  return ENDED.has(row.status);
+}
+
+/** "4 s", "12 min", "3 h", "2 d": how long ago ``since`` (Unix seconds) was. */
+export function age(since: number | null, now: number = Date.now() / 1000): string {
+  if (since === null || since === undefined) {
+    return '';
+  }
+  const seconds = Math.max(0, now - since);
+  if (seconds < 90) {
+    return `${Math.round(seconds)} s`;
+  }
+  if (seconds < 90 * 60) {
+    return `${Math.round(seconds / 60)} min`;
+  }
+  if (seconds < 36 * 3600) {
+    return `${Math.round(seconds / 3600)} h`;
+  }
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+/** "epoch 2/3 · step 14/30", or "step 120" when no totals are known; "" before any progress. */
+export function progressText(row: IRunRow): string {
+  const p = row.progress;
+  if (!p) {
+    return '';
+  }
+  const parts: string[] = [];
+  if (p.epoch !== null && p.epoch !== undefined) {
+    parts.push(`epoch ${p.epoch}${p.epochs_total ? '/' + p.epochs_total : ''}`);
+  }
+  if (p.step !== null && p.step !== undefined) {
+    parts.push(`step ${p.step}${p.steps_total ? '/' + p.steps_total : ''}`);
+  }
+  return parts.join(' · ');
+}
+
+/** Percent of the run done (0..100), or null when its totals are not known. */
+export function percent(row: IRunRow): number | null {
+  const fraction = row.progress ? row.progress.fraction : null;
+  if (fraction === null || fraction === undefined) {
+    return null;
+  }
+  return Math.max(0, Math.min(100, Math.round(fraction * 100)));
+}
+
+export function rate(row: IRunRow): string {
+  const value = row.steps_per_sec;
+  if (value === null || value === undefined || !isFinite(value)) {
+    return '';
+  }
+  return `${value >= 10 ? value.toFixed(0) : value.toFixed(1)} steps/s`;
+}
+
+/** "local · 1 node", "ray · 3 nodes". */
+export function placement(row: IRunRow): string {
+  const nodes = (row.nodes || []).length;
+  return `${row.backend || 'local'}${nodes ? ` · ${nodes} node${nodes === 1 ? '' : 's'}` : ''}`;
+}
+
+/** "2/2 alive", with the restarts when there were some. */
+export function workersText(row: IRunRow): string {
+  const restarts = row.restarts ? ` · ${row.restarts} restart${row.restarts === 1 ? '' : 's'}` : '';
+  return `${row.workers_alive}/${row.workers} workers alive${restarts}`;
+}
+
+/**
+ * What the tab's caption (and the browser's hover text) says: the running runs and their progress,
+ * e.g. "nbworkers: train 45%, eval running"; "nbworkers: no run running" when none runs.
+ */
+export function summary(rows: IRunRow[]): string {
+  const live = rows.filter(row => !isEnded(row));
+  if (!live.length) {
+    return 'nbworkers: no run running';
+  }
+  const parts = live.map(row => {
+    const done = percent(row);
+    return `${row.name} ${done === null ? row.status : done + '%'}`;
+  });
+  return `nbworkers: ${parts.join(', ')}`;
+}

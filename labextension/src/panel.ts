@@ -1,0 +1,278 @@
+/**
+ * The sidebar: every run and session under the run root, of every kernel, polled from the REST API.
+ *
+ * Rows are keyed by run name and updated in place (a click is never lost to a re-render). Stop, Restart and
+ * Remove call the REST API; the log, TensorBoard and attach go through the callbacks the plugin gives
+ * (they need the shell or a notebook).
+ */
+import { Widget } from '@lumino/widgets';
+
+import { ClustersAPI, IRunRow } from './api';
+import {
+  age,
+  isEnded,
+  percent,
+  placement,
+  progressText,
+  rate,
+  summary,
+  workersText
+} from './format';
+
+/** What a row's buttons do beyond the REST API. */
+export interface IRowActions {
+  openLog(row: IRunRow): void;
+  tensorboard(row: IRunRow): Promise<void>;
+  attach(row: IRunRow): Promise<void>;
+  /** Run an ended run again in its own kernel (``.restart()`` there); the kernel must be one of this server's. */
+  restartEnded(row: IRunRow): Promise<void>;
+  /** The notebook a kernel serves on this server ("" when none does). */
+  notebookOf(kernelId: string): string;
+  /** Whether the kernel is one of this server's running kernels. */
+  kernelHere(kernelId: string): boolean;
+}
+
+export interface IPanelOptions {
+  api: ClustersAPI;
+  actions: IRowActions;
+  pollVisibleMs?: number; // how often the listing is fetched while the sidebar shows
+  pollHiddenMs?: number; // and while it is hidden (the tab's caption still shows progress)
+}
+
+type Action = 'stop' | 'restart' | 'log' | 'tensorboard' | 'attach' | 'remove';
+
+const BUTTONS: [Action, string, string][] = [
+  ['stop', 'Stop', 'Stop the run (TERM, grace, KILL), even while its kernel is busy'],
+  ['restart', 'Restart', 'Stop the group and start it again on fresh ports (an ended run: run it again)'],
+  ['log', 'Log', "Open the workers' logs"],
+  ['tensorboard', 'TensorBoard', 'Insert and run %workers tensorboard NAME in the current notebook'],
+  ['attach', 'Attach', 'Insert and run %workers attach NAME in the current notebook'],
+  ['remove', 'Remove', "Remove the ended run's directory (logs, state, TensorBoard files)"]
+];
+
+function div(className: string, parent: HTMLElement): HTMLDivElement {
+  const node = document.createElement('div');
+  node.className = className;
+  parent.appendChild(node);
+  return node;
+}
+
+class RowView {
+  readonly node: HTMLDivElement;
+  private parts: Record<string, HTMLElement> = {};
+  private buttons = new Map<Action, HTMLButtonElement>();
+  private busy = new Set<Action>();
+  row: IRunRow;
+
+  constructor(
+    row: IRunRow,
+    private panel: ClustersPanel
+  ) {
+    this.row = row;
+    this.node = document.createElement('div');
+    this.node.className = 'nbw-sb-row';
+    const head = div('nbw-sb-head', this.node);
+    for (const part of ['name', 'status', 'age']) {
+      this.parts[part] = div(`nbw-sb-${part}`, head);
+    }
+    this.parts.where = div('nbw-sb-where', this.node);
+    this.parts.bar = div('nbw-sb-bar', this.node);
+    this.parts.fill = div('nbw-sb-fill', this.parts.bar);
+    this.parts.progress = div('nbw-sb-progress', this.node);
+    this.parts.workers = div('nbw-sb-workers', this.node);
+    this.parts.message = div('nbw-sb-message', this.node);
+    const actions = div('nbw-sb-actions', this.node);
+    for (const [action, label, title] of BUTTONS) {
+      const button = document.createElement('button');
+      button.className = `jp-Button nbw-sb-button nbw-sb-${action}`;
+      button.dataset.action = action;
+      button.textContent = label;
+      button.title = title;
+      button.addEventListener('click', () => void this.run(action));
+      actions.appendChild(button);
+      this.buttons.set(action, button);
+    }
+    this.update(row);
+  }
+
+  update(row: IRunRow): void {
+    this.row = row;
+    const ended = isEnded(row);
+    const node = this.node;
+    node.dataset.name = row.name;
+    node.dataset.status = row.status;
+    node.dataset.step = String(row.progress?.step ?? '');
+    node.dataset.progress = progressText(row);
+    this.parts.name.textContent = row.session ? `${row.name} (session)` : row.name;
+    this.parts.name.title = row.name;
+    this.parts.status.textContent = row.status;
+    this.parts.status.className = `nbw-sb-status nbw-sb-status-${row.status}`;
+    this.parts.age.textContent = age(row.started);
+    this.parts.age.title = row.started ? new Date(row.started * 1000).toLocaleString() : '';
+    const notebook = this.panel.actions.notebookOf(row.kernel?.id || '');
+    const kernel = notebook
+      ? notebook
+      : row.kernel?.id
+        ? `kernel ${row.kernel.id.slice(0, 8)}`
+        : `kernel pid ${row.kernel?.pid ?? '?'}`;
+    this.parts.where.textContent = `${kernel}${row.kernel_alive ? '' : ' (gone)'} · ${placement(row)}`;
+    this.parts.where.title = row.nodes && row.nodes.length ? `nodes: ${row.nodes.join(', ')}` : '';
+    const done = percent(row);
+    // a bar when the share done is known; a faint full bar while a run without totals runs; none after it
+    this.parts.bar.style.visibility = done === null && ended ? 'hidden' : 'visible';
+    this.parts.fill.style.width = `${done === null ? 100 : done}%`;
+    this.parts.fill.classList.toggle('nbw-sb-fill-unknown', done === null);
+    const session = row.session
+      ? `${row.session.cells} cell${row.session.cells === 1 ? '' : 's'}, ${row.session.state}`
+      : '';
+    this.parts.progress.textContent =
+      [progressText(row), rate(row), session].filter(Boolean).join(' · ') || '\u00a0';
+    this.parts.workers.textContent = workersText(row);
+    if (row.error && !this.parts.message.dataset.local) {
+      this.parts.message.textContent = row.error;
+    } else if (!this.parts.message.dataset.local) {
+      this.parts.message.textContent = '';
+    }
+    const can: Record<Action, boolean> = {
+      stop: !ended || row.processes_alive > 0,
+      restart:
+        row.kernel_alive &&
+        (ended ? this.panel.actions.kernelHere(row.kernel?.id || '') : !row.stop_requested),
+      log: row.workers > 0,
+      tensorboard: true,
+      attach: true,
+      remove: ended && row.processes_alive === 0
+    };
+    for (const [action, button] of this.buttons) {
+      button.disabled = !can[action] || this.busy.has(action);
+    }
+  }
+
+  private say(text: string): void {
+    this.parts.message.textContent = text;
+    this.parts.message.dataset.local = text ? '1' : '';
+  }
+
+  private async run(action: Action): Promise<void> {
+    const panel = this.panel;
+    const name = this.row.name;
+    this.busy.add(action);
+    this.update(this.row);
+    this.say('');
+    try {
+      if (action === 'stop') {
+        this.parts.status.textContent = 'stopping';
+        await panel.api.stop(name);
+      } else if (action === 'restart' && isEnded(this.row)) {
+        await panel.actions.restartEnded(this.row);
+      } else if (action === 'restart') {
+        await panel.api.restart(name);
+      } else if (action === 'remove') {
+        await panel.api.remove(name);
+      } else if (action === 'log') {
+        panel.actions.openLog(this.row);
+      } else if (action === 'tensorboard') {
+        await panel.actions.tensorboard(this.row);
+      } else if (action === 'attach') {
+        await panel.actions.attach(this.row);
+      }
+    } catch (error) {
+      this.say(`${action}: ${(error as Error).message}`);
+    } finally {
+      this.busy.delete(action);
+      this.update(this.row);
+      void panel.refresh();
+    }
+  }
+}
+
+export class ClustersPanel extends Widget {
+  readonly api: ClustersAPI;
+  readonly actions: IRowActions;
+  private rows = new Map<string, RowView>();
+  private list: HTMLDivElement;
+  private header: HTMLDivElement;
+  private timer: number | undefined;
+  pollVisibleMs: number;
+  pollHiddenMs: number;
+
+  constructor(options: IPanelOptions) {
+    super();
+    this.api = options.api;
+    this.actions = options.actions;
+    this.pollVisibleMs = options.pollVisibleMs ?? 1000;
+    this.pollHiddenMs = options.pollHiddenMs ?? 5000;
+    this.id = 'nbworkers-sidebar';
+    this.addClass('nbw-sb');
+    this.title.label = 'nbworkers';
+    this.title.caption = 'nbworkers';
+    const top = div('nbw-sb-top', this.node);
+    div('nbw-sb-title', top).textContent = 'nbworkers';
+    this.header = div('nbw-sb-summary', top);
+    this.list = div('nbw-sb-list', this.node);
+    void this.refresh();
+  }
+
+  dispose(): void {
+    window.clearTimeout(this.timer);
+    super.dispose();
+  }
+
+  /** Fetch the listing now and update the rows; schedules the next fetch. */
+  async refresh(): Promise<void> {
+    window.clearTimeout(this.timer);
+    try {
+      const listing = await this.api.list();
+      this.render(listing.clusters, listing.run_root);
+    } catch (error) {
+      this.header.textContent = `cannot read the nbworkers API: ${(error as Error).message}`;
+      this.header.classList.add('nbw-sb-error');
+    }
+    if (!this.isDisposed) {
+      window.clearTimeout(this.timer);
+      const wait = this.isVisible ? this.pollVisibleMs : this.pollHiddenMs;
+      this.timer = window.setTimeout(() => void this.refresh(), wait);
+    }
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+  }
+
+  private render(clusters: IRunRow[], runRoot: string): void {
+    this.header.classList.remove('nbw-sb-error');
+    const live = clusters.filter(row => !isEnded(row)).length;
+    this.header.textContent = clusters.length
+      ? `${live} running, ${clusters.length - live} ended · ${runRoot}`
+      : `no runs under ${runRoot}: run a %%worker cell`;
+    this.title.caption = summary(clusters);
+    this.node.dataset.running = String(live);
+    const seen = new Set<string>();
+    let order = true;
+    const children = Array.from(this.list.children);
+    clusters.forEach((row, index) => {
+      seen.add(row.name);
+      let view = this.rows.get(row.name);
+      if (view) {
+        view.update(row);
+      } else {
+        view = new RowView(row, this);
+        this.rows.set(row.name, view);
+      }
+      if (children[index] !== view.node) {
+        order = false;
+      }
+    });
+    for (const [name, view] of this.rows) {
+      if (!seen.has(name)) {
+        view.node.remove();
+        this.rows.delete(name);
+      }
+    }
+    if (!order || this.list.children.length !== clusters.length) {
+      for (const row of clusters) {
+        this.list.appendChild(this.rows.get(row.name)!.node);
+      }
+    }
+  }
+}
