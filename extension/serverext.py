@@ -74,6 +74,12 @@ class NbworkersAPI(Configurable):
         return worker_settings.stop_grace + worker_settings.stop_wait_margin
 
 
+def unsafe_root_error(error: Exception) -> web.HTTPError:
+    """A run root other users could change (``layout.checked_run_root``): 500 with the folder and the fix; nothing
+    in it is read or signalled."""
+    return web.HTTPError(500, reason="nbworkers run root refused", log_message=str(error))
+
+
 class ClusterAPIHandler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
@@ -84,7 +90,12 @@ class ClusterAPIHandler(APIHandler):
         self.stop_executor = stop_executor or executor
 
     async def run_blocking(self, func, *args, pool: ThreadPoolExecutor | None = None) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
+        from nbworkers.magics.rundir.layout import UnsafeRunRoot
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
+        except UnsafeRunRoot as error:
+            raise unsafe_root_error(error) from None
 
     def run_dir(self, name: str) -> Path:
         from nbworkers.magics.launch.names import valid_name
@@ -96,6 +107,8 @@ class ClusterAPIHandler(APIHandler):
             return rundir.run_dir_of(name, self.api.run_root)
         except rundir.RunNotFound as error:
             raise web.HTTPError(404, str(error)) from None
+        except rundir.UnsafeRunRoot as error:
+            raise unsafe_root_error(error) from None
 
     def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
         """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""

@@ -11,6 +11,7 @@ then it is spawned: a fresh interpreter that imports TensorFlow itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 from nbworkers.host.command import host_command
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker
+from nbworkers.protocol.own_files import open_own
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ class LocalBackend:
 
         socket_path, note = zygotes().socket_for(python, env, cwd)
         if note:
-            with open(log_path, "ab") as log:
+            with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
                 log.write(f"--- nbworkers: {note}\n".encode())
         if not socket_path:
             return None
@@ -146,7 +148,7 @@ class LocalBackend:
         command = host_command(python, ["--log", str(log_path), "--grace", str(grace), "--role", role,
                                         *(host_options or [])])
         host = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"),
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab"),
             env=env, cwd=cwd, start_new_session=True, close_fds=True,
         )
         return WorkerProcess(index=index, host=host, log_path=log_path)

@@ -221,7 +221,7 @@ def _tensorboard(name: str) -> None:
     except KeyError:
         try:
             run_dir = run_dir_of(name)  # a run this kernel did not start
-        except RunNotFound as error:
+        except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
             raise UsageError(str(error)) from None
     try:
         board = tensorboard.start(run_dir, settings().tensorboard_start_timeout, settings().tensorboard_reload_interval)

@@ -40,6 +40,7 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
+from nbworkers.protocol.own_files import sign_push
 
 ERROR_LOG_TAIL_LINES = 25  # lines of a failed worker's log quoted in the cluster's error
 
@@ -194,7 +195,8 @@ class Cluster:
     def _prepare_run_dir(self) -> None:
         # never another kernel's live run; a 0700 directory, 0600 files (rundir_prepare.py)
         code = "\n" + self.spec.code  # line 1: the %%worker line
-        prepare_run_dir(self.run_dir, code, pickle.dumps(self.spec.push) if self.spec.push else None,
+        push = sign_push(self._key, pickle.dumps(self.spec.push)) if self.spec.push else None  # checked by workers
+        prepare_run_dir(self.run_dir, code, push,
                         [log_path(self.run_dir, i) for i in range(len(self._tasks))])
 
     def _launch_group(self) -> None:

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.names import valid_name
-from nbworkers.protocol.private_dirs import write_private
+from nbworkers.protocol.private_dirs import owned_root, write_private
 
 STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"
@@ -44,6 +45,11 @@ class RunNotFound(LookupError):
     """No run of that name (or its name is not a valid run name). The message says what to do."""
 
 
+class UnsafeRunRoot(LaunchError):
+    """The run root is a symlink, another user's, writable by group or others, or inside a folder through which
+    another user could replace it: nothing is run from it or read from it. The message names it and the fix."""
+
+
 # ------------------------------------------------------------------------------------------- paths
 def run_root(root: str | os.PathLike | None = None) -> Path:
     """The run root (default: ``settings().run_root``), ``~`` expanded."""
@@ -52,6 +58,20 @@ def run_root(root: str | os.PathLike | None = None) -> Path:
 
         root = settings().run_root
     return Path(root).expanduser()
+
+
+def checked_run_root(root: str | os.PathLike | None = None) -> Path:
+    """The run root, made private (0700) if absent, else checked (``private_dirs.owned_root``): one check for
+    ``%load_ext``, every launch, every listing and the server extension. Raises UnsafeRunRoot."""
+    path = run_root(root)
+    try:
+        return owned_root(path)
+    except OSError as error:
+        raise UnsafeRunRoot(
+            f"nbworkers will not use the run root {path}: {error} To fix it: `chmod 700 {path}` if the folder and "
+            f"everything in it are yours, or set NBWORKERS_RUN_ROOT (or settings().run_root) to a private folder, "
+            "for example ~/.nbworkers/runs."
+        ) from None
 
 
 def path_for(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -91,9 +111,13 @@ def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
     The name must be a valid cluster name (no '/', no '..', no leading '.'), and the directory, with every
     symlink resolved, must lie inside the resolved run root and hold a state file.
     """
+    return _run_dir_in(name, checked_run_root(root).resolve())
+
+
+def _run_dir_in(name: str, base: Path) -> Path:
+    """``run_dir_of`` under the already checked, resolved run root ``base``."""
     if not isinstance(name, str) or not valid_name(name):
         raise RunNotFound(f"{name!r} is not a cluster name (letters, digits, '.', '_', '-'; at most 64).")
-    base = run_root(root).resolve()
     directory = (base / name).resolve()
     if not directory.is_relative_to(base) or directory == base or directory.parent != base:
         raise RunNotFound(f"{name!r} does not name a run directory inside {base}.")
@@ -104,8 +128,9 @@ def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
 
 
 def list_run_dirs(root: str | os.PathLike | None = None) -> list[Path]:
-    """Every run directory under the run root (valid name, a state file, not a symlink out of the root)."""
-    base = run_root(root)
+    """Every run directory under the run root (valid name, a state file, not a symlink out of the root).
+    Raises UnsafeRunRoot when the run root is not this user's alone."""
+    base = checked_run_root(root).resolve()
     try:
         entries = sorted(base.iterdir())
     except OSError:
@@ -113,7 +138,7 @@ def list_run_dirs(root: str | os.PathLike | None = None) -> list[Path]:
     found = []
     for entry in entries:
         try:
-            found.append(run_dir_of(entry.name, base))
+            found.append(_run_dir_in(entry.name, base))
         except RunNotFound:
             continue
     return found
