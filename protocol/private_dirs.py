@@ -74,7 +74,8 @@ def check_ancestors(path: Path) -> None:
     """Raise UnsafeDirectory when another user could rename or replace ``path`` through one of its parents: each
     must be owned by this user or root and, when group or others may write to it, carry the sticky bit
     (as ``/tmp`` does: then only an entry's owner may rename it)."""
-    for parent in Path(os.path.realpath(path.parent)).parents[::-1] + (Path(os.path.realpath(path.parent)),):
+    parent_dir = Path(os.path.realpath(path.parent))
+    for parent in [*reversed(parent_dir.parents), parent_dir]:
         info = os.stat(parent)
         if info.st_uid not in (0, os.getuid()):
             raise UnsafeDirectory(f"{path} lies inside {parent}, which belongs to user id {info.st_uid}: they could "

@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from nbworkers.magics.backends.zygotes import zygote_pids
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import cpp_log_level
@@ -296,7 +297,7 @@ class Cluster:
         elif message.kind == "hello":
             worker.pid = content["pid"]
             worker.host = content.get("host") or ""
-            self._procs[index].worker_pid = content["pid"]
+            self._procs[index].note_worker(content["pid"], zygote_pids())  # recorded with its create time
 
     def _check_requests(self) -> None:
         """Stop and restart requests (any thread, or the server extension's stop file) to the core."""
