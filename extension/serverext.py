@@ -7,6 +7,9 @@
     GET    /nbworkers/api/clusters/<name>/logs/<worker>?tail=N
                                                             a worker's log (text/plain)
     DELETE /nbworkers/api/clusters/<name>                   stop it, even while its kernel is busy
+    GET/POST /nbworkers/tensorboard/<name>/...              the run's TensorBoard (``%workers tensorboard``),
+                                                            forwarded to its private Unix socket
+                                                            (``tensorboard_proxy.py``)
 
 It reads what the clusters write (``<run_root>/<name>/state.json``), so it never needs a kernel to be idle;
 stopping writes the ``stop-requested`` file the cluster's supervisor thread obeys, then kills what is left
@@ -55,6 +58,8 @@ class NbworkersAPI(Configurable):
         config=True)
     log_max_bytes = Int(8 * 1024 * 1024, help="Most bytes of a log returned by one request (its end).").tag(
         config=True)
+    tensorboard_timeout = Float(60.0, help="Seconds a request forwarded to a run's TensorBoard may take "
+                                           "(/nbworkers/tensorboard/<name>/).").tag(config=True)
     stop_threads = Int(4, help="Threads that run stops (DELETE) off the event loop.").tag(config=True)
     read_threads = Int(4, help="Threads that run reads (GET: directory scans, state and log files) off the event "
                               "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(
@@ -191,10 +196,14 @@ class NotFoundHandler(ClusterAPIHandler):
 
 def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor,
              stop_executor: ThreadPoolExecutor | None = None) -> list[tuple]:
+    from nbworkers.tensorboard_proxy import ROUTE, TensorBoardProxyHandler
+
     prefix = url_path_join(base_url, API_PREFIX)
     kwargs = {"api": api, "executor": executor, "stop_executor": stop_executor or executor}
     name = r"(?P<name>[^/]+)"
     return [
+        (url_path_join(base_url, ROUTE) + rf"/{name}(?:/(?P<path>.*))?", TensorBoardProxyHandler,
+         {"api": api, "executor": executor}),
         (prefix + r"/clusters/?", ClustersHandler, kwargs),
         (prefix + rf"/clusters/{name}/?", ClusterHandler, kwargs),
         (prefix + rf"/clusters/{name}/logs/(?P<worker>[^/]+)/?", LogHandler, kwargs),

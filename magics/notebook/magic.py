@@ -228,7 +228,8 @@ def _tensorboard(name: str) -> None:
     except LaunchError as error:
         raise UsageError(str(error)) from None
     tensorboard.show(board)
-    print(f"TensorBoard on {board.logdir}: {board.url} (stopped with this kernel)")
+    print(f"TensorBoard on {board.logdir}: {board.url} on this Jupyter server, behind its login "
+          "(stopped with this kernel)")
 
 
 def _stopped_text(stopped: list) -> str:

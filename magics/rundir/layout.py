@@ -10,7 +10,8 @@ A run directory (made private by ``rundir_prepare``: mode 0700, every file 0600)
 - ``stop-requested``: a stop asked from outside the kernel (the server extension, an attached handle); the
   supervisor thread obeys it even while the kernel is busy;
 - ``tensorboard/``: the workers' TensorBoard event files, ``tensorboard.log``: the output of the TensorBoard
-  that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``).
+  that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``), ``tensorboard.socket``: the path
+  of the Unix socket it serves on.
 
 It also finds runs by name under the run root (never a path outside it) and reads their logs.
 Imports neither psutil nor TensorFlow (the Ray node imports the file names).
@@ -36,6 +37,7 @@ CELL_FILE = "cell.py"
 PUSH_FILE = "push.pkl"
 TENSORBOARD_DIR = "tensorboard"  # the workers write it too: distlib/tensorboard.py (SUBDIR)
 TENSORBOARD_LOG_FILE = "tensorboard.log"
+TENSORBOARD_SOCKET_FILE = "tensorboard.socket"  # the path of the Unix socket the run's TensorBoard serves on
 TAIL_READ_BYTES = 64 * 1024  # the end of a log read for its last lines (a failed worker's error)
 LOG_MAX_BYTES = 8 * 1024 * 1024  # most bytes of a log returned at once (the end of the log)
 WORKER_ID = re.compile(r"[0-9]{1,6}")  # ASCII digits only (str.isdigit() also takes "²")
@@ -97,6 +99,11 @@ def state_path(run_dir: Path) -> Path:
 
 def tensorboard_dir(run_dir: Path) -> Path:
     return Path(run_dir) / TENSORBOARD_DIR
+
+
+def tensorboard_socket_file(run_dir: Path) -> Path:
+    """Names the Unix socket of the run's TensorBoard (the server extension's proxy reads it)."""
+    return Path(run_dir) / TENSORBOARD_SOCKET_FILE
 
 
 def tensorboard_log_path(run_dir: Path) -> Path:
