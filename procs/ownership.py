@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.protocol import env_settings
 
 RUN_ID_ENV = env_settings.RUN_ID.name
@@ -87,6 +88,8 @@ def is_recorded(pid: int, created: float, marker: RunMarker) -> bool:
 
 def carries_marker(env: dict[str, str], marker: RunMarker) -> bool:
     """Does an environment carry the run's id (or, for old state files, name its run directory)?"""
+    if marker.run_id == RUN_ID_PLACEHOLDER:
+        return False  # a zygote's placeholder (public), never a run's id: a state file naming it is forged
     if marker.run_id:
         return env.get(RUN_ID_ENV) == marker.run_id
     value = env.get(RUN_DIR_ENV)

@@ -134,6 +134,12 @@ class WorkerMagics(Magics):
             raise UsageError(f"{error}\nSee `%workers --help`.") from None
         action = args.action
         if action == "list":
+            from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
+
+            try:
+                checked_run_root()  # the listing says when the run root is not this user's alone
+            except UnsafeRunRoot as error:
+                raise UsageError(str(error)) from None
             display(HtmlBundle(*_cluster_table()))
             return None
         if action not in ("logs", "stop", "wait", "attach", "tensorboard"):
@@ -158,7 +164,7 @@ class WorkerMagics(Magics):
 
             try:
                 workers_attach(args.name).show()
-            except RunNotFound as error:
+            except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
                 raise UsageError(str(error)) from None
             return None
         try:
