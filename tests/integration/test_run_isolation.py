@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Kernel, processes_of_run_root, wait_until
+from conftest import Kernel, wait_until
 
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.rundir import layout as rundir
@@ -165,8 +165,8 @@ def test_a_forged_state_file_kills_neither_a_live_runs_workers_nor_the_zygote(ke
     assert sorted(leftovers.reap_leftovers(run_root, kill_grace=0.5)) == ["forged", "forged-old",
                                                                           "forged-placeholder"]
     time.sleep(1.0)
-    gone = [pid for pid in everyone if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
-    assert not gone, (gone, everyone, (run_root / "live" / "worker-0.log").read_text()[-3000:])
+    gone = [p for p in everyone if not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE]
+    assert not gone, (gone, everyone)
     assert rundir.read_state(run_root / "live")["status"] == "running"
     assert json.loads((run_root / "forged" / "state.json").read_text())["status"] == "failed"
 
