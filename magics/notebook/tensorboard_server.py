@@ -3,9 +3,9 @@
 TensorBoard's own server listens on a TCP port without authentication: any local user could read the run's
 summaries there. This runs TensorBoard's WSGI application (``tensorboard.program.TensorBoard``, its documented
 ``server_class`` hook and ``launch()``) on a Unix socket instead, inside a private 0700 directory
-(``private_dirs.runtime_dir``): only this user can connect. The notebook reaches it through the Jupyter server, behind its authentication
-(``extension/tensorboard_proxy.py``). ``--load_fast false``: no separate data server (it would listen on a
-local TCP port). Prints ``SERVING_LINE`` once the socket listens.
+(``private_dirs.runtime_dir``): only this user can connect. The notebook reaches it through the Jupyter server,
+behind its authentication (``extension/tensorboard_proxy.py``). ``--load_fast false``: no separate data server
+(it would listen on a local TCP port). Prints ``SERVING_LINE`` once the socket listens.
 """
 
 from __future__ import annotations
