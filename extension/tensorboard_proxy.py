@@ -93,6 +93,15 @@ class TensorBoardProxyHandler(JupyterHandler):
         self.api = api
         self.executor = executor
 
+    def write_error(self, status_code: int, **kwargs) -> None:
+        """The error as plain text with what to do (Jupyter's HTML 404 page would drop the message)."""
+        error = (kwargs.get("exc_info") or (None, None, None))[1]
+        message = self._reason
+        if isinstance(error, web.HTTPError) and error.log_message:
+            message = error.log_message % error.args if error.args else error.log_message
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {message}\n")
+
     def check_xsrf_cookie(self) -> None:
         if self.request.headers.get("X-XSRF-Protected") == "1":  # TensorBoard's own CSRF marker (module docstring)
             return None
@@ -115,7 +124,7 @@ class TensorBoardProxyHandler(JupyterHandler):
         from nbworkers.magics.rundir import layout as rundir
 
         if not valid_name(name):
-            raise web.HTTPError(400, f"{name!r} is not a cluster name")
+            raise web.HTTPError(400, "%r is not a cluster name", name)
         if path is None:  # .../<name> without the slash: TensorBoard's relative links need it
             self.redirect(self.request.path + "/" + (f"?{self.request.query}" if self.request.query else ""))
             return
@@ -124,9 +133,9 @@ class TensorBoardProxyHandler(JupyterHandler):
             run_dir = await loop.run_in_executor(self.executor, rundir.run_dir_of, name, self.api.run_root)
             socket_path = await loop.run_in_executor(self.executor, socket_of, run_dir)
         except (rundir.RunNotFound, NoTensorBoard) as error:
-            raise web.HTTPError(404, str(error)) from None
+            raise web.HTTPError(404, "%s", error) from None  # the message has '%': tornado formats log_message
         except rundir.UnsafeRunRoot as error:
-            raise web.HTTPError(500, str(error)) from None
+            raise web.HTTPError(500, "%s", error) from None
         target = "/" + path + (f"?{self.request.query}" if self.request.query else "")
         headers = {k: v for k, v in self.request.headers.items() if k in FORWARDED_REQUEST_HEADERS}
         body = self.request.body if self.request.method == "POST" else None
@@ -135,8 +144,8 @@ class TensorBoardProxyHandler(JupyterHandler):
                 self.executor, forward, socket_path, self.request.method, target, body, headers,
                 self.api.tensorboard_timeout)
         except OSError as error:
-            raise web.HTTPError(502, f"TensorBoard of {name!r} did not answer ({error}): "
-                                     f"`%workers tensorboard {name}` starts it again.") from None
+            raise web.HTTPError(502, "TensorBoard of %r did not answer (%s): `%%workers tensorboard %s` starts it "
+                                     "again.", name, error, name) from None
         self.set_status(status, reason)
         self.clear_header("Content-Type")
         for key, value in reply_headers:
