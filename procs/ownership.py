@@ -10,10 +10,11 @@ variable's value), so a process is ours for a run only when all of these hold:
   sets it for every host and worker; children inherit it; a worker forked from a zygote writes it into its own
   ``/proc`` environment over the zygote's placeholder: ``procs/proc_marker.py``). State files written before
   run ids existed: the environment must name the run directory (``NBWORKERS_RUN_DIR``);
+- it was created after the run started;
 - and either its (pid, create time) was recorded by the kernel that started it (``RunMarker.recorded``: the
   hosts when they are started, each worker when its host reports the pid, checked to be the host's or this
   kernel's zygote's child), or it is a member of a process group whose leader is such a recorded process of the
-  run (a group id cannot be reused while its leader lives) and was created after the run started.
+  run (a group id cannot be reused while its leader lives).
 
 A zygote carries a placeholder run id that matches no run, and is never recorded in a run: only the kernel that
 started it stops it (its own ``subprocess.Popen``, ``backends/zygotes.py``).
@@ -111,6 +112,6 @@ def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = Fa
         return False
     if not carries_marker(env, marker):
         return False
-    if is_recorded(proc.pid, created, marker):
-        return True
-    return in_group_of_ours and (marker.started is None or created >= marker.started - CREATE_TIME_SLACK)
+    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
+        return False  # older than the run: not one of its processes, whatever a state file records
+    return is_recorded(proc.pid, created, marker) or in_group_of_ours
