@@ -223,5 +223,11 @@ def load(serverapp) -> None:
 
         register(pre_save_hook)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor, stop_executor))
+    from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
+
+    try:
+        checked_run_root(api.run_root)  # every request checks again; say it at start too
+    except UnsafeRunRoot as error:
+        serverapp.log.warning("nbworkers: %s", error)
     serverapp.log.info("nbworkers: REST API at %s over %s",
                        url_path_join(web_app.settings["base_url"], API_PREFIX, "clusters"), api.run_root)

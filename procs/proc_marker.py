@@ -9,14 +9,16 @@ the zygote's is untouched). From then on the child carries its run's marker exac
 and the zygote carries none.
 
 The block's address is in ``/proc/self/stat`` (fields 50 and 51, ``env_start`` and ``env_end``, Linux 3.5+).
-Imports only the standard library (runs in the forked child).
+Imports only the standard library and ``env_settings`` (runs in the forked child).
 """
 
 from __future__ import annotations
 
 import ctypes
 
-RUN_ID_ENV = "NBWORKERS_RUN_ID"  # env_settings.RUN_ID (not imported: the child needs nothing more)
+from nbworkers.protocol import env_settings
+
+RUN_ID_ENV = env_settings.RUN_ID.name
 RUN_ID_PLACEHOLDER = "0" * 24  # as long as ownership.new_run_id()'s ids
 ENV_START_FIELD = 50  # 1-based field numbers of /proc/PID/stat (proc(5))
 ENV_END_FIELD = 51
