@@ -88,11 +88,20 @@ def check_ancestors(path: Path) -> None:
 
 def owned_root(path: str | os.PathLike) -> Path:
     """A root folder that only this user can change (the run root): made (with its missing parents) mode 0700 if
-    absent; else a real directory owned by this user, not writable by group or others, whose parents no other
+    absent, whatever the umask; else a real directory owned by this user, not writable by group or others, whose parents no other
     user can rename it through. UnsafeDirectory otherwise (the message names the folder and the fix)."""
     path = Path(path)
-    if not os.path.lexists(path):
-        os.makedirs(path, PRIVATE_MODE, exist_ok=True)
+    missing = []
+    for folder in [path, *path.parents]:
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    for folder in reversed(missing):  # each one 0700 (makedirs would give the parents the umask's mode)
+        try:
+            os.mkdir(folder, PRIVATE_MODE)
+            os.chmod(folder, PRIVATE_MODE)
+        except FileExistsError:
+            pass
     check_private(path, open_bits=0o022, mode_hint="700")
     check_ancestors(path)
     return path

@@ -29,9 +29,14 @@ def test_names_with_newlines_slashes_dots_and_more_are_refused(name):
     assert not valid_name(name)
 
 
-def test_a_missing_run_root_is_made_private(tmp_path):
-    root = rundir.checked_run_root(tmp_path / "deep" / "runs")
+def test_a_missing_run_root_is_made_private_with_its_parents_whatever_the_umask(tmp_path):
+    old = os.umask(0o002)  # user-private groups: new folders would be group-writable
+    try:
+        root = rundir.checked_run_root(tmp_path / "deep" / "runs")
+    finally:
+        os.umask(old)
     assert root.is_dir() and stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(root.parent.stat().st_mode) == 0o700
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777])
