@@ -88,8 +88,9 @@ def check_ancestors(path: Path) -> None:
 
 def owned_root(path: str | os.PathLike) -> Path:
     """A root folder that only this user can change (the run root): made (with its missing parents) mode 0700 if
-    absent, whatever the umask; else a real directory owned by this user, not writable by group or others, whose parents no other
-    user can rename it through. UnsafeDirectory otherwise (the message names the folder and the fix)."""
+    absent, whatever the umask; else a real directory owned by this user, not writable by group or others, whose
+    parents no other user can rename it through. UnsafeDirectory otherwise (the message names the folder and the
+    fix)."""
     path = Path(path)
     missing = []
     for folder in [path, *path.parents]:
