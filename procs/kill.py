@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import psutil
 
-from nbworkers.procs.ownership import RunMarker, is_ours
+from nbworkers.procs.ownership import RunMarker, ours_in_group
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when processes are stopped directly
 POLL_INTERVAL = 0.05  # seconds between checks while waiting for processes to go
@@ -99,9 +99,7 @@ def signal_groups_if_ours(pgids: Iterable[int], marker: RunMarker, sig: int = si
     """Send ``sig`` to the members of the groups ``pgids`` that are ours (module docstring); the ones signalled."""
     signalled: list[psutil.Process] = []
     for pgid, procs in group_members(pgids).items():
-        leader = next((p for p in procs if p.pid == pgid), None)
-        group_is_ours = leader is not None and is_ours(leader, marker)  # a recorded leader pins the group id
-        ours = [p for p in procs if is_ours(p, marker, group_is_ours)]
+        ours = ours_in_group(pgid, procs, marker)
         if ours and len(ours) == len(procs):
             try:
                 os.killpg(pgid, sig)

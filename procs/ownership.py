@@ -115,3 +115,11 @@ def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = Fa
     if marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
         return False  # older than the run: not one of its processes, whatever a state file records
     return is_recorded(proc.pid, created, marker) or in_group_of_ours
+
+
+def ours_in_group(pgid: int, members: list[psutil.Process], marker: RunMarker) -> list[psutil.Process]:
+    """The members of process group ``pgid`` that are ours: the group counts as the run's when its leader (pid ==
+    pgid) is a recorded process of the run — while the leader lives, the group id cannot be reused."""
+    leader = next((p for p in members if p.pid == pgid), None)
+    group_is_ours = leader is not None and is_ours(leader, marker)
+    return [p for p in members if is_ours(p, marker, group_is_ours)]

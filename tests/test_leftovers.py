@@ -186,8 +186,9 @@ def test_runs_of_another_machine_are_never_reaped(root, procs):
 
 
 def test_scan_at_load_reaps_in_the_background(root, procs):
+    started = time.time()  # before the processes: a run's processes are younger than the run
     group = procs(2)
-    run_dir = write_run(root, "stale", dead_pid(), group, time.time())
+    run_dir = write_run(root, "stale", dead_pid(), group, started)
     thread = leftovers.scan_at_load(root)
     thread.join(STOP_TIMEOUT)
     assert not thread.is_alive()
@@ -196,8 +197,9 @@ def test_scan_at_load_reaps_in_the_background(root, procs):
 
 
 def test_attach_is_read_only_and_can_stop(root, procs):
+    started = time.time()
     group = procs(4)
-    write_run(root, "orphan", dead_pid(), group, time.time())
+    write_run(root, "orphan", dead_pid(), group, started)
     cluster = attach.attach("orphan", root)
     assert cluster.name == "orphan" and cluster.status == liveness.LOST and not cluster.done
     snapshot = cluster.snapshot()

@@ -22,7 +22,7 @@ import psutil
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.run.core.statuses import ClusterStatus
 from nbworkers.procs.kill import alive, group_members
-from nbworkers.procs.ownership import CREATE_TIME_SLACK, RunMarker, is_ours
+from nbworkers.procs.ownership import CREATE_TIME_SLACK, RunMarker, is_ours, ours_in_group
 
 LOST = ClusterStatus.LOST.value  # the status of a run whose state says it is running but whose kernel is dead
 
@@ -79,10 +79,8 @@ def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> li
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     for pgid, procs in group_members(groups).items():
-        leader = next((p for p in procs if p.pid == pgid), None)
-        group_is_ours = leader is not None and is_ours(leader, marker)
-        for proc in procs:
-            if proc.pid != me and is_ours(proc, marker, group_is_ours) and alive(proc):
+        for proc in ours_in_group(pgid, procs, marker):
+            if proc.pid != me and alive(proc):
                 found[proc.pid] = proc
     for pid, _ in marker.recorded:  # a recorded process that left its group
         if pid in found or pid == me:
