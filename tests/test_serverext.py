@@ -582,6 +582,12 @@ def test_tensorboard_is_served_behind_the_servers_authentication_only(server):
         assert status == 200 and b"<tb-webapp>" in body, (status, body[:300])
         status, runs = server.json("GET", "/nbworkers/tensorboard/boards/data/runs")
         assert status == 200 and runs == []
+        post = ("POST", "/nbworkers/tensorboard/boards/data/plugin/timeseries/timeSeries")
+        form = {"body": b"requests=%5B%5D", "headers": {"Content-Type": "application/x-www-form-urlencoded",
+                                                        "X-XSRF-Protected": "1"}}
+        assert server.request(*post, token=None, **form)[0] in (302, 401, 403)  # TensorBoard's header is no login
+        status, body, _ = server.request(*post, **form)
+        assert status == 200 and json.loads(body) == [], (status, body[:300])
         status, _, headers = server.request("GET", "/nbworkers/tensorboard/boards")
         assert status in (301, 302) and headers["Location"].endswith("/nbworkers/tensorboard/boards/")
         write_fake_run(server.run_root, "no-board", _dead_pid(), hosts=[], workers=[], started=time.time())
