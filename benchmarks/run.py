@@ -78,7 +78,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nbworkers-bench-") as tmp_name:
         tmp = Path(tmp_name)
         run_root = tmp / "runs"
-        run_root.mkdir()
+        run_root.mkdir(mode=0o700)  # a run root only we can write to (the kernel checks it)
         notebook = tmp / "notebook"
         notebook.mkdir()
         handdir = tmp / "hand"

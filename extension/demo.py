@@ -157,7 +157,7 @@ def _wait_for_no_processes(run_root: Path) -> list[int]:
 def run_demo(real_data: bool) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="nbworkers-demo-"))
     run_root = workdir / "runs"
-    run_root.mkdir()
+    run_root.mkdir(mode=0o700)  # a run root only we can write to (the kernel checks it)
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
     env[env_settings.RUN_ROOT.name] = str(run_root)

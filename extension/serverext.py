@@ -12,6 +12,9 @@
     POST   /nbworkers/api/clusters/<name>/restart           restart a running run's group (its supervisor
                                                             takes the request, even while its kernel is busy);
                                                             409 for a run that ended or whose kernel is gone
+    GET/POST /nbworkers/tensorboard/<name>/...              the run's TensorBoard (``%workers tensorboard``),
+                                                            forwarded to its private Unix socket
+                                                            (``tensorboard_proxy.py``)
 
 It reads what the clusters write (``<run_root>/<name>/state.json``), so it never needs a kernel to be idle;
 stopping writes the ``stop-requested`` file the cluster's supervisor thread obeys, then kills what is left
@@ -61,6 +64,8 @@ class NbworkersAPI(Configurable):
                             "the kernels' own, procs/kill.py's KILL_GRACE).").tag(config=True)
     log_max_bytes = Int(help="Most bytes of a log returned by one request (its end; default: the kernels' own, "
                              "magics/rundir/layout.py's LOG_MAX_BYTES).").tag(config=True)
+    tensorboard_timeout = Float(60.0, help="Seconds a request forwarded to a run's TensorBoard may take "
+                                           "(/nbworkers/tensorboard/<name>/).").tag(config=True)
     stop_threads = Int(4, help="Threads that run stops (DELETE) off the event loop.").tag(config=True)
     read_threads = Int(4, help="Threads that run reads (GET: directory scans, state and log files) off the event "
                               "loop; separate from the stop threads, so a slow stop never stalls a read.").tag(
@@ -92,6 +97,12 @@ class NbworkersAPI(Configurable):
         return worker_settings.stop_grace + worker_settings.stop_wait_margin
 
 
+def unsafe_root_error(error: Exception) -> web.HTTPError:
+    """A run root other users could change (``layout.checked_run_root``): 500 with the folder and the fix; nothing
+    in it is read or signalled."""
+    return web.HTTPError(500, reason="nbworkers run root refused", log_message=str(error))
+
+
 class ClusterAPIHandler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
@@ -102,7 +113,12 @@ class ClusterAPIHandler(APIHandler):
         self.stop_executor = stop_executor or executor
 
     async def run_blocking(self, func, *args, pool: ThreadPoolExecutor | None = None) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
+        from nbworkers.magics.rundir.layout import UnsafeRunRoot
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
+        except UnsafeRunRoot as error:
+            raise unsafe_root_error(error) from None
 
     def run_dir(self, name: str) -> Path:
         from nbworkers.magics.launch.names import valid_name
@@ -114,6 +130,8 @@ class ClusterAPIHandler(APIHandler):
             return rundir.run_dir_of(name, self.api.run_root)
         except rundir.RunNotFound as error:
             raise web.HTTPError(404, str(error)) from None
+        except rundir.UnsafeRunRoot as error:
+            raise unsafe_root_error(error) from None
 
     def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
         """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""
@@ -224,10 +242,14 @@ class NotFoundHandler(ClusterAPIHandler):
 
 def handlers(base_url: str, api: NbworkersAPI, executor: ThreadPoolExecutor,
              stop_executor: ThreadPoolExecutor | None = None) -> list[tuple]:
+    from nbworkers.tensorboard_proxy import ROUTE, TensorBoardProxyHandler
+
     prefix = url_path_join(base_url, API_PREFIX)
     kwargs = {"api": api, "executor": executor, "stop_executor": stop_executor or executor}
     name = r"(?P<name>[^/]+)"
     return [
+        (url_path_join(base_url, ROUTE) + rf"/{name}(?:/(?P<path>.*))?", TensorBoardProxyHandler,
+         {"api": api, "executor": executor}),
         (prefix + r"/clusters/?", ClustersHandler, kwargs),
         (prefix + rf"/clusters/{name}/?", ClusterHandler, kwargs),
         (prefix + rf"/clusters/{name}/restart/?", RestartHandler, kwargs),
@@ -248,5 +270,11 @@ def load(serverapp) -> None:
 
         register(pre_save_hook)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor, stop_executor))
+    from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
+
+    try:
+        checked_run_root(api.run_root)  # every request checks again; say it at start too
+    except UnsafeRunRoot as error:
+        serverapp.log.warning("nbworkers: %s", error)
     serverapp.log.info("nbworkers: REST API at %s over %s",
                        url_path_join(web_app.settings["base_url"], API_PREFIX, "clusters"), api.run_root)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from nbworkers.protocol import env_settings
 from nbworkers.protocol.lines import cut_note
+from nbworkers.protocol.own_files import open_own
 
 if TYPE_CHECKING:  # imported when needed: a host starts fast
     from nbworkers.host.zygote_client import ForkedWorker
@@ -204,7 +205,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook's Interrupt button is not for workers
-    log_file = open(args.log, "ab", buffering=0)
+    log_file = os.fdopen(open_own(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
     try:
         worker: subprocess.Popen | ForkedWorker | None = None
         if args.zygote:  # forked, TensorFlow already imported (zygote_client.py)

@@ -11,6 +11,14 @@ def load_ipython_extension(ipython) -> None:
 
     configure(ipython.config)
     ipython.register_magics(WorkerMagics)
+    from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
+
+    try:
+        checked_run_root()  # another user's, writable by others, a symlink: %load_ext fails naming it and the fix
+    except UnsafeRunRoot as error:
+        from IPython.core.error import UsageError
+
+        raise UsageError(str(error)) from None
     from nbworkers.magics.rundir.leftovers import scan_at_load
 
     scan_at_load()  # reap what kernels that died left behind (in the background)

@@ -5,9 +5,10 @@ is TERM, up to ``grace`` seconds for the processes to go, KILL, then up to ``wai
 ``grace`` 0 is an immediate KILL (the clean-up after a stop the hosts already carried out).
 
 - ``kill_groups(pgids, marker, grace)``: process groups named by a state file, a worker's ``hello`` or a handle
-  kept from a launch — only members that are ours (``ownership.is_ours``: same user, started after the run,
-  carrying its ``NBWORKERS_RUN_ID``); a whole group at once (``killpg``) when every member is ours, one by one
-  otherwise; a pid ≤ 1 or a group with nothing of ours is never signalled.
+  kept from a launch — only members that are ours (``ownership.is_ours``: same user, carrying the run's
+  ``NBWORKERS_RUN_ID``, and recorded by the kernel, or in a group whose leader is); a whole group at once
+  (``killpg``) when every member is ours, one by one otherwise; a pid ≤ 1 or a group with nothing of ours is
+  never signalled.
 - ``stop_processes(procs, grace)``: processes already checked to be ours (``liveness.leftover_processes``).
 - ``kill_group(pgid, grace)``: a group this process just started itself (the host's worker, a test's child):
   no ownership check.
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 
 import psutil
 
-from nbworkers.procs.ownership import RunMarker, is_ours
+from nbworkers.procs.ownership import RunMarker, ours_in_group
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when processes are stopped directly
 POLL_INTERVAL = 0.05  # seconds between checks while waiting for processes to go
@@ -98,7 +99,7 @@ def signal_groups_if_ours(pgids: Iterable[int], marker: RunMarker, sig: int = si
     """Send ``sig`` to the members of the groups ``pgids`` that are ours (module docstring); the ones signalled."""
     signalled: list[psutil.Process] = []
     for pgid, procs in group_members(pgids).items():
-        ours = [p for p in procs if is_ours(p, marker)]
+        ours = ours_in_group(pgid, procs, marker)
         if ours and len(ours) == len(procs):
             try:
                 os.killpg(pgid, sig)

@@ -2,18 +2,24 @@
 
 A pid or process group id read from a ``state.json`` (the leftover reaper, the REST API's DELETE), reported by
 a worker (its ``hello``) or kept from a process that has since been reaped may belong to another program now
-— or a forged file may name one on purpose. A process is ours for a run only when all of these hold:
+— or a forged file may name one on purpose. A marker alone proves nothing (anyone can copy an environment
+variable's value), so a process is ours for a run only when all of these hold:
 
 - it runs as this user (real uid);
-- it was created after the run started (psutil ``create_time``; a zygote is older, see below);
 - its environment carries the run's marker: ``NBWORKERS_RUN_ID`` equal to the run's random id (the launcher
-  sets it for every host and worker; children inherit it). A zygote (``backends/zygotes.py``) was started
-  before the run, and a worker it forks learns the run's environment after the fork (its ``/proc`` environment
-  is the zygote's): both carry ``NBWORKERS_SPARE`` = the run root of the kernel that started the zygote instead
-  (a historical name). State files written before run ids existed: the
-  environment must name the run directory (``NBWORKERS_RUN_DIR``).
+  sets it for every host and worker; children inherit it; a worker forked from a zygote writes it into its own
+  ``/proc`` environment over the zygote's placeholder: ``procs/proc_marker.py``). State files written before
+  run ids existed: the environment must name the run directory (``NBWORKERS_RUN_DIR``);
+- it was created after the run started;
+- and either its (pid, create time) was recorded by the kernel that started it (``RunMarker.recorded``: the
+  hosts when they are started, each worker when its host reports the pid, checked to be the host's or this
+  kernel's zygote's child), or it is a member of a process group whose leader is such a recorded process of the
+  run (a group id cannot be reused while its leader lives).
 
-Signalling is ``process_kill``'s job (it checks here first). Imports psutil only (no TensorFlow, no IPython).
+A zygote carries a placeholder run id that matches no run, and is never recorded in a run: only the kernel that
+started it stops it (its own ``subprocess.Popen``, ``backends/zygotes.py``).
+
+Signalling is ``procs/kill.py``'s job (it checks here first). Imports psutil only (no TensorFlow, no IPython).
 """
 
 from __future__ import annotations
@@ -22,15 +28,18 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.protocol import env_settings
 
 RUN_ID_ENV = env_settings.RUN_ID.name
-ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE
+ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE: finds a run root's zygotes (strays.py)
 RUN_DIR_ENV = env_settings.RUN_DIR.name
 CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
+CREATE_TIME_TOLERANCE = 0.05  # a recorded create time matches a process's own within this (psutil: boot + ticks)
 
 
 def new_run_id() -> str:
@@ -39,13 +48,13 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class RunMarker:
-    """What a process of one run carries: ``run_id`` (may be "" for old state files: then ``run_dir``),
-    the run's start (wall time), and the run root whose zygotes (and the workers they fork) count as its own."""
+    """What the processes of one run carry and what their kernel recorded of them: ``run_id`` (may be "" for old
+    state files: then ``run_dir``), the run's start (wall time) and the (pid, create time) pairs recorded."""
 
     run_id: str
     started: float | None
     run_dir: str = ""
-    zygote_root: str = ""
+    recorded: frozenset[tuple[int, float]] = frozenset()
 
     @classmethod
     def from_state(cls, state: dict, run_dir: Path | None) -> "RunMarker":
@@ -53,21 +62,47 @@ class RunMarker:
         run_id = value if isinstance(value, str) else ""
         started = state.get("started") if isinstance(state.get("started"), (int, float)) else None
         directory = str(run_dir.resolve()) if run_dir is not None else ""
-        return cls(run_id, started, directory, str(Path(directory).parent) if directory else "")
+        return cls(run_id, started, directory, recorded_pairs(state.get("processes")))
 
 
-def _zygote_of(env: dict[str, str], marker: RunMarker) -> bool:
-    root = env.get(ZYGOTE_MARKER_ENV, "")
-    if not root or not marker.zygote_root:
-        return False
+def recorded_pairs(values: Any) -> frozenset[tuple[int, float]]:
+    """The well-formed (pid > 1, create time) pairs of a state file's ``processes``."""
+    pairs = set()
+    for value in values if isinstance(values, list) else []:
+        if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int) and not isinstance(value[0], bool)
+                and value[0] > 1 and isinstance(value[1], (int, float)) and not isinstance(value[1], bool)):
+            pairs.add((value[0], float(value[1])))
+    return frozenset(pairs)
+
+
+def record_of(proc: psutil.Process) -> tuple[int, float] | None:
+    """(pid, create time) of a live process, as a kernel records it; None when it is gone."""
     try:
-        return Path(root).resolve() == Path(marker.zygote_root).resolve()
+        return proc.pid, proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def is_recorded(pid: int, created: float, marker: RunMarker) -> bool:
+    return any(pid == p and abs(created - t) <= CREATE_TIME_TOLERANCE for p, t in marker.recorded)
+
+
+def carries_marker(env: dict[str, str], marker: RunMarker) -> bool:
+    """Does an environment carry the run's id (or, for old state files, name its run directory)?"""
+    if marker.run_id == RUN_ID_PLACEHOLDER:
+        return False  # a zygote's placeholder (public), never a run's id: a state file naming it is forged
+    if marker.run_id:
+        return env.get(RUN_ID_ENV) == marker.run_id
+    value = env.get(RUN_DIR_ENV)
+    try:
+        return bool(value) and bool(marker.run_dir) and str(Path(str(value)).resolve()) == marker.run_dir
     except (OSError, ValueError):
         return False
 
 
-def is_ours(proc: psutil.Process, marker: RunMarker) -> bool:
-    """Same user, created after the run started, carrying the run's marker (see the module docstring)."""
+def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = False) -> bool:
+    """Same user, carrying the run's marker, and recorded by its kernel — or, with ``in_group_of_ours`` (its
+    process group's leader is a recorded process of the run), created after the run started."""
     try:
         if proc.uids().real != os.getuid():
             return False
@@ -75,15 +110,16 @@ def is_ours(proc: psutil.Process, marker: RunMarker) -> bool:
         created = proc.create_time()
     except (psutil.Error, OSError):
         return False
-    zygote = _zygote_of(env, marker)
-    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK and not zygote:
+    if not carries_marker(env, marker):
         return False
-    if zygote:
-        return True
-    if marker.run_id:
-        return env.get(RUN_ID_ENV) == marker.run_id
-    value = env.get(RUN_DIR_ENV)
-    try:
-        return bool(value and marker.run_dir) and str(Path(value).resolve()) == marker.run_dir
-    except (OSError, ValueError):
-        return False
+    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
+        return False  # older than the run: not one of its processes, whatever a state file records
+    return is_recorded(proc.pid, created, marker) or in_group_of_ours
+
+
+def ours_in_group(pgid: int, members: list[psutil.Process], marker: RunMarker) -> list[psutil.Process]:
+    """The members of process group ``pgid`` that are ours: the group counts as the run's when its leader (pid ==
+    pgid) is a recorded process of the run — while the leader lives, the group id cannot be reused."""
+    leader = next((p for p in members if p.pid == pgid), None)
+    group_is_ours = leader is not None and is_ours(leader, marker)
+    return [p for p in members if is_ours(p, marker, group_is_ours)]

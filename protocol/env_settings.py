@@ -271,13 +271,13 @@ RELAY_CLIENTSECRET = _declare(EnvSetting(
     "NBWORKERS_RELAY_CLIENTSECRET", "", TEXT, SET_IN_WORKERS + " (`--backend ray`)",
     "the node's own CurveZMQ client secret key (made on the node)", set_by_nbworkers=True))
 RUN_ID = _declare(EnvSetting(
-    "NBWORKERS_RUN_ID", "", TEXT, "set in each host and worker",
-    "the run's random id: only processes carrying it (same user, started after the run) are ever signalled by "
-    "the reaper, the REST API's DELETE or a stop", set_by_nbworkers=True))
+    "NBWORKERS_RUN_ID", "", TEXT, "set in each host and worker (a zygote: a placeholder its forked workers overwrite)",
+    "the run's random id: only processes carrying it, of the same user and recorded by their kernel (pid and create "
+    "time), are ever signalled by the reaper, the REST API's DELETE or a stop", set_by_nbworkers=True))
 ZYGOTE_MARKER = _declare(EnvSetting(
     "NBWORKERS_SPARE", "", TEXT, "set in each zygote and inherited by the workers it forks",
-    "the run root of the kernel that started the zygote (its marker for the reaper and the ownership checks; "
-    "the name is historical)", set_by_nbworkers=True))
+    "the run root of the kernel that started the zygote (finds a run root's zygotes in tests and the demo; it proves "
+    "no ownership; the name is historical)", set_by_nbworkers=True))
 FORKED = _declare(EnvSetting(
     "NBWORKERS_FORKED", "", TEXT, SET_IN_WORKERS + " (forked)", "the pid of the zygote it was forked from",
     set_by_nbworkers=True))

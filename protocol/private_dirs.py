@@ -8,6 +8,9 @@ directory is on ``sys.path``. So:
 - ``private_dir(path)`` creates ``path`` with mode 0700, or, when it already exists, accepts it only when
   ``os.lstat`` says: a directory (not a symlink), owned by this user, no access for group or others. Anything
   else raises ``UnsafeDirectory`` (the message says what is wrong and what to do).
+- ``owned_root(path)`` is the same check for a root folder that may be readable by others but writable by this
+  user alone (the run root): not a symlink, ours, not group- or world-writable, and no parent that another
+  user could rename it through.
 - ``runtime_dir(name)`` is the directory ``name`` under ``$XDG_RUNTIME_DIR`` (per-user by definition) when
   that is set and private, else ``<tempdir>/<name>-<uid>``; when that one is unsafe it falls back to a fresh
   ``tempfile.mkdtemp`` (private by construction) and warns once.
@@ -46,8 +49,9 @@ class UnsafeDirectory(OSError):
     """A directory that should be private to this user is not (another owner, a symlink, open permissions)."""
 
 
-def check_private(path: Path) -> None:
-    """Raise UnsafeDirectory unless ``path`` is a real directory owned by this user with mode 0700 (or tighter)."""
+def check_private(path: Path, open_bits: int = 0o077, mode_hint: str = "700") -> None:
+    """Raise UnsafeDirectory unless ``path`` is a real directory (``lstat``: not a symlink) owned by this user
+    with none of ``open_bits`` in its mode (default: no access at all for group or others, mode 0700)."""
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise UnsafeDirectory(f"{path} is a symlink, not a directory of ours: remove it (`rm {path}`).")
@@ -58,11 +62,50 @@ def check_private(path: Path) -> None:
             f"{path} belongs to user id {info.st_uid}, not to you ({os.getuid()}): someone else may control what is "
             "in it. nbworkers will not use it; ask its owner or an administrator to remove it."
         )
-    if stat.S_IMODE(info.st_mode) & 0o077:
+    if stat.S_IMODE(info.st_mode) & open_bits:
         raise UnsafeDirectory(
             f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):o}): nbworkers only uses private "
-            f"directories (mode 700). Remove it (`rm -r {path}`) or `chmod 700 {path}` if you trust its contents."
+            f"directories (mode {mode_hint}). Remove it (`rm -r {path}`) or `chmod {mode_hint} {path}` if you "
+            "trust its contents."
         )
+
+
+def check_ancestors(path: Path) -> None:
+    """Raise UnsafeDirectory when another user could rename or replace ``path`` through one of its parents: each
+    must be owned by this user or root and, when group or others may write to it, carry the sticky bit
+    (as ``/tmp`` does: then only an entry's owner may rename it)."""
+    parent_dir = Path(os.path.realpath(path.parent))
+    for parent in [*reversed(parent_dir.parents), parent_dir]:
+        info = os.stat(parent)
+        if info.st_uid not in (0, os.getuid()):
+            raise UnsafeDirectory(f"{path} lies inside {parent}, which belongs to user id {info.st_uid}: they could "
+                                  "replace it. Use a folder inside your home directory.")
+        if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise UnsafeDirectory(f"{path} lies inside {parent}, which other users may write to (mode "
+                                  f"{stat.S_IMODE(info.st_mode):o}, no sticky bit): they could rename it and put "
+                                  f"their own in its place. `chmod o-w,g-w {parent}` or use another folder.")
+
+
+def owned_root(path: str | os.PathLike) -> Path:
+    """A root folder that only this user can change (the run root): made (with its missing parents) mode 0700 if
+    absent, whatever the umask; else a real directory owned by this user, not writable by group or others, whose
+    parents no other user can rename it through. UnsafeDirectory otherwise (the message names the folder and the
+    fix)."""
+    path = Path(path)
+    missing = []
+    for folder in [path, *path.parents]:
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    for folder in reversed(missing):  # each one 0700 (makedirs would give the parents the umask's mode)
+        try:
+            os.mkdir(folder, PRIVATE_MODE)
+            os.chmod(folder, PRIVATE_MODE)
+        except FileExistsError:
+            pass
+    check_private(path, open_bits=0o022, mode_hint="700")
+    check_ancestors(path)
+    return path
 
 
 def private_dir(path: str | os.PathLike) -> Path:

@@ -22,7 +22,7 @@ import sys
 import traceback
 import types
 
-from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol import env_settings, own_files, wire
 from nbworkers.protocol.statuses import WorkerStatus
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
@@ -40,12 +40,18 @@ PRELOAD = (
 )
 
 
-def load_pushed(path: str | None) -> dict:
-    """Variables the kernel pushed (``%%worker --push``). Kernel to worker only: the kernel never unpickles."""
+def load_pushed(path: str | None, key: str = "") -> dict:
+    """Variables the kernel pushed (``%%worker --push``). Kernel to worker only: the kernel never unpickles.
+    The file must be this user's own (no symlink) and carry the run's signature (``own_files.verify_push``,
+    the relay's key): anything else raises before a byte of it is unpickled."""
     if not path:
         return {}
-    with open(path, "rb") as file:
-        return pickle.load(file)
+    return pickle.loads(own_files.verify_push(key, own_files.read_own(path)))
+
+
+def read_cell(code_path: str) -> str:
+    """The cell's code, from this user's own ``cell.py`` (no symlink: ``own_files.open_own``)."""
+    return own_files.read_own(code_path).decode("utf-8")
 
 
 def run_startup_hook(name: str) -> None:
@@ -78,8 +84,14 @@ def main() -> int:
     sys.argv = [code_path]
     sender = wire.process_sender()
 
-    with open(code_path, encoding="utf-8") as file:
-        source = file.read()
+    try:
+        source = read_cell(code_path)
+    except OSError as error:
+        print(f"nbworkers: the cell cannot be read: {error}", file=sys.stderr, flush=True)
+        if sender is not None:
+            sender.send("status", state="failed", detail=str(error))
+            sender.close()
+        return 1
     module = types.ModuleType("__main__")
     module.__file__ = code_path
     module.__dict__["__builtins__"] = builtins
@@ -89,7 +101,7 @@ def main() -> int:
     detail = ""
     try:
         run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
-        module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH)))
+        module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH), os.environ.get(wire.ENV_KEY, "")))
         if sender is not None:
             sender.send("status", state=WorkerStatus.RUNNING.value)
         from nbworkers.distlib.worker import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks

@@ -173,6 +173,11 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
     env = dict(request["env"])
     env[FORKED_ENV] = str(os.getppid())
     bootstrap.adopt_environment(env)
+    from nbworkers.procs.proc_marker import write_run_id
+
+    if not write_run_id(env.get(env_settings.RUN_ID.name, "")):  # its /proc environment: the zygote's until now
+        print("--- nbworkers: could not mark this forked worker with its run's id in /proc (ownership checks will not "
+              "recognise it; its host still stops it)", flush=True)
     cwd = os.environ.get(wire.ENV_CWD) or request.get("cwd") or os.getcwd()
     if sys.path and sys.path[0] == os.getcwd():
         sys.path[0] = cwd
@@ -281,15 +286,19 @@ class Zygote:
             _killpg(pid)
 
     def _reap(self) -> None:
+        """Collect exited children. Each one's process group is killed *before* it is reaped: while the exited
+        child is a zombie its pid (and so its group id) cannot be reused, so what is killed is what it left."""
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if info is None or info.si_pid == 0:
                 return
+            pid = info.si_pid
+            _killpg(pid)  # whatever the worker left in its group, while the pid is still the zombie's
+            _, status = os.waitpid(pid, 0)
             conn = self.children.pop(pid, None)
-            _killpg(pid)  # whatever the worker left in its group
             if conn is not None:
                 self.by_conn.pop(conn, None)
                 self.selector.unregister(conn)

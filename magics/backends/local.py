@@ -11,14 +11,18 @@ then it is spawned: a fresh interpreter that imports TensorFlow itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import psutil
 
 from nbworkers.host.command import host_command
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
-from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker
+from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of
+from nbworkers.protocol.own_files import open_own
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,36 @@ class WorkerProcess:
     log_path: Path
     worker_pid: int | None = None
     extra_pgids: list[int] = field(default_factory=list)
-    marker: RunMarker | None = None  # what every process of this worker carries (ownership.py)
+    marker: RunMarker | None = None  # the run's marker and start (ownership.py); the records are added on use
+    records: dict[int, float] = field(default_factory=dict)  # pid -> create time of what this kernel started
+
+    def record_host(self) -> None:
+        """Record the host's (pid, create time): it is this kernel's child, not reaped yet, so the pid is its."""
+        record = record_of(psutil.Process(self.host.pid)) if self.host.poll() is None else None
+        if record is not None:
+            self.records[record[0]] = record[1]
+
+    def note_worker(self, pid: int, zygote_pids: frozenset[int] = frozenset()) -> None:
+        """The pid the host reported (``hello``): recorded with its create time when the process is the host's
+        child (spawned) or a child of this kernel's zygotes (forked: the zygote's ``pid N`` reply), so that a pid
+        reused since, or a pid that was never this worker's, is never recorded as ours."""
+        self.worker_pid = pid
+        try:
+            proc = psutil.Process(pid)
+            parent, created = proc.ppid(), proc.create_time()
+        except psutil.Error:
+            return
+        if parent == self.host.pid or parent in zygote_pids:
+            self.records[pid] = created
+
+    def processes(self) -> list[tuple[int, float]]:
+        """(pid, create time) of the processes this kernel started for this worker: the state file's record."""
+        return sorted(self.records.items())
+
+    def _marker(self) -> RunMarker | None:
+        if self.marker is None:
+            return None
+        return replace(self.marker, recorded=frozenset(self.records.items()))
 
     def poll(self) -> int | None:
         """The worker's exit code (negative: killed by that signal), or None while it runs."""
@@ -76,13 +109,14 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the host's and the worker's process groups, now — only processes that are ours (same user,
-        started after this launch and carrying the run's marker, or this kernel's zygote and the workers it forked:
-        a pid reused by another program, or a bogus pid a worker reported, is never signalled)."""
-        if self.marker is None:  # built without a launch (tests): only our own child host, not yet reaped
+        carrying the run's marker, recorded by this kernel or in a group whose leader is: a pid reused by another
+        program, a bogus pid a worker reported, or this kernel's zygote, is never signalled)."""
+        marker = self._marker()
+        if marker is None:  # built without a launch (tests): only our own child host, not yet reaped
             if self.host.poll() is None:
                 kill_group(self.host.pid)  # SIGKILL
             return
-        kill_groups(self.pgids(), self.marker)  # process_kill.py
+        kill_groups(self.pgids(), marker)  # procs/kill.py
 
     def alive(self) -> bool:
         if self.host.poll() is None:
@@ -116,13 +150,12 @@ class LocalBackend:
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        from nbworkers.magics.settings import settings
-
-        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(settings().run_root))
+        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "")
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
-        proc.marker = marker  # a forked worker's /proc environment is the zygote's: NBWORKERS_SPARE=<run root>
+        proc.marker = marker
+        proc.record_host()
         return proc
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
@@ -132,7 +165,7 @@ class LocalBackend:
 
         socket_path, note = zygotes().socket_for(python, env, cwd)
         if note:
-            with open(log_path, "ab") as log:
+            with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
                 log.write(f"--- nbworkers: {note}\n".encode())
         if not socket_path:
             return None
@@ -145,8 +178,7 @@ class LocalBackend:
                      grace: float, role: str, host_options: list[str] | None = None) -> WorkerProcess:
         command = host_command(python, ["--log", str(log_path), "--grace", str(grace), "--role", role,
                                         *(host_options or [])])
-        host = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"),
-            env=env, cwd=cwd, start_new_session=True, close_fds=True,
-        )
+        with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
+            host = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env,
+                                    cwd=cwd, start_new_session=True, close_fds=True)
         return WorkerProcess(index=index, host=host, log_path=log_path)

@@ -21,9 +21,12 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   its ~0.5 GB freed); the next launch starts a new one, quietly (it pays one import, as a first run does).
   Each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
   ``kill -9``, or the kernel dropping it — it forks no more and exits once its children have ended (their hosts
-  stop them when the kernel dies). At most ``zygotes_max`` are kept (the oldest is released). It carries
-  ``NBWORKERS_SPARE=<run root>`` (the kernel's marker; the name is historical), and so do its children (their
-  ``/proc`` environment is the zygote's): ownership checks and the leftover reaper find them.
+  stop them when the kernel dies). At most ``zygotes_max`` are kept (the oldest is released). Only this kernel
+  stops it (its own ``Popen``: the pid cannot have been reused before it is reaped); no run records it, so no
+  reaper or REST stop ever signals it. It carries ``NBWORKERS_SPARE=<run root>`` (found by ``strays`` in tests;
+  the name is historical) and ``NBWORKERS_RUN_ID`` = a placeholder that no run has: each worker it forks writes
+  its run's id over it in its own ``/proc`` environment (``procs/proc_marker.py``), so a forked worker carries
+  its run's marker as a spawned one does.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from dataclasses import dataclass, field
 
 from nbworkers.magics.backends.run_env import base_env
 from nbworkers.magics.settings import settings as current_settings
-from nbworkers.procs.kill import kill_groups
-from nbworkers.procs.ownership import ZYGOTE_MARKER_ENV, RunMarker
+from nbworkers.procs.kill import kill_group
+from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
+from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.protocol import cell_scan
 from nbworkers.protocol.cell_scan import CellScan
 from nbworkers.protocol.private_dirs import module_command, runtime_dir
@@ -111,7 +115,7 @@ class Zygote:
         try:
             self.proc.wait(timeout=current_settings().zygote_stop_timeout)
         except subprocess.TimeoutExpired:
-            kill_groups([self.proc.pid], RunMarker("", None, "", self.marker_root))  # SIGKILL (process_kill.py)
+            kill_group(self.proc.pid)  # SIGKILL its group: this kernel's own child, not reaped, so the pid is its
             self.proc.wait()
         if self.proc.returncode == 0:  # a clean exit: its log holds nothing worth keeping
             try:
@@ -211,6 +215,7 @@ class ZygotePool:
         log_path = str(directory / f"{name}.log")
         zygote_env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
         zygote_env[ZYGOTE_MARKER_ENV] = str(config.run_root)
+        zygote_env[RUN_ID_ENV] = RUN_ID_PLACEHOLDER  # a forked worker writes its run's id over it (proc_marker.py)
         zygote_env["PYTHONUNBUFFERED"] = "1"
         with open(log_path, "ab") as log:
             os.chmod(log_path, 0o600)
@@ -223,6 +228,10 @@ class ZygotePool:
         zygote = Zygote(key, python, proc, socket_path, log_path, zygote_env[ZYGOTE_MARKER_ENV])
         self._zygotes[key] = zygote
         return zygote
+
+    def pids(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(z.proc.pid for z in self._zygotes.values())
 
     def describe(self) -> list[dict]:
         with self._lock:
@@ -237,6 +246,11 @@ class ZygotePool:
 
 _pool: ZygotePool | None = None
 _pool_lock = threading.Lock()
+
+
+def zygote_pids() -> frozenset[int]:
+    """The pids of this kernel's zygotes (a forked worker's parent: ``local.WorkerProcess.note_worker``)."""
+    return frozenset() if _pool is None else _pool.pids()
 
 
 def zygotes() -> ZygotePool:

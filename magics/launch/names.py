@@ -13,7 +13,7 @@ ANIMALS = (
     "badger", "bison", "crane", "eagle", "falcon", "ferret", "gecko", "heron", "ibis", "lemur", "lynx", "marten",
     "newt", "otter", "owl", "panda", "puffin", "quail", "raven", "robin", "seal", "stoat", "tapir", "wren",
 )
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole string: fullmatch (``$`` takes "x\n")
 
 
 def fresh_name(taken: set[str], rng: random.Random | None = None) -> str:
@@ -28,4 +28,4 @@ def fresh_name(taken: set[str], rng: random.Random | None = None) -> str:
 
 def valid_name(name: str) -> bool:
     """Names become directory names and URL parts: letters, digits, '.', '_', '-'; no '..'."""
-    return bool(NAME_PATTERN.match(name)) and ".." not in name
+    return isinstance(name, str) and bool(NAME_PATTERN.fullmatch(name)) and ".." not in name

@@ -134,6 +134,12 @@ class WorkerMagics(Magics):
             raise UsageError(f"{error}\nSee `%workers --help`.") from None
         action = args.action
         if action == "list":
+            from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
+
+            try:
+                checked_run_root()  # the listing says when the run root is not this user's alone
+            except UnsafeRunRoot as error:
+                raise UsageError(str(error)) from None
             display(HtmlBundle(*_cluster_table()))
             return None
         if action not in ("logs", "stop", "wait", "attach", "tensorboard"):
@@ -158,7 +164,7 @@ class WorkerMagics(Magics):
 
             try:
                 workers_attach(args.name).show()
-            except RunNotFound as error:
+            except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
                 raise UsageError(str(error)) from None
             return None
         try:
@@ -219,14 +225,15 @@ def _tensorboard(name: str) -> None:
     except KeyError:
         try:
             run_dir = run_dir_of(name)  # a run this kernel did not start
-        except RunNotFound as error:
+        except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
             raise UsageError(str(error)) from None
     try:
         board = tensorboard.start(run_dir, settings().tensorboard_start_timeout, settings().tensorboard_reload_interval)
     except LaunchError as error:
         raise UsageError(str(error)) from None
     tensorboard.show(board)
-    print(f"TensorBoard on {board.logdir}: {board.url} (stopped with this kernel)")
+    print(f"TensorBoard on {board.logdir}: {board.url} on this Jupyter server, behind its login "
+          "(stopped with this kernel)")
 
 
 def _stopped_text(stopped: list) -> str:

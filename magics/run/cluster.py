@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Any, Callable, assert_never
 
+from nbworkers.magics.backends.zygotes import zygote_pids
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import cpp_log_level
@@ -40,6 +41,7 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
+from nbworkers.protocol.own_files import sign_push
 
 # Lines of a failed worker's log read to classify its exit: TensorFlow's graph errors put the exception line
 # (UnavailableError: a lost peer) before a "Detected at node ... defined at" stack of 20-40 more lines.
@@ -203,7 +205,8 @@ class Cluster:
     def _prepare_run_dir(self) -> None:
         # never another kernel's live run; a 0700 directory, 0600 files (rundir_prepare.py)
         code = "\n" + self.spec.code  # line 1: the %%worker line
-        prepare_run_dir(self.run_dir, code, pickle.dumps(self.spec.push) if self.spec.push else None,
+        push = sign_push(self._key, pickle.dumps(self.spec.push)) if self.spec.push else None  # checked by workers
+        prepare_run_dir(self.run_dir, code, push,
                         [log_path(self.run_dir, i) for i in range(len(self._tasks))])
 
     def _launch_group(self) -> None:
@@ -301,7 +304,7 @@ class Cluster:
             self._handle(ev.StatusReported(index, content["state"], content.get("detail") or ""))
         elif message.kind == "hello":
             self._handle(ev.Hello(index, content["pid"], content.get("host") or ""))
-            self._procs[index].worker_pid = content["pid"]
+            self._procs[index].note_worker(content["pid"], zygote_pids())  # recorded with its create time
 
     def _check_requests(self) -> None:
         """Stop and restart requests (any thread, or the server extension's request files) to the core."""

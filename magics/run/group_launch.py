@@ -23,6 +23,7 @@ from nbworkers.magics.rundir.layout import log_path
 from nbworkers.magics.shapes import Backend, WorkerHandle
 from nbworkers.procs.ownership import RUN_ID_ENV
 from nbworkers.protocol import cell_scan, env_settings, wire
+from nbworkers.protocol.own_files import open_own
 
 
 def initial_state(name: str, backend_name: str, run_dir: Path, tasks: list[Task], settings: Any) -> ClusterState:
@@ -76,7 +77,7 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
             },
         )
         path = log_path(run_dir, i)
-        with open(path, "ab") as log:
+        with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             log.write(f"--- nbworkers: {task.role} {task.index}, launch {generation}, TF_CONFIG={config}\n".encode())
         procs.append(backend.launch(i, spec.python, env, spec.cwd, path, settings.stop_grace, task.role))
 

@@ -80,6 +80,7 @@ def state_file_data(snapshot: ClusterSnapshot, procs: list[WorkerHandle], run_id
     data["hostname"] = socket.gethostname()
     data["host_pids"] = [p.host.pid for p in procs]
     data["worker_pgids"] = [p.worker_pid for p in procs if p.worker_pid]
+    data["processes"] = [[pid, created] for p in procs for pid, created in p.processes()]  # what may be signalled
     data["run_id"] = run_id
     for worker in data["workers"]:
         worker.pop("history", None)

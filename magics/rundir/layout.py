@@ -12,7 +12,8 @@ A run directory (made private by ``rundir_prepare``: mode 0700, every file 0600)
 - ``restart-requested``: a restart asked from outside the kernel (the server extension: the sidebar's Restart);
   the supervisor thread takes it (deletes it) and restarts the group, even while the kernel is busy;
 - ``tensorboard/``: the workers' TensorBoard event files, ``tensorboard.log``: the output of the TensorBoard
-  that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``).
+  that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``), ``tensorboard.socket``: the path
+  of the Unix socket it serves on.
 
 It also finds runs by name under the run root (never a path outside it) and reads their logs.
 Imports neither psutil nor TensorFlow (the Ray node imports the file names).
@@ -28,8 +29,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.names import valid_name
-from nbworkers.protocol.private_dirs import write_private
+from nbworkers.protocol.private_dirs import owned_root, write_private
 
 STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"
@@ -38,6 +40,7 @@ CELL_FILE = "cell.py"
 PUSH_FILE = "push.pkl"
 TENSORBOARD_DIR = "tensorboard"  # the workers write it too: distlib/tensorboard.py (SUBDIR)
 TENSORBOARD_LOG_FILE = "tensorboard.log"
+TENSORBOARD_SOCKET_FILE = "tensorboard.socket"  # the path of the Unix socket the run's TensorBoard serves on
 TAIL_READ_BYTES = 64 * 1024  # the end of a log read for its last lines (a failed worker's error)
 LOG_MAX_BYTES = 8 * 1024 * 1024  # most bytes of a log returned at once (the end of the log)
 WORKER_ID = re.compile(r"[0-9]{1,6}")  # ASCII digits only (str.isdigit() also takes "²")
@@ -45,6 +48,11 @@ WORKER_ID = re.compile(r"[0-9]{1,6}")  # ASCII digits only (str.isdigit() also t
 
 class RunNotFound(LookupError):
     """No run of that name (or its name is not a valid run name). The message says what to do."""
+
+
+class UnsafeRunRoot(LaunchError):
+    """The run root is a symlink, another user's, writable by group or others, or inside a folder through which
+    another user could replace it: nothing is run from it or read from it. The message names it and the fix."""
 
 
 # ------------------------------------------------------------------------------------------- paths
@@ -55,6 +63,20 @@ def run_root(root: str | os.PathLike | None = None) -> Path:
 
         root = settings().run_root
     return Path(root).expanduser()
+
+
+def checked_run_root(root: str | os.PathLike | None = None) -> Path:
+    """The run root, made private (0700) if absent, else checked (``private_dirs.owned_root``): one check for
+    ``%load_ext``, every launch, every listing and the server extension. Raises UnsafeRunRoot."""
+    path = run_root(root)
+    try:
+        return owned_root(path)
+    except OSError as error:
+        raise UnsafeRunRoot(
+            f"nbworkers will not use the run root {path}: {error} To fix it: `chmod 700 {path}` if the folder and "
+            f"everything in it are yours, or set NBWORKERS_RUN_ROOT (or settings().run_root) to a private folder, "
+            "for example ~/.nbworkers/runs."
+        ) from None
 
 
 def path_for(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -82,6 +104,11 @@ def tensorboard_dir(run_dir: Path) -> Path:
     return Path(run_dir) / TENSORBOARD_DIR
 
 
+def tensorboard_socket_file(run_dir: Path) -> Path:
+    """Names the Unix socket of the run's TensorBoard (the server extension's proxy reads it)."""
+    return Path(run_dir) / TENSORBOARD_SOCKET_FILE
+
+
 def tensorboard_log_path(run_dir: Path) -> Path:
     """The output of the TensorBoard a kernel started on the run (``%workers tensorboard``)."""
     return Path(run_dir) / TENSORBOARD_LOG_FILE
@@ -94,9 +121,13 @@ def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
     The name must be a valid cluster name (no '/', no '..', no leading '.'), and the directory, with every
     symlink resolved, must lie inside the resolved run root and hold a state file.
     """
+    return _run_dir_in(name, checked_run_root(root).resolve())
+
+
+def _run_dir_in(name: str, base: Path) -> Path:
+    """``run_dir_of`` under the already checked, resolved run root ``base``."""
     if not isinstance(name, str) or not valid_name(name):
         raise RunNotFound(f"{name!r} is not a cluster name (letters, digits, '.', '_', '-'; at most 64).")
-    base = run_root(root).resolve()
     directory = (base / name).resolve()
     if not directory.is_relative_to(base) or directory == base or directory.parent != base:
         raise RunNotFound(f"{name!r} does not name a run directory inside {base}.")
@@ -107,8 +138,9 @@ def run_dir_of(name: str, root: str | os.PathLike | None = None) -> Path:
 
 
 def list_run_dirs(root: str | os.PathLike | None = None) -> list[Path]:
-    """Every run directory under the run root (valid name, a state file, not a symlink out of the root)."""
-    base = run_root(root)
+    """Every run directory under the run root (valid name, a state file, not a symlink out of the root).
+    Raises UnsafeRunRoot when the run root is not this user's alone."""
+    base = checked_run_root(root).resolve()
     try:
         entries = sorted(base.iterdir())
     except OSError:
@@ -116,7 +148,7 @@ def list_run_dirs(root: str | os.PathLike | None = None) -> list[Path]:
     found = []
     for entry in entries:
         try:
-            found.append(run_dir_of(entry.name, base))
+            found.append(_run_dir_in(entry.name, base))
         except RunNotFound:
             continue
     return found

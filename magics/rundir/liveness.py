@@ -2,9 +2,9 @@
 
 - A state that says ``running`` whose kernel is dead is a *lost* run (``LOST``); a kernel pid reused by a later
   process does not count as the kernel.
-- A run's leftovers are the members of its host and worker process groups, and the processes whose environment
-  names its run directory, that were created while it lived and are its own (``ownership``: a pid or process
-  group id reused later by another program, or named by a forged state file, is never returned).
+- A run's leftovers are the processes its kernel recorded (pid and create time, in the state file) and the
+  members of their process groups, that are its own (``ownership``: a pid or process group id reused later by
+  another program, or named by a forged state file, is never returned).
 - A run whose state names another machine (a run root shared over the network) is never judged from here.
 
 Imports psutil (no TensorFlow, no IPython).
@@ -21,10 +21,8 @@ import psutil
 
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.run.core.statuses import ClusterStatus
-from nbworkers.magics.rundir.layout import state_mtime
-from nbworkers.procs.kill import alive
-from nbworkers.procs.ownership import CREATE_TIME_SLACK, ZYGOTE_MARKER_ENV, RunMarker, is_ours
-from nbworkers.protocol import wire
+from nbworkers.procs.kill import alive, group_members
+from nbworkers.procs.ownership import CREATE_TIME_SLACK, RunMarker, is_ours, ours_in_group
 
 LOST = ClusterStatus.LOST.value  # the status of a run whose state says it is running but whose kernel is dead
 
@@ -65,61 +63,35 @@ def kernel_alive(state: dict[str, Any]) -> bool:
     return alive(proc)
 
 
-def _names_run_dir(proc: psutil.Process, run_dir: Path) -> bool:
-    """Does the process's environment say it belongs to that (resolved) run directory?"""
-    try:
-        value = proc.environ().get(wire.ENV_RUN_DIR)
-        return bool(value) and Path(value).resolve() == run_dir
-    except (psutil.Error, OSError, ValueError):
-        return False
-
-
-def _has_zygote_marker(proc: psutil.Process) -> bool:
-    """A zygote or a worker it forked (carries the zygote marker; see ownership.py, backends/zygotes.py)."""
-    try:
-        return bool(proc.environ().get(ZYGOTE_MARKER_ENV))
-    except (psutil.Error, OSError):
-        return False
-
-
 def leftover_processes(state: dict[str, Any], run_dir: Path | None = None) -> list[psutil.Process]:
-    """Live processes of the run, created while it lived: the members of its host and worker process groups,
-    and any process whose environment names its run directory (a worker whose group id was never reported,
-    a child a worker started in a group of its own). Only processes that are the run's own (``ownership``:
-    same user, started after the run, carrying its NBWORKERS_RUN_ID) — whatever pids a stale or forged
-    state file lists, nothing else is ever returned (and so never signalled)."""
+    """Live processes of the run: the ones whose (pid, create time) its kernel recorded in the state file
+    (``processes``), and the members of their process groups created after the run started — each of them this
+    user's and carrying the run's NBWORKERS_RUN_ID (``ownership.is_ours``). Whatever pids a stale or forged
+    state file lists, nothing else is ever returned (and so never signalled); a state file that records no
+    (pid, create time) pair names nothing."""
     if is_foreign(state):
         return []
-    groups = set(_int_list(state.get("host_pids"))) | set(_int_list(state.get("worker_pgids")))
-    own_dir = run_dir.resolve() if run_dir is not None else None
-    if not groups and own_dir is None:
-        return []
-    started = state.get("started") if isinstance(state.get("started"), (int, float)) else None
-    last_seen = state_mtime(run_dir) if run_dir is not None else None
-    if kernel_alive(state):
-        last_seen = None  # the kernel may have started processes since its last write
-    me = os.getpid()
     marker = RunMarker.from_state(state, run_dir)
-    found = []
-    for proc in psutil.process_iter(["pid", "create_time"]):
-        if proc.pid == me:
+    if not marker.recorded:
+        return []
+    groups = set(_int_list(state.get("host_pids"))) | set(_int_list(state.get("worker_pgids")))
+    groups |= {pid for pid, _ in marker.recorded}
+    me = os.getpid()
+    found: dict[int, psutil.Process] = {}
+    for pgid, procs in group_members(groups).items():
+        for proc in ours_in_group(pgid, procs, marker):
+            if proc.pid != me and alive(proc):
+                found[proc.pid] = proc
+    for pid, _ in marker.recorded:  # a recorded process that left its group
+        if pid in found or pid == me:
             continue
         try:
-            member = os.getpgid(proc.pid) in groups
-        except OSError:
+            proc = psutil.Process(pid)
+        except psutil.Error:
             continue
-        if not member and (own_dir is None or not _names_run_dir(proc, own_dir)):
-            continue
-        created = proc.info.get("create_time") or 0.0
-        if started is not None and created < started - CREATE_TIME_SLACK and not (member and _has_zygote_marker(proc)):
-            continue  # older than the run: another process that reuses the id (a zygote is older, and ours)
-        if last_seen is not None and created > last_seen + CREATE_TIME_SLACK:
-            continue
-        if not is_ours(proc, marker):
-            continue
-        if alive(proc):
-            found.append(proc)
-    return found
+        if is_ours(proc, marker) and alive(proc):
+            found[pid] = proc
+    return list(found.values())
 
 
 def effective_status(state: dict[str, Any], kernel_is_alive: bool | None = None) -> str:

@@ -1,5 +1,8 @@
 """A new run's directory: made fresh and private, and never taken from another kernel's live run.
 
+The run root is checked first (``layout.checked_run_root``): a root another user could write to, or swap, is
+refused before anything is written into it.
+
 ``<run_root>/<name>`` (``rundir`` has the layout) holds a run's cell, pushed data, logs and state: mode 0700,
 every file 0600 (the cell and the pushed variables are the user's code and data). A new run with a name whose
 directory exists replaces it only when that run is over (its state says done, or its kernel is dead and
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from nbworkers.magics.errors import ClusterNameError
 from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.rundir.layout import cell_path, push_path, read_state
+from nbworkers.magics.rundir.layout import cell_path, checked_run_root, push_path, read_state
 from nbworkers.magics.rundir.liveness import kernel_alive, leftover_processes
 from nbworkers.protocol.private_dirs import write_private
 
@@ -41,9 +44,7 @@ def run_in_use(run_dir: Path) -> str:
 
 def prepare_run_dir(run_dir: Path, code: str, push: bytes | None, logs: list[Path]) -> None:
     """A fresh private run directory with the cell (``cell.py``), the pushed data (``push.pkl``) and empty logs."""
-    root = run_dir.parent
-    if not root.exists():
-        os.makedirs(root, mode=0o700, exist_ok=True)
+    checked_run_root(run_dir.parent)  # ours alone, or UnsafeRunRoot naming it and the fix: nothing is written
     try:
         info = os.lstat(run_dir)
     except FileNotFoundError:

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from nbworkers.procs import kill as process_kill
-from nbworkers.procs.ownership import RunMarker
+from nbworkers.procs.ownership import RunMarker, record_of
 
 RUN_ID = "process-kill-tests"
 GONE_TIMEOUT = 20
@@ -63,46 +63,52 @@ def groups():
         proc.wait()
 
 
-def marker() -> RunMarker:
-    return RunMarker(RUN_ID, time.time() - 60)
+def marker(*recorded: subprocess.Popen) -> RunMarker:
+    """The run's marker with the (pid, create time) of ``recorded`` as their kernel records them."""
+    pairs = frozenset(record_of(psutil.Process(p.pid)) for p in recorded)
+    return RunMarker(RUN_ID, time.time() - 60, recorded=pairs)  # type: ignore[arg-type]
 
 
 def test_a_whole_group_of_ours_is_stopped_with_term_first(groups):
     proc = groups(children=2)
     assert len(members(proc.pid)) == 3
-    assert process_kill.kill_groups([proc.pid], marker(), grace=GONE_TIMEOUT, wait=GONE_TIMEOUT) == 3
+    assert process_kill.kill_groups([proc.pid], marker(proc), grace=GONE_TIMEOUT, wait=GONE_TIMEOUT) == 3
     assert proc.wait(GONE_TIMEOUT) == -signal.SIGTERM  # the helper never reaps: Popen keeps the exit code
     assert not process_kill.group_alive(proc.pid)
 
 
 def test_what_ignores_term_is_killed_after_the_grace(groups):
     proc = groups(children=1, ignore_term=True)
-    process_kill.kill_groups([proc.pid], marker(), grace=0.5, wait=GONE_TIMEOUT)
+    process_kill.kill_groups([proc.pid], marker(proc), grace=0.5, wait=GONE_TIMEOUT)
     assert proc.wait(GONE_TIMEOUT) == -signal.SIGKILL
     assert not members(proc.pid)
 
 
 def test_grace_zero_is_an_immediate_sigkill(groups):
     proc = groups()
-    assert process_kill.kill_groups([proc.pid], marker()) == 1
+    assert process_kill.kill_groups([proc.pid], marker(proc)) == 1
     assert proc.wait(GONE_TIMEOUT) == -signal.SIGKILL
 
 
 def test_groups_that_are_not_ours_are_never_signalled(groups):
     other_run = groups(run_id="another-run")
     unmarked = groups(run_id=None)
-    newer_than_the_run = RunMarker(RUN_ID, time.time() + 60)  # the processes are older than that run: not its own
-    ours = groups()
-    assert process_kill.kill_groups([other_run.pid, unmarked.pid, 0, 1, -1, True], marker(), grace=0.2) == 0
-    assert process_kill.kill_groups([ours.pid], newer_than_the_run) == 0
+    ours = groups(children=1)
+    recorded_all = marker(other_run, unmarked)  # recorded, but without the run's id
+    assert process_kill.kill_groups([other_run.pid, unmarked.pid, 0, 1, -1, True], recorded_all, grace=0.2) == 0
+    assert process_kill.kill_groups([ours.pid], marker()) == 0  # the run's id alone (a marker) proves nothing
+    created = psutil.Process(ours.pid).create_time()
+    another_start = RunMarker(RUN_ID, None, recorded=frozenset({(ours.pid, created - 5.0)}))  # the pid reused since
+    assert process_kill.kill_groups([ours.pid], another_start) == 0
     time.sleep(0.2)
     assert other_run.poll() is None and unmarked.poll() is None and ours.poll() is None
+    assert len(members(ours.pid)) == 2
 
 
 def test_a_mixed_group_loses_only_its_members_that_are_ours(groups):
     proc = groups(children=1, child_run_id="")  # the leader is ours, its child (same group) is not
     child = psutil.Process(proc.pid).children()[0]
-    assert process_kill.kill_groups([proc.pid], marker()) == 1  # one by one, not killpg
+    assert process_kill.kill_groups([proc.pid], marker(proc)) == 1  # one by one, not killpg
     assert proc.wait(GONE_TIMEOUT) == -signal.SIGKILL
     time.sleep(0.2)
     assert process_kill.alive(child)

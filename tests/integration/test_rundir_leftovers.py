@@ -60,8 +60,9 @@ def dead_pid() -> int:
 
 
 def write_run(run_root: Path, name: str, kernel_pid: int, procs: list[subprocess.Popen], started: float,
-              status: str = "running", **extra) -> Path:
-    """A run directory as a kernel leaves it: the first half of procs are hosts, the rest workers."""
+              status: str = "running", record_offset: float = 0.0, **extra) -> Path:
+    """A run directory as a kernel leaves it: the first half of procs are hosts, the rest workers; every one's
+    (pid, create time) recorded (``record_offset`` moves the recorded times: a stale record)."""
     half = len(procs) // 2
     hosts, workers = procs[:half], procs[half:]
     run_dir = run_root / name
@@ -76,6 +77,7 @@ def write_run(run_root: Path, name: str, kernel_pid: int, procs: list[subprocess
                      "log_path": str(run_dir / f"worker-{i}.log"), "log_tail": []}
                     for i, pid in enumerate([w.pid for w in workers] or [None, None])],
         "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
+        "processes": [[p.pid, psutil.Process(p.pid).create_time() + record_offset] for p in procs],
         **extra,
     }
     for worker in state["workers"]:
@@ -130,18 +132,18 @@ def test_a_dead_kernels_run_is_found_and_reaped(root, procs):
     assert json.loads((root / "finished-run" / "state.json").read_text())["status"] == "finished"
 
 
-def test_processes_that_name_the_run_dir_are_reaped_too(root, procs):
-    """A worker whose group id was never recorded (the kernel died before its hello) is found by its environment."""
+def test_a_marker_alone_or_a_stale_record_is_not_a_leftover(root, procs):
+    """Only processes whose (pid, create time) the run's kernel recorded are its leftovers: a process carrying the
+    run's id and naming its directory but never recorded is not (a marker proves nothing)."""
     started = time.time() - 0.5
     recorded = procs(2)
     unrecorded = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "half-started")})
-    other_run = procs(1, env={"NBWORKERS_RUN_DIR": str(root / "another-run")})
     run_dir = write_run(root, "half-started", dead_pid(), recorded, started)
     found = {p.pid for p in liveness.leftover_processes(rundir.read_state(run_dir), run_dir)}
-    assert found == {p.pid for p in recorded + unrecorded}
+    assert found == {p.pid for p in recorded}
     leftovers.reap(run_dir, kill_grace=0.5)
-    assert all(gone(p) for p in recorded + unrecorded)
-    assert other_run[0].poll() is None
+    assert all(gone(p) for p in recorded)
+    assert unrecorded[0].poll() is None
 
 
 def test_runs_of_a_live_kernel_are_left_alone(root, procs):
@@ -163,12 +165,10 @@ def test_a_pid_reused_after_the_run_started_is_not_its_kernel(root, procs):
     assert liveness.kernel_alive({**state, "started": time.time()})
 
 
-def test_processes_newer_than_the_run_are_spared(root, procs):
-    """A process group id reused by a process started after the kernel stopped writing is not the run's."""
+def test_processes_newer_than_the_record_are_spared(root, procs):
+    """A pid reused by a process started after the kernel recorded the pid's first owner is not the run's."""
     group = procs(2)
-    run_dir = write_run(root, "old-run", dead_pid(), group, started=time.time() - 100)
-    old = time.time() - 90
-    os.utime(run_dir / "state.json", (old, old))  # the dead kernel's last write, long before these processes
+    run_dir = write_run(root, "old-run", dead_pid(), group, started=time.time() - 100, record_offset=-90)
     state = rundir.read_state(run_dir)
     assert liveness.leftover_processes(state, run_dir) == []
     leftovers.reap(run_dir, kill_grace=0.5)
@@ -186,8 +186,9 @@ def test_runs_of_another_machine_are_never_reaped(root, procs):
 
 
 def test_scan_at_load_reaps_in_the_background(root, procs):
+    started = time.time()  # before the processes: a run's processes are younger than the run
     group = procs(2)
-    run_dir = write_run(root, "stale", dead_pid(), group, time.time())
+    run_dir = write_run(root, "stale", dead_pid(), group, started)
     thread = leftovers.scan_at_load(root)
     thread.join(STOP_TIMEOUT)
     assert not thread.is_alive()
@@ -196,8 +197,9 @@ def test_scan_at_load_reaps_in_the_background(root, procs):
 
 
 def test_attach_is_read_only_and_can_stop(root, procs):
+    started = time.time()
     group = procs(4)
-    write_run(root, "orphan", dead_pid(), group, time.time())
+    write_run(root, "orphan", dead_pid(), group, started)
     cluster = attach.attach("orphan", root)
     assert cluster.name == "orphan" and cluster.status == liveness.LOST and not cluster.done
     snapshot = cluster.snapshot()

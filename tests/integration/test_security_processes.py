@@ -161,10 +161,12 @@ def dead_pid() -> int:
 
 
 def forged_run(root: Path, name: str, kernel_pid: int, pids: list[int], started: float, run_id: str = "r1") -> Path:
+    """A state file naming ``pids`` with their true create times (anyone can read them in /proc)."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     state = {"name": name, "backend": "local", "status": "running", "error": "", "started": started, "ended": None,
              "kernel_pid": kernel_pid, "run_id": run_id, "host_pids": pids, "worker_pgids": pids,
+             "processes": [[pid, psutil.Process(pid).create_time()] for pid in pids],
              "workers": [{"index": 0, "status": "running", "pid": pids[0] if pids else None}]}
     (run_dir / "state.json").write_text(json.dumps(state))
     return run_dir
@@ -207,14 +209,14 @@ def test_a_pid_a_worker_reports_is_only_signalled_when_it_is_ours(tmp_path):
     host = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE, start_new_session=True)
     host.wait()
     try:
-        proc = WorkerProcess(index=0, host=host, log_path=tmp_path / "log", worker_pid=victim.pid,
-                             marker=RunMarker("run-x", time.time() - 1))
+        proc = WorkerProcess(index=0, host=host, log_path=tmp_path / "log", marker=RunMarker("run-x", time.time() - 1))
+        proc.note_worker(victim.pid)  # not the host's child, not a zygote's: named, never recorded
         proc.kill()
         assert kill_groups([0, 1, -1, victim.pid], RunMarker("run-x", None)) == 0
         time.sleep(0.3)
         assert victim.poll() is None
         ours = sleeper({"NBWORKERS_RUN_ID": "run-x"})
-        proc.worker_pid = ours.pid
+        proc.note_worker(ours.pid, zygote_pids=frozenset({os.getpid()}))  # our child: as a zygote's fork is
         proc.kill()
         assert ours.wait(timeout=10) == -signal.SIGKILL
     finally:
@@ -302,12 +304,10 @@ def test_a_real_run_is_private_marked_and_its_relay_local(kernel, run_root):
     state = json.loads((run_dir / "state.json").read_text())
     hosts = [p for p in psutil.process_iter(["pid"]) if _env(p).get("NBWORKERS_RUN_DIR") == str(run_dir)]
     assert {_env(p).get("NBWORKERS_RUN_ID") for p in hosts} == {state["run_id"]}
-    # a worker forked from the kernel's zygote shows the zygote's /proc environment: the kernel's marker (its run
-    # root, NBWORKERS_SPARE) instead of the run's id, which it has in os.environ (its log's RUNID line below)
+    # a worker forked from the kernel's zygote wrote its run's id over the zygote's placeholder in /proc
     workers = [psutil.Process(w["pid"]) for w in kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")["workers"]]
     for worker in workers:
-        env = _env(worker)
-        assert env.get("NBWORKERS_RUN_ID") == state["run_id"] or env.get("NBWORKERS_SPARE") == str(run_root), env
+        assert _env(worker).get("NBWORKERS_RUN_ID") == state["run_id"], _env(worker)
     procs = list({p.pid: p for p in hosts + workers}.values())
     assert len(procs) >= 4, procs  # 2 hosts + 2 workers
     listening = sorted({(c.laddr.ip, p.pid) for p in procs for c in _connections(p) if c.status == "LISTEN"})

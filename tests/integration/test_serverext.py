@@ -30,6 +30,7 @@ KERNEL_START_TIMEOUT = 90
 CLUSTER_UP_TIMEOUT = 90  # seconds for 2 workers to report running
 STOP_TIMEOUT = 30
 HTTP_TIMEOUT = 60
+TENSORBOARD_UP_TIMEOUT = 120  # s: TensorBoard imports TensorFlow on 2 shared cores
 WORKER_CELL = "import time\nprint('worker up', flush=True)\ntime.sleep(60)\n"
 
 
@@ -460,6 +461,7 @@ def write_fake_run(run_root: Path, name: str, kernel_pid: int, hosts: list[subpr
                      "detail": "", "exit_code": None, "metrics": {"loss": 0.5}, "log_tail": []}
                     for i, w in enumerate(workers)],
         "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
+        "processes": [[p.pid, psutil.Process(p.pid).create_time()] for p in hosts + workers],  # as a kernel records
     }
     for i in range(len(workers)):
         (run_dir / f"worker-{i}.log").write_text(f"line from worker {i}\n")
@@ -580,3 +582,54 @@ def test_slow_deletes_never_stall_reads(server):
         thread.join(120)
     for name in names:  # let the module's other tests see a clean list
         shutil.rmtree(server.run_root / name, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------- isolation
+def test_a_run_root_others_can_write_gets_a_clear_error_and_nothing_is_read(server):
+    server.run_root.chmod(0o777)
+    try:
+        for method, path in [("GET", "/nbworkers/api/clusters"), ("GET", "/nbworkers/api/clusters/sleepy"),
+                             ("GET", "/nbworkers/api/clusters/sleepy/logs/0"),
+                             ("DELETE", "/nbworkers/api/clusters/sleepy")]:
+            status, data = server.json(method, path)
+            assert status == 500, (method, path, status, data)
+            assert str(server.run_root) in data["message"] and f"chmod 700 {server.run_root}" in data["message"]
+            assert "worker up" not in json.dumps(data)
+    finally:
+        server.run_root.chmod(0o755)
+    assert server.json("GET", "/nbworkers/api/clusters")[0] == 200
+
+
+def test_tensorboard_is_served_behind_the_servers_authentication_only(server):
+    """%workers tensorboard's TensorBoard listens on no TCP port; the server forwards to it for its own users."""
+    pytest.importorskip("tensorboard")
+    from nbworkers.magics.notebook import tensorboard
+
+    write_fake_run(server.run_root, "boards", _dead_pid(), hosts=[], workers=[], started=time.time())
+    board = tensorboard.start(server.run_root / "boards", TENSORBOARD_UP_TIMEOUT)
+    try:
+        assert board.url == "/nbworkers/tensorboard/boards/"
+        serving = [p for p in psutil.Process(board.proc.pid).children(recursive=True) if p.is_running()]
+        assert serving and not [c for p in serving for c in p.net_connections("inet")]  # no TCP, no UDP
+        for path in ("/nbworkers/tensorboard/boards/", "/nbworkers/tensorboard/boards/data/runs"):
+            for token in (None, "not-the-token"):
+                status, body, _ = server.request("GET", path, token=token)
+                assert status in (302, 401, 403), (path, token, status)
+                assert b"tensorboard" not in body.lower() or status == 302
+        status, body, headers = server.request("GET", "/nbworkers/tensorboard/boards/")
+        assert status == 200 and b"<tb-webapp>" in body, (status, body[:300])
+        status, runs = server.json("GET", "/nbworkers/tensorboard/boards/data/runs")
+        assert status == 200 and runs == []
+        post = ("POST", "/nbworkers/tensorboard/boards/data/plugin/timeseries/timeSeries")
+        form = {"body": b"requests=%5B%5D", "headers": {"Content-Type": "application/x-www-form-urlencoded",
+                                                        "X-XSRF-Protected": "1"}}
+        assert server.request(*post, token=None, **form)[0] in (302, 401, 403)  # TensorBoard's header is no login
+        status, body, _ = server.request(*post, **form)
+        assert status == 200 and json.loads(body) == [], (status, body[:300])
+        status, _, headers = server.request("GET", "/nbworkers/tensorboard/boards")
+        assert status in (301, 302) and headers["Location"].endswith("/nbworkers/tensorboard/boards/")
+        write_fake_run(server.run_root, "no-board", _dead_pid(), hosts=[], workers=[], started=time.time())
+        status, body, _ = server.request("GET", "/nbworkers/tensorboard/no-board/")
+        assert status == 404 and b"%workers tensorboard no-board" in body, (status, body[-500:])
+    finally:
+        tensorboard.stop_all()

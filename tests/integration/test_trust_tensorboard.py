@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import urllib.request
 
 import psutil
 import pytest
 from cells import IMPORTS, KERAS_MODEL, worker_cell
 from conftest import wait_until
+
+from nbworkers.tensorboard_proxy import forward
 
 pytest.importorskip("tensorboard", reason="pip install 'nbworkers[tensorboard]'")
 
@@ -49,7 +49,7 @@ def tensorboard_processes(logdir) -> list[psutil.Process]:
         try:
             cmdline = proc.info["cmdline"] or []
             tied = any("nbworkers.procs.tied" in part for part in cmdline)  # its host: counted apart
-            if not tied and any("tensorboard.main" in part for part in cmdline) and str(logdir) in cmdline:
+            if not tied and any("tensorboard_server" in part for part in cmdline) and str(logdir) in cmdline:
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc)
         except psutil.Error:
@@ -71,11 +71,15 @@ def test_keras_run_summaries_per_worker_and_tensorboard_dies_with_the_kernel(ker
 
     shown = kernel.run("%workers tensorboard tb", timeout=TENSORBOARD_UP_TIMEOUT + 30)
     assert shown.status == "ok", shown.failure
-    url = re.search(r"(http://localhost:\d+/)", shown.stdout).group(1)
-    assert any("<iframe" in d.get("text/html", "") for d in shown.displays)  # tensorboard.notebook's own display
-    with urllib.request.urlopen(url + "data/runs", timeout=30) as reply:
-        runs = json.loads(reply.read())
-    assert {"worker-0/report", "worker-1/report", "worker-0/train"} <= set(runs), runs
+    url = "/nbworkers/tensorboard/tb/"  # through the Jupyter server (tests/test_serverext.py serves it for real)
+    assert url in shown.stdout, shown.stdout
+    assert any(f'src="{url}"' in d.get("text/html", "") for d in shown.displays), shown.displays
+    # TensorBoard itself: on a Unix socket of ours, no TCP port
+    socket_path = (run_root / "tb" / "tensorboard.socket").read_text()
+    status, _, _, body = forward(socket_path, "GET", "/data/runs", None, {}, 30)
+    runs = json.loads(body)
+    assert status == 200 and {"worker-0/report", "worker-1/report", "worker-0/train"} <= set(runs), runs
+    assert not [c for p in tensorboard_processes(board_root) for c in p.net_connections("inet")]
     again = kernel.run("%workers tensorboard tb")  # the same TensorBoard, not a second one
     assert url in again.stdout and len(tensorboard_processes(board_root)) == 1
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False

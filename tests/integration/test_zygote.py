@@ -66,6 +66,13 @@ def worker_log(run_root: Path, name: str, index: int = 0) -> str:
     return (run_root / name / f"worker-{index}.log").read_text()
 
 
+def gone_or_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def zygote_pids(kernel) -> list[int]:
     return [z["pid"] for z in kernel.value(
         "[z for z in __import__('nbworkers.magics.backends.zygotes', fromlist=['z']).zygotes().describe() "
@@ -199,7 +206,8 @@ def test_forked_workers_train_alike_serve_a_session_and_die_with_the_kernel(kern
     os.kill(kernel.pid, signal.SIGKILL)
     assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), \
         f"outlived a kill -9 of their kernel: {[p.cmdline() for p in processes_of_run_root(run_root, zygotes=True)]}"
-    assert not psutil.pid_exists(zygote) or psutil.Process(zygote).status() == psutil.STATUS_ZOMBIE
+    # an exiting zygote has no /proc environment left for the search above a moment before it is a zombie
+    assert wait_until(lambda: gone_or_zombie(zygote), 10)
 
 
 def test_a_dead_zygote_is_replaced_and_the_launch_spawns_with_a_note(kernel, run_root):

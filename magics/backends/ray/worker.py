@@ -74,6 +74,12 @@ class RayWorkerProcess:
     def pgids(self) -> list[int]:
         return []  # nothing of this worker runs in a process group of the kernel's machine
 
+    def note_worker(self, pid: int, zygote_pids: frozenset[int] = frozenset()) -> None:
+        self.worker_pid = pid  # kept as remote_worker_pid, never signalled from here
+
+    def processes(self) -> list[tuple[int, float]]:
+        return []  # nothing on the kernel's machine
+
     def poll(self) -> int | None:
         """The worker's exit code (negative: killed by that signal), or None while it runs."""
         if self._code is not None:
