@@ -22,7 +22,7 @@ import sys
 import traceback
 import types
 
-from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol import env_settings, netns, wire
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
 # environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
@@ -68,6 +68,7 @@ def print_user_traceback(code_path: str) -> str:
 
 
 def main() -> int:
+    netns.join_from_env()  # the run's private network namespace, while this process has one thread (netns.py)
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     code_path = os.environ[wire.ENV_CODE]

@@ -7,6 +7,11 @@ killed with ``kill -9``, takes its workers with it).
 A worker is forked from the kernel's zygote for its interpreter and import-time environment (``zygotes``:
 TensorFlow imported once; its host supervises it as any worker) unless zygotes are off or cannot serve it;
 then it is spawned: a fresh interpreter that imports TensorFlow itself.
+
+The workers of one run share a private network namespace (``isolation``; ``protocol/netns.py``) made at the
+run's first launch and kept across its restarts: their TensorFlow servers are reachable by each other only. They
+reach the kernel (relay, session commands) and the zygote over Unix sockets in private directories, which a
+network namespace does not hide.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbworkers.host.command import host_command
+from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker
 
@@ -102,14 +108,31 @@ class LocalBackend:
     name = "local"
     worker_host = "localhost"  # the address TF_CONFIG gives every worker
 
+    def __init__(self) -> None:
+        self._namespace: RunNamespace | None = None
+        self._namespace_checked = False
+
     def relay_hosts(self) -> tuple[str, str | None]:
-        """(bind, advertise) addresses of the kernel's relay: the workers are on this machine."""
-        return "127.0.0.1", None
+        """(bind, advertise) of the kernel's relay and command socket: ``ipc`` — a Unix socket in the kernel's
+        private runtime directory (``magics/run/sockets.py``): no TCP port, no other user can connect."""
+        return "ipc", None
+
+    @property
+    def isolated(self) -> bool:
+        """Do this run's workers share a private network namespace?"""
+        return self._namespace is not None
 
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
-        """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked)."""
+        """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked).
+        The first plan of a run also makes its private network namespace (``isolation``)."""
         from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
         from nbworkers.magics.launch.ports import pick_free_ports
+        from nbworkers.magics.settings import settings
+
+        if not self._namespace_checked:
+            config = settings()
+            self._namespace = namespace_for_run(config.isolation, config.isolation_start_timeout)
+            self._namespace_checked = True
 
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
         return [Placement(self.worker_host, port, gpus) for port, gpus in zip(pick_free_ports(len(tasks)), gpu_lists)]
@@ -119,11 +142,18 @@ class LocalBackend:
         from nbworkers.magics.settings import settings
 
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(settings().run_root))
+        if self._namespace is not None:
+            env = {**env, **self._namespace.env()}
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
         proc.marker = marker  # a forked worker's /proc environment is the zygote's: NBWORKERS_SPARE=<run root>
         return proc
+
+    def close(self) -> None:
+        """The run ended: its namespace holder goes (the namespace itself with its last worker)."""
+        if self._namespace is not None:
+            self._namespace.close()
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:
