@@ -19,8 +19,7 @@ import sys
 import time
 
 from nbworkers.magics.errors import IsolationUnavailable
-from nbworkers.protocol import netns
-from nbworkers.protocol import env_settings
+from nbworkers.protocol import env_settings, netns
 from nbworkers.protocol.private_dirs import runtime_dir
 
 log = logging.getLogger("nbworkers")
