@@ -1,7 +1,8 @@
 """Run isolation's start-up cost (``--only isolation``): the same warm ``%%worker`` launch (workers forked from a
 zygote that is already there) with each run's workers in a private network namespace (``isolation = 'auto'``, the
 default: one holder process per run, every worker joins with ``setns``) and without (``isolation = 'off'``),
-alternating in one kernel; the ratio is taken per pair, then the median.
+alternating in one kernel; the ratio is taken per pair, then the median. Beside it, the time the kernel takes to
+start a holder and read its answer (a worker's ``setns`` costs microseconds).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def bench(notebook: Path, run_root: Path, env: dict[str, str], reps: int, *, Ben
             open_, _ = nbworkers_launch(kernel, workers, f"iso-off-{rep}", run_root, [])
             log(f"isolation n={workers} rep {rep + 1}: warm launch {isolated:.2f} s in a private namespace "
                 f"({'made' if namespaces else 'NOT available'}), {open_:.2f} s without")
-            pairs.append({"isolated": isolated, "open": open_, "namespaces": namespaces})
+            holder = kernel.value("(lambda t, ns: (ns.start(10).close(), __import__('time').monotonic() - t)[1])("
+                                  "__import__('time').monotonic(), "
+                                  "__import__('nbworkers.magics.backends.isolation', fromlist=['x']).RunNamespace)")
+            pairs.append({"isolated": isolated, "open": open_, "namespaces": namespaces, "holder": holder})
             time.sleep(0.5)
     finally:
         kernel.shutdown()
@@ -38,6 +42,7 @@ def bench(notebook: Path, run_root: Path, env: dict[str, str], reps: int, *, Ben
         "open": statistics.median(p["open"] for p in pairs),
         "ratio": statistics.median(p["isolated"] / p["open"] for p in pairs),
         "namespaces": all(p["namespaces"] for p in pairs),
+        "holder": statistics.median(p["holder"] for p in pairs),
     }
 
 
@@ -49,4 +54,6 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
          "baseline", ""),
         (f"isolation: first step, {workers} workers: warm %%worker in a private network namespace{made}",
          f"{result['isolated']:.2f} s", f"{result['ratio']:.2f}x", "one holder process per run; setns per worker"),
+        ("isolation: a run's namespace holder started and ready (in the kernel)", f"{result['holder'] * 1000:.0f} ms",
+         "", "the whole added cost but a setns per worker"),
     ]
