@@ -59,6 +59,9 @@ class RunNamespace:
             raise HolderFailed(" ".join(words[2:]) or "no reason given")
         raise HolderFailed(f"no answer within {timeout:g} s" if not line else f"it said {line[:200]!r}")
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def env(self) -> dict[str, str]:
         return {env_settings.NETNS.name: self.value}
 

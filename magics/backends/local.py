@@ -129,6 +129,9 @@ class LocalBackend:
         from nbworkers.magics.launch.ports import pick_free_ports
         from nbworkers.magics.settings import settings
 
+        if self._namespace is not None and not self._namespace.alive():  # its holder was killed: a new one
+            self._namespace.close()
+            self._namespace, self._namespace_checked = None, False
         if not self._namespace_checked:
             config = settings()
             self._namespace = namespace_for_run(config.isolation, config.isolation_start_timeout)
