@@ -232,6 +232,35 @@ def test_another_user_reaches_no_port_and_no_socket_of_a_live_run_or_session(liv
     assert kernel.value("nbworkers.get_cluster('iso-run').status") == "running"
 
 
+def test_a_port_another_program_holds_on_the_machine_is_free_in_the_runs_namespace(live):
+    """The free-port race (tensorflow/tensorflow#46602) is gone for isolated runs: worker 1 is given a port a
+    program holds on the machine (``test_worker_magic``'s collision, which restarts a run without isolation),
+    and the run's TensorFlow server binds it in its own namespace: no restart."""
+    kernel, _, _ = live
+    held = __import__("socket").socket()
+    held.bind(("0.0.0.0", 0))
+    held.listen(1)
+    try:
+        kernel.run(f"""
+from nbworkers.magics.launch import ports as _ports
+_real_pick = _ports.pick_free_ports
+def _pick_taken(count, bind_host="0.0.0.0"):
+    chosen = _real_pick(count, bind_host)
+    chosen[1] = {held.getsockname()[1]}
+    return chosen
+_ports.pick_free_ports = _pick_taken
+""")
+        result = kernel.run("%%worker -n 2 --block --name held-port\nfrom nbworkers import distlib\n"
+                            "strategy = distlib.strategy()\nprint('replicas', strategy.num_replicas_in_sync)\n")
+        assert not result.error, result.error
+    finally:
+        kernel.run("_ports.pick_free_ports = _real_pick")
+        held.close()
+    snap = kernel.value("nbworkers.get_cluster('held-port').snapshot()")
+    assert snap["status"] == "finished" and snap["restarts"] == 0, snap
+    assert "replicas 2" in kernel.run("%workers logs held-port -w 1").stdout
+
+
 @pytest.mark.parametrize("user", ["root", "nobody"])
 def test_a_holder_and_its_workers_share_a_namespace_no_one_outside_reaches(user):
     """The namespace's whole round trip, as root (a network namespace only: the workers keep root's rights) and as
