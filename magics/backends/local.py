@@ -108,7 +108,8 @@ class LocalBackend:
     name = "local"
     worker_host = "localhost"  # the address TF_CONFIG gives every worker
 
-    def __init__(self) -> None:
+    def __init__(self, isolation: str = "") -> None:
+        self.isolation = isolation  # auto | required | off; "": settings().isolation
         self._namespace: RunNamespace | None = None
         self._namespace_checked = False
 
@@ -134,7 +135,7 @@ class LocalBackend:
             self._namespace, self._namespace_checked = None, False
         if not self._namespace_checked:
             config = settings()
-            self._namespace = namespace_for_run(config.isolation, config.isolation_start_timeout)
+            self._namespace = namespace_for_run(self.isolation or config.isolation, config.isolation_start_timeout)
             self._namespace_checked = True
 
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())

@@ -114,3 +114,19 @@ def test_the_isolation_variable_takes_three_words():
         warnings.simplefilter("always")
         assert env_settings.ISOLATION.get({"NBWORKERS_ISOLATION": "yes"}) == "auto"
     assert "auto, required or off" in str(caught[0].message)
+
+
+def test_the_isolation_flag_reaches_the_local_backend_and_is_refused_for_ray():
+    from argparse import Namespace
+
+    from nbworkers.magics.errors import LaunchError
+    from nbworkers.magics.launch.parse import check_backend
+    from nbworkers.magics.launch.spec import LaunchSpec
+    from nbworkers.magics.run.group_launch import backend_for
+
+    backend = backend_for(LaunchSpec(code="x = 1", isolation="off"))
+    assert backend.isolation == "off"
+    backend.plan([object(), object()], None)  # off: no namespace made, whatever the setting says
+    assert backend.isolated is False
+    with pytest.raises(LaunchError, match="--isolation: only for the local backend"):
+        check_backend(Namespace(backend="ray", isolation="off", address="", cpus_per_worker=None, spread=False))
