@@ -105,6 +105,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import zygote
 
         rows += zygote.rows(results["zygote"])
+    if results.get("isolation"):
+        import isolation
+
+        rows += isolation.rows(results["isolation"])
     if results.get("sessions"):
         import sessions
 

@@ -69,7 +69,15 @@ def mnist(split: str = "train", *, mock: bool | None = None, mock_examples: int 
         with tfds.testing.mock_data(num_examples=count):
             dataset = tfds.load("mnist", split=split, as_supervised=True)
     else:
-        dataset = tfds.load("mnist", split=split, as_supervised=True)
+        try:
+            dataset = tfds.load("mnist", split=split, as_supervised=True)
+        except Exception as error:
+            if env_settings.NETNS.is_set():  # the run's private network namespace: no network to download from
+                raise RuntimeError(
+                    "tfds.load('mnist') failed in an isolated run, whose workers have no network (README: Security "
+                    "model). Download MNIST once outside the run (`python -c \"import tensorflow_datasets as tfds; "
+                    "tfds.load('mnist')\"`), or run the cell with `%%worker --isolation off`.") from error
+            raise
 
     def normalize(image, label):
         return tf.cast(image, tf.float32) / 255.0, label

@@ -45,3 +45,7 @@ class RunFailed(RuntimeError):
         kernel-side frames (IPython honours this hook, as for ipyparallel's remote errors)."""
         lines = str(self).splitlines() or [""]
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {lines[0]}", *lines[1:]]
+
+
+class IsolationUnavailable(LaunchError):
+    """``isolation = 'required'`` and this machine cannot give the run a private network namespace."""

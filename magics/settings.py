@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traitlets import Bool, Float, Int, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
 from nbworkers.magics.run.core.logtail import DEFAULT_TAIL_LINES
@@ -86,6 +86,13 @@ class WorkerSettings(Configurable):
                                 "exits (its memory freed; the next run starts a new one); 0: never.").tag(config=True)
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
         config=True)
+    # isolation (magics/backends/isolation.py, protocol/netns.py): local runs' workers in a private network namespace
+    isolation = Enum(["auto", "required", "off"], default_value="auto", help="Local runs' workers share a private "
+                     "network namespace (their TensorFlow servers reachable by the run alone): 'auto' when this "
+                     "machine allows it (else said once, and they run as before), 'required' (a launch without it is "
+                     "refused), 'off'. Default: $NBWORKERS_ISOLATION or auto.").tag(config=True)
+    isolation_start_timeout = Float(10.0, help="Seconds a launch waits for its run's namespace holder to make the "
+                                    "namespace.").tag(config=True)
     widget = Bool(True, help="Show the live widget (else only the text/HTML view).").tag(config=True)
     widget_line_chars = Int(2000, help="Longest log line the widget shows; the rest is cut (the kernel's log tail "
                             "and the log file keep more).").tag(config=True)
@@ -141,6 +148,10 @@ class WorkerSettings(Configurable):
     @default("zygote_prewarm")
     def _default_zygote_prewarm(self) -> bool:
         return env_settings.ZYGOTE_PREWARM.get()
+
+    @default("isolation")
+    def _default_isolation(self) -> str:
+        return env_settings.ISOLATION.get()
 
     @default("run_root")
     def _default_run_root(self) -> str:

@@ -77,6 +77,13 @@ def _switch(text: str) -> bool:
     raise ValueError(text)
 
 
+def _choice(text: str, choices: tuple[str, ...]) -> str:
+    lowered = text.lower()
+    if lowered not in choices:
+        raise ValueError(text)
+    return lowered
+
+
 def _auto_switch(text: str) -> str:
     """``"auto"``, ``"1"`` or ``"0"`` (the spellings of ``_switch`` accepted)."""
     lowered = text.lower()
@@ -189,6 +196,11 @@ ZYGOTE_PREWARM = _declare(EnvSetting(
     "NBWORKERS_ZYGOTE_PREWARM", True, SWITCH, KERNEL,
     "`0`: start the zygote at the first `%%worker`, not when the extension loads (the setting `zygote_prewarm`; "
     "a prewarmed zygote holds about 0.5 GB until `zygote_idle_timeout`)"))
+ISOLATION = _declare(EnvSetting(
+    "NBWORKERS_ISOLATION", "auto", Parser(lambda text: _choice(text, ("auto", "required", "off")),
+                                          "auto, required or off"), KERNEL,
+    "local runs' workers in a private network namespace: `auto` (when this machine allows it; else said once), "
+    "`required` (refuse to launch without it), `off` (the setting `isolation`)"))
 TF215_PYTHON = _declare(EnvSetting(
     "NBWORKERS_TF215_PYTHON", "", TEXT, KERNEL,
     "tutorial 04: the TensorFlow 2.15 interpreter", default_text="a checkout's `.venv-tf215`"))
@@ -258,7 +270,8 @@ PUSH = _declare(EnvSetting(
     "NBWORKERS_PUSH", "", TEXT, SET_IN_WORKERS, "path of the variables pushed to the workers (kernel to worker only)",
     set_by_nbworkers=True))
 RELAY = _declare(EnvSetting(
-    "NBWORKERS_RELAY", "", TEXT, SET_IN_WORKERS, "`tcp://host:port` of the kernel's relay", set_by_nbworkers=True))
+    "NBWORKERS_RELAY", "", TEXT, SET_IN_WORKERS,
+    "`ipc://PATH` (local runs) or `tcp://host:port` (`--backend ray`) of the kernel's relay", set_by_nbworkers=True))
 KEY = _declare(EnvSetting(
     "NBWORKERS_KEY", "", TEXT, SET_IN_WORKERS, "the relay's HMAC key (hex)", set_by_nbworkers=True))
 RELAY_SERVERKEY = _declare(EnvSetting(
@@ -290,7 +303,12 @@ SESSION = _declare(EnvSetting(
     "the session's name: the worker serves cells instead of running one", set_by_nbworkers=True))
 COMMANDS = _declare(EnvSetting(
     "NBWORKERS_COMMANDS", "", TEXT, SET_IN_WORKERS + " (`--session`)",
-    "`tcp://host:port` of the kernel's command socket", set_by_nbworkers=True))
+    "`ipc://PATH` (local) or `tcp://host:port` (`--backend ray`) of the kernel's command socket",
+    set_by_nbworkers=True))
+NETNS = _declare(EnvSetting(
+    "NBWORKERS_NETNS", "", TEXT, SET_IN_WORKERS + " (local runs)",
+    "`PID:USER_INODE:NET_INODE`: the run's private network namespace, entered before anything else "
+    "(`protocol/netns.py`)", set_by_nbworkers=True))
 GPU_COUNTS = _declare(EnvSetting(
     "NBWORKERS_GPU_COUNTS", "", TEXT, SET_IN_WORKERS,
     "GPUs per worker, comma-separated in `TF_CONFIG` order (checked before training)", set_by_nbworkers=True))

@@ -22,7 +22,7 @@ import sys
 import traceback
 import types
 
-from nbworkers.protocol import env_settings, own_files, wire
+from nbworkers.protocol import env_settings, netns, own_files, wire
 from nbworkers.protocol.statuses import WorkerStatus
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
@@ -75,6 +75,7 @@ def print_user_traceback(code_path: str) -> str:
 
 
 def main() -> int:
+    netns.join_from_env()  # the run's private network namespace, while this process has one thread (netns.py)
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     code_path = os.environ[wire.ENV_CODE]

@@ -7,6 +7,11 @@ killed with ``kill -9``, takes its workers with it).
 A worker is forked from the kernel's zygote for its interpreter and import-time environment (``zygotes``:
 TensorFlow imported once; its host supervises it as any worker) unless zygotes are off or cannot serve it;
 then it is spawned: a fresh interpreter that imports TensorFlow itself.
+
+The workers of one run share a private network namespace (``isolation``; ``protocol/netns.py``) made at the
+run's first launch and kept across its restarts: their TensorFlow servers are reachable by each other only. They
+reach the kernel (relay, session commands) and the zygote over Unix sockets in private directories, which a
+network namespace does not hide.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from nbworkers.host.command import host_command
+from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of
 from nbworkers.protocol.own_files import open_own
@@ -136,14 +142,35 @@ class LocalBackend:
     name = "local"
     worker_host = "localhost"  # the address TF_CONFIG gives every worker
 
+    def __init__(self, isolation: str = "") -> None:
+        self.isolation = isolation  # auto | required | off; "": settings().isolation
+        self._namespace: RunNamespace | None = None
+        self._namespace_checked = False
+
     def relay_hosts(self) -> tuple[str, str | None]:
-        """(bind, advertise) addresses of the kernel's relay: the workers are on this machine."""
-        return "127.0.0.1", None
+        """(bind, advertise) of the kernel's relay and command socket: ``ipc`` — a Unix socket in the kernel's
+        private runtime directory (``magics/run/sockets.py``): no TCP port, no other user can connect."""
+        return "ipc", None
+
+    @property
+    def isolated(self) -> bool:
+        """Do this run's workers share a private network namespace?"""
+        return self._namespace is not None
 
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
-        """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked)."""
+        """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked).
+        The first plan of a run also makes its private network namespace (``isolation``)."""
         from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
         from nbworkers.magics.launch.ports import pick_free_ports
+        from nbworkers.magics.settings import settings
+
+        if self._namespace is not None and not self._namespace.alive():  # its holder was killed: a new one
+            self._namespace.close()
+            self._namespace, self._namespace_checked = None, False
+        if not self._namespace_checked:
+            config = settings()
+            self._namespace = namespace_for_run(self.isolation or config.isolation, config.isolation_start_timeout)
+            self._namespace_checked = True
 
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
         return [Placement(self.worker_host, port, gpus) for port, gpus in zip(pick_free_ports(len(tasks)), gpu_lists)]
@@ -151,12 +178,19 @@ class LocalBackend:
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "")
+        if self._namespace is not None:
+            env = {**env, **self._namespace.env()}
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
         if proc is None:
             proc = self._launch_cold(index, python, env, cwd, log_path, grace, role)
         proc.marker = marker
         proc.record_host()
         return proc
+
+    def close(self) -> None:
+        """The run ended: its namespace holder goes (the namespace itself with its last worker)."""
+        if self._namespace is not None:
+            self._namespace.close()
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:

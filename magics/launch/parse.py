@@ -143,6 +143,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         address=getattr(args, "address", "") or "",
         cpus_per_worker=getattr(args, "cpus_per_worker", None),
         spread=bool(getattr(args, "spread", False)),
+        isolation=getattr(args, "isolation", None) or "",
         scan=scan,
     )
 
@@ -158,6 +159,9 @@ def check_backend(args: Namespace) -> str:
         if used:
             raise LaunchError(f"{', '.join(used)}: only for the Ray backend. Add --backend ray.")
         return backend
+    if getattr(args, "isolation", None):
+        raise LaunchError("--isolation: only for the local backend (a Ray run's workers talk across machines: the "
+                          "cluster's network protects them, see the README's Security model). Leave it out.")
     if cpus is not None and cpus <= 0:
         raise LaunchError(f"--cpus-per-worker {cpus:g}: give a positive number of CPUs, for example 1 or 0.5.")
     from nbworkers.magics.backends.ray.backend import check_launch

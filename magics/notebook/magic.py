@@ -54,6 +54,10 @@ class WorkerMagics(Magics):
     @argument("--ps", type=int, default=None, metavar="N",
               help="N parameter servers for ParameterServerStrategy: the cell runs on the chief (the coordinator, "
                    "implied), the -n workers and the parameter servers run TensorFlow servers it drives")
+    @argument("--isolation", choices=("auto", "required", "off"), default=None,
+              help="local: the workers in a private network namespace of the run's own ('auto': when this machine "
+                   "allows it; 'off': with the machine's network, e.g. to download data; default: the setting "
+                   "`isolation`)")
     @argument("--backend", choices=("local", "ray"), default="local",
               help="where the workers run: local processes (default) or a Ray cluster (pip install nbworkers[ray])")
     @argument("--address", default="", metavar="HOST:PORT",

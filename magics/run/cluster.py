@@ -194,6 +194,7 @@ class Cluster:
         except BaseException as error:
             self._kill_all()
             self._relay.close()
+            self._close_backend()
             if isinstance(error, LaunchError):  # refused before anything ran: leave no trace
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
@@ -258,6 +259,13 @@ class Cluster:
                 self._relay.close()
             for proc in self._procs:
                 proc.close()
+            self._close_backend()
+
+    def _close_backend(self) -> None:
+        """What the backend holds for this run (the local backend: its network namespace's holder)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def _handle(self, event: ev.Event) -> None:
         """Give the supervisor core one event and carry out what it decides (lock held)."""

@@ -88,7 +88,7 @@ def backend_for(spec: LaunchSpec) -> Backend:
         from nbworkers.magics.backends.ray.backend import RayBackend
 
         return RayBackend.from_spec(spec)
-    return LocalBackend()
+    return LocalBackend(isolation=spec.isolation)
 
 
 def _kernel_id() -> str:

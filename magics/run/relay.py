@@ -3,12 +3,17 @@
 Messages that fail the signature (unsigned, forged, replayed) or the schema (malformed) are dropped and
 counted, never acted on. Only JSON is ever decoded.
 
-Memory stays bounded whatever arrives (anyone who reaches the port can send): libzmq cuts a connection that sends
-a frame over ``relay_max_message_bytes`` before buffering it, at most ``relay_receive_hwm`` messages wait per
-connection, a message of the wrong shape (frame count, total size) is dropped, and the signature is checked here —
-exactly 64 lowercase hex digits and the right HMAC — *before* jupyter_client's ``Session`` sees it, because its
-replay history keeps every signature it is shown (forged ones included). That history holds at most
-``relay_replay_history`` signatures.
+Where it listens (``sockets.bind``): a local run's relay is a Unix socket in the kernel's private runtime
+directory (``ipc://``: no TCP port; no other user can open it, and the workers reach it from their private
+network namespace); ``--backend ray``: a TCP port on every interface, CurveZMQ-encrypted (``relay_curve.py``).
+
+Memory stays bounded whatever arrives: libzmq cuts a connection that sends a frame over
+``relay_max_message_bytes`` before buffering it, at most ``relay_receive_hwm`` messages wait per connection, a
+message is received frame by frame and one with more than the relay's 6 frames or more than
+``relay_max_message_bytes`` in all is released frame by frame and counted (``sockets.receive``), and the
+signature is checked here — exactly 64 lowercase hex digits and the right HMAC — *before* jupyter_client's
+``Session`` sees it, because its replay history keeps every signature it is shown (forged ones included). That
+history holds at most ``relay_replay_history`` signatures.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import zmq
 
+from nbworkers.magics.run import sockets
 from nbworkers.protocol import wire
 from nbworkers.protocol.lines import cap_line
 
@@ -53,7 +59,8 @@ class DropCounts:
 
 
 class RelayReceiver:
-    """Binds a PULL socket (ZMQ picks the port atomically: no bind-then-close race)."""
+    """Binds a PULL socket: ``bind_host`` ``"ipc"`` (local runs) or a TCP address (ZMQ picks the port
+    atomically: no bind-then-close race)."""
 
     def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
                  max_message_bytes: int | None = None, receive_hwm: int | None = None,
@@ -76,9 +83,7 @@ class RelayReceiver:
             from nbworkers.magics.run.relay_curve import CurveServer
 
             self.curve = CurveServer(self._context, self._socket)
-        port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
-        self.port = port
-        self.address = f"tcp://{advertise_host or bind_host}:{port}"
+        self.address = sockets.bind(self._socket, bind_host, advertise_host, "relay")
         self.drops = DropCounts()
         self.received = 0
         self._poller = zmq.Poller()
@@ -91,9 +96,12 @@ class RelayReceiver:
             return out
         while len(out) < max_messages:
             try:
-                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                frames = sockets.receive(self._socket, FRAMES, self.max_message_bytes)
             except zmq.Again:
                 break
+            if isinstance(frames, sockets.TooBig):
+                self.drops.note("oversized", f"{frames.nbytes} bytes in {frames.frames} frames")
+                continue
             message = self.decode(frames)
             if message is not None:
                 out.append(message)

@@ -5,7 +5,11 @@ generation; its routing id is random). Commands are signed with the cluster's ke
 generation in each command makes one launch's commands useless to the next. Thread-safe (one lock around
 the socket): the supervisor thread drains it, the notebook's thread and widget clicks send on it.
 
-Local backend: bound to 127.0.0.1, like the relay. ``--backend ray``: bound where the relay binds (every
+Local backend: a Unix socket in the kernel's private runtime directory, like the relay (``run/sockets.py``: no
+TCP port, no other user can open it). Whatever arrives is bounded: frames of at most ``MAX_MESSAGE_BYTES``
+(libzmq cuts the sender), ``relay_receive_hwm`` messages per connection, and a message of more than
+``MAX_FRAMES`` frames or ``MAX_MESSAGE_BYTES`` bytes is released frame by frame and counted in ``dropped``.
+``--backend ray``: bound where the relay binds (every
 interface, the kernel node's address advertised) and a CurveZMQ server exactly as the relay is
 (``relay_curve.CurveServer``, sharing the relay's server keypair and allowed client keys): only the run's
 nodes, with the client keypair their actor made there, can connect, and nobody on the path reads the cells.
@@ -19,8 +23,13 @@ from typing import Any
 
 import zmq
 
+from nbworkers.magics.run import sockets
 from nbworkers.magics.run.relay_curve import CurveServer
+from nbworkers.magics.settings import settings
 from nbworkers.protocol import session_wire, wire
+
+MAX_FRAMES = 8  # routing id, <IDS|MSG>, signature, header, parent, metadata, content (a worker's `ready`)
+MAX_MESSAGE_BYTES = 64 * 1024  # a `ready` is a few hundred bytes
 
 
 class CommandChannel:
@@ -34,9 +43,10 @@ class CommandChannel:
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)  # per frame: bigger ones cut the connection
+        self._socket.setsockopt(zmq.RCVHWM, settings().relay_receive_hwm)
         self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
-        port = self._socket.bind_to_random_port(f"tcp://{bind_host}")
-        self.address = f"tcp://{advertise_host or bind_host}:{port}"
+        self.address = sockets.bind(self._socket, bind_host, advertise_host, "commands")
         self._lock = threading.Lock()
         self._seq = 0
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
@@ -61,9 +71,12 @@ class CommandChannel:
         with self._lock:
             while True:
                 try:
-                    frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                    frames = sockets.receive(self._socket, MAX_FRAMES, MAX_MESSAGE_BYTES)
                 except zmq.Again:
                     return
+                if isinstance(frames, sockets.TooBig):
+                    self.dropped += 1
+                    continue
                 identity, rest = frames[0], frames[1:]
                 message = session_wire.verify(rest, self._key)
                 if message is None or message[0] != "ready":

@@ -75,7 +75,7 @@ RECEIVER = textwrap.dedent("""
 
     relay = RelayReceiver(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(relay.port, flush=True)
+    print(relay.address, flush=True)
     received = 0
     deadline = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < deadline:
@@ -94,8 +94,7 @@ def run_receiver(key: str, expected: int, attack, seconds: float = 60.0) -> dict
     proc = subprocess.Popen([sys.executable, "-c", RECEIVER, key, str(seconds), str(expected)], stdout=subprocess.PIPE,
                             text=True)
     try:
-        port = int(proc.stdout.readline())
-        attack(f"tcp://127.0.0.1:{port}")
+        attack(proc.stdout.readline().strip())
         out, _ = proc.communicate(timeout=seconds + 30)
     finally:
         if proc.poll() is None:
@@ -290,9 +289,9 @@ time.sleep({sleep})
 
 def test_a_real_run_is_private_marked_and_its_relay_local(kernel, run_root):
     """One real 2-worker TensorFlow run: every file of its run directory is 0600 (the directory 0700), every host
-    and worker carries the run's NBWORKERS_RUN_ID (recorded in state.json), the kernel's relay listens on
-    loopback only, and the workers' TensorFlow gRPC servers' addresses are printed (they bind all interfaces:
-    README, Security model)."""
+    and worker carries the run's NBWORKERS_RUN_ID (recorded in state.json), the kernel's relay is a Unix socket
+    (no TCP port), and the workers' TensorFlow gRPC servers' addresses are printed (they bind all interfaces, inside
+    the run's private network namespace: tests/integration/test_isolation.py)."""
     name = "private-run"
     launched = kernel.run(E2E_CELL.format(name=name, sleep=6).replace("--block ", ""))
     assert not launched.error, launched.error
@@ -312,9 +311,7 @@ def test_a_real_run_is_private_marked_and_its_relay_local(kernel, run_root):
     assert len(procs) >= 4, procs  # 2 hosts + 2 workers
     listening = sorted({(c.laddr.ip, p.pid) for p in procs for c in _connections(p) if c.status == "LISTEN"})
     print("TensorFlow gRPC servers listen on:", listening)
-    kernel_listen = {c.laddr.ip for c in psutil.Process(kernel.pid).net_connections("tcp") if c.status == "LISTEN"
-                     and c.laddr.port == int(state_relay_port(procs))}
-    assert kernel_listen == {"127.0.0.1"}, kernel_listen
+    assert state_relay_address(procs).startswith("ipc://")
     waited = kernel.run(f"%workers wait {name}")
     assert nbworkers_finished(kernel, name), waited.text
     for i in (0, 1):
@@ -339,8 +336,8 @@ def _connections(proc: psutil.Process) -> list:
         return []
 
 
-def state_relay_port(procs: list[psutil.Process]) -> str:
-    return next(_env(p)["NBWORKERS_RELAY"] for p in procs if _env(p).get("NBWORKERS_RELAY")).rsplit(":", 1)[1]
+def state_relay_address(procs: list[psutil.Process]) -> str:
+    return next(_env(p)["NBWORKERS_RELAY"] for p in procs if _env(p).get("NBWORKERS_RELAY"))
 
 
 def nbworkers_finished(kernel, name: str) -> bool:

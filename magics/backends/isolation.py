@@ -1,0 +1,107 @@
+"""The kernel's side of run isolation: one private network namespace per local run (``protocol/netns.py``).
+
+``RunNamespace.start()`` starts the run's holder (``python -I -S protocol/netns.py``: its own session, a
+pipe from the kernel on its stdin) and reads its answer; ``env()`` is what every worker of the run gets
+(``$NBWORKERS_NETNS``: the worker joins before anything else); ``close()`` ends the holder (the namespace
+lives on while a worker is still in it, and goes with the last one).
+
+``namespace_for_run(mode)``: ``off`` — None; ``auto`` — the namespace, or None with a warning said once per
+kernel when this machine cannot make one (the workers then run in the machine's namespace, as before);
+``required`` — the namespace, or ``IsolationUnavailable`` naming why and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import subprocess
+import sys
+import time
+
+from nbworkers.magics.errors import IsolationUnavailable
+from nbworkers.protocol import env_settings, netns
+from nbworkers.protocol.private_dirs import runtime_dir
+
+log = logging.getLogger("nbworkers")
+_warned = False
+
+
+class HolderFailed(OSError):
+    """The holder could not make the namespace (its reason), or did not answer in time."""
+
+
+class RunNamespace:
+    def __init__(self, proc: subprocess.Popen, value: str):
+        self.proc = proc
+        self.value = value  # PID:USER_INODE:NET_INODE
+
+    @classmethod
+    def start(cls, timeout: float) -> "RunNamespace":
+        proc = subprocess.Popen([sys.executable, "-I", "-S", netns.__file__], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                close_fds=True, cwd=str(runtime_dir("nbworkers-zygote")))
+        assert proc.stdout is not None
+        line = b""
+        deadline = time.monotonic() + timeout
+        while not line.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = proc.stdout.read1(4096)  # type: ignore[attr-defined]  # a BufferedReader
+            if not chunk:
+                break
+            line += chunk
+        words = line.decode(errors="replace").split()
+        if len(words) == 4 and words[0] == "ready":
+            return cls(proc, ":".join(words[1:]))
+        cls._end(proc)
+        if words[:1] == ["unavailable"]:
+            raise HolderFailed(" ".join(words[2:]) or "no reason given")
+        raise HolderFailed(f"no answer within {timeout:g} s" if not line else f"it said {line[:200]!r}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def env(self) -> dict[str, str]:
+        return {env_settings.NETNS.name: self.value}
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def close(self) -> None:
+        self._end(self.proc)
+
+
+def namespace_for_run(mode: str, timeout: float) -> RunNamespace | None:
+    """The run's namespace as ``mode`` (``settings().isolation``) asks, or None (see the module's docstring)."""
+    global _warned
+    if mode == "off":
+        return None
+    try:
+        return RunNamespace.start(timeout)
+    except OSError as error:
+        reason = str(error)
+    if mode == "required":
+        raise IsolationUnavailable(
+            f"isolation is required, but this machine cannot make a private network namespace for the run's "
+            f"workers ({reason}). Enable unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on "
+            "Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), or set nbworkers.settings().isolation = "
+            "'auto' to run without it (other users on this machine can then reach the workers' TensorFlow ports).")
+    if not _warned:
+        _warned = True
+        log.warning("nbworkers: local runs are not isolated: no private network namespace (%s). Their TensorFlow "
+                    "servers listen on every interface, as TensorFlow's own; set isolation = 'required' to refuse.",
+                    reason)
+    return None

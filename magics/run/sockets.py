@@ -1,0 +1,68 @@
+"""The kernel's ZMQ sockets that workers send to (the relay, a session's commands): where they bind, and how one
+message is received within bounds.
+
+- ``bind(socket, host, advertise, name)``: ``host == "ipc"`` (local runs) binds a Unix socket in the kernel's
+  private runtime directory (``private_dirs.runtime_dir``, mode 0700; the socket file 0600): no TCP port, and
+  no other user can even open it. Otherwise a TCP port ZMQ picks atomically on ``host`` (``--backend ray``,
+  with CurveZMQ on top: ``relay_curve.py``).
+- ``receive(socket, max_frames, max_bytes)``: one whole message, frame by frame (``copy=False``, ``RCVMORE``),
+  keeping frames only while the message stays within ``max_frames`` frames and ``max_bytes`` bytes; the rest of
+  an over-limit message is read and released at once, never joined into one list, and a ``TooBig`` says how big
+  it was (the caller counts it). libzmq itself queues a message whole before its first frame can be read
+  (each frame at most ``MAXMSGSIZE``, at most ``RCVHWM`` messages per connection): that queue is what only the
+  user's own processes (ipc) or the run's authenticated nodes (CurveZMQ) can fill.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+
+import zmq
+
+from nbworkers.protocol.private_dirs import runtime_dir
+
+IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
+IPC_DIR_NAME = "nbworkers-ipc"
+
+
+@dataclass(frozen=True)
+class TooBig:
+    """A message over the limits, read and dropped: how many frames and bytes it had."""
+
+    frames: int
+    nbytes: int
+
+
+def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str:
+    """Bind ``socket`` as described above; returns the address the workers connect to."""
+    if host == IPC:
+        path = runtime_dir(IPC_DIR_NAME) / f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock"
+        socket.bind(f"ipc://{path}")
+        os.chmod(path, 0o600)
+        return f"ipc://{path}"
+    port = socket.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{advertise or host}:{port}"
+
+
+def receive(socket: zmq.Socket, max_frames: int, max_bytes: int, flags: int = zmq.NOBLOCK) -> list[bytes] | TooBig:
+    """One message as a list of frames, or ``TooBig``; raises ``zmq.Again`` when none is waiting."""
+    frame = socket.recv(flags, copy=False)
+    kept: list[bytes] = []
+    count = size = 0
+    while True:
+        count += 1
+        size += len(frame)
+        if count <= max_frames and size <= max_bytes:
+            kept.append(frame.bytes)
+        elif kept:
+            kept = []  # over the limit: release what was kept
+        more = frame.more
+        del frame
+        if not more:
+            break
+        frame = socket.recv(0, copy=False)  # the rest of a message is there once its first frame is
+    if count > max_frames or size > max_bytes:
+        return TooBig(count, size)
+    return kept
