@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import task
+from nbworkers.distlib.compat import keras_compat, mwms_patch
+from nbworkers.distlib.worker.roles import role_strategy
 
 
 def local_gpu_count() -> int:
@@ -35,13 +37,11 @@ def strategy(communication: str = "auto"):
     """
     info = task()  # validates TF_CONFIG before TensorFlow sees it
     if info.uses_parameter_servers or info.is_evaluator:  # ParameterServerStrategy / the evaluator: distlib.roles
-        from nbworkers.distlib.worker.roles import role_strategy
 
         return role_strategy(info)
     counts = collectives.gpu_counts_from_env()
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
-    from nbworkers.distlib.compat import keras_compat, mwms_patch
 
     keras_compat.install_fit_guard()
     import tensorflow as tf

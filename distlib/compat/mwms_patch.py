@@ -16,6 +16,8 @@ import json
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
+from nbworkers.distlib.compat import eager_context, internals
+from nbworkers.distlib.compat.import_hooks import wrap_once
 from nbworkers.distlib.worker import collective_startup, leader_wait, worker_facts
 from nbworkers.distlib.worker.status import send_status
 
@@ -66,25 +68,23 @@ def restore_default_sigterm() -> None:
 
 def _initialize_multi_worker(wrapped, extended, args, kwargs):
     """The wrapt wrapper of ``CollectiveAllReduceExtended._initialize_multi_worker(cluster_resolver)``."""
-    from tensorflow.python.eager import context
-
     cluster_resolver = args[0] if args else kwargs["cluster_resolver"]
     enabled = collective_startup.enabled_for()
-    started = context.context()._context_handle is not None
+    started = eager_context.started()
     if enabled is not None and started and _same_cluster(cluster_resolver, enabled):
         extended._std_server_started = True  # collective_startup started it with this cluster's server def
         extended._enable_check_health = False  # the coordination service watches peers (as upstream does)
     counts = collectives.gpu_counts_from_env()  # the launcher's view: checked before anything starts
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
-    if context.context()._context_handle is None:  # it will connect to the other workers now
+    if not eager_context.started():  # it will connect to the other workers now
         send_status("waiting", "setting up MultiWorkerMirroredStrategy")
         seen = _task_of(cluster_resolver)
         if seen is not None:
             leader_wait.wait_for_leader(seen)
     result = wrapped(*args, **kwargs)
     restore_default_sigterm()
-    if context.executing_eagerly() and getattr(extended, "_num_workers", 1) > 1:
+    if eager_context.executing_eagerly() and getattr(extended, "_num_workers", 1) > 1:
         check_devices_agree(extended)
     send_status("running")
     return result
@@ -92,12 +92,9 @@ def _initialize_multi_worker(wrapped, extended, args, kwargs):
 
 def install() -> None:
     """Install the wrapper (idempotent: ``import_hooks.wrap_once``)."""
-    from nbworkers.distlib.compat import internals
-
-    if not internals.available("mwms_patch", "no 'waiting' status, leader wait or GPU-count check for the strategy"):
+    consequence = "no 'waiting' status, leader wait or GPU-count check for the strategy"
+    if not (internals.available("mwms_patch", consequence) and eager_context.usable(consequence)):
         return
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-
-    from nbworkers.distlib.compat.import_hooks import wrap_once
 
     wrap_once(cars.CollectiveAllReduceExtended, "_initialize_multi_worker", _initialize_multi_worker)

@@ -35,6 +35,7 @@ import traceback
 import types
 import uuid
 
+from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import session_wire, wire
 
 
@@ -105,20 +106,11 @@ class SessionWorker:
         (they stay unusable in this process afterwards: the kernel restarts the group), then interrupt."""
         if not self.in_cell:
             return
-        from nbworkers.distlib.compat import internals
-
-        if "tensorflow" in sys.modules and internals.available(
-                "session_worker", "a cell stuck in a collective is only interrupted, its collectives not aborted"):
-            try:
-                from tensorflow.python.eager import context  # private: listed in distlib/compat/internals.py
-                from tensorflow.python.framework import errors
-
-                ctx = context.context()
-                if ctx._context_handle is not None:  # never initialise a context from this thread
-                    ctx.abort_collective_ops(errors.UNAVAILABLE, reason)
-                    self.aborted = True
-            except Exception as error:  # the interrupt below still applies
-                print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
+        try:
+            self.aborted = eager_context.abort_collectives(
+                reason, "a cell stuck in a collective is only interrupted, its collectives not aborted") or self.aborted
+        except Exception as error:  # the interrupt below still applies
+            print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
         self.interrupt()
 
     def step_point(self) -> None:

@@ -44,6 +44,7 @@ import threading
 import time
 import traceback
 
+from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import env_settings
 
 FORKED_ENV = env_settings.FORKED.name  # set in a forked worker: the pid of the zygote it came from
@@ -64,16 +65,14 @@ def os_threads() -> int:
 
 
 def check_internals() -> None:
-    """The guard reads two private TensorFlow symbols (``distlib/compat/internals.py``, group ``zygote``): when they are
-    gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
+    """The guard reads two private TensorFlow symbols (``compat/eager_context.py``, group ``eager_context``): when
+    they are gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
     global _guard_broken
     if "tensorflow" not in sys.modules:
         return
-    from nbworkers.distlib.compat import internals
-
-    gone = internals.missing("zygote")
+    gone = eager_context.missing()
     if gone:
-        _guard_broken = "the fork guard cannot check this TensorFlow: " + ", ".join(e.name for e, _ in gone)
+        _guard_broken = "the fork guard cannot check this TensorFlow: " + ", ".join(gone)
 
 
 def fork_refusal() -> str | None:
@@ -83,11 +82,8 @@ def fork_refusal() -> str | None:
         return _guard_broken
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads are running (a fork copies only one)"
-    context = sys.modules.get("tensorflow.python.eager.context")
-    if context is not None:
-        ctx = context.context_safe()
-        if ctx is not None and getattr(ctx, "_context_handle", None) is not None:
-            return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
+    if eager_context.started():
+        return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
     if _baseline_tasks is not None and os_threads() > _baseline_tasks:
         return f"{os_threads()} OS threads run, {_baseline_tasks} after the imports: a runtime started"
     return None

@@ -1,0 +1,171 @@
+"""From ``%%worker`` flags and a cell to a checked ``LaunchSpec``: every mistake is caught here, before
+anything starts, with a message that says what to do."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from argparse import Namespace
+from typing import Any
+
+from nbworkers.magics.errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
+from nbworkers.magics.launch.bounds import check_bounds, existing_run_names
+from nbworkers.magics.launch.names import fresh_name, valid_name
+from nbworkers.magics.launch.roles import check_roles
+from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.settings import settings
+from nbworkers.protocol import cell_scan
+
+_checked_pythons: dict[tuple[str, float], None] = {}
+
+
+def check_syntax(cell: str) -> None:
+    try:
+        compile("\n" + cell, "<%%worker cell>", "exec")  # line 1 is the %%worker line, as in the notebook
+    except SyntaxError as error:
+        where = f"line {error.lineno}" if error.lineno else "the cell"
+        shown = (error.text or "").rstrip("\n")
+        pointer = ""
+        if shown and error.offset:
+            pointer = "\n    " + " " * (error.offset - 1) + "^"
+        raise CellSyntaxError(
+            f"SyntaxError in the %%worker cell at {where}: {error.msg}\n    {shown}{pointer}\n"
+            "Nothing was started. The cell runs as plain Python on the workers (no %magics or !commands)."
+        ) from None
+
+
+def check_python(python: str) -> str:
+    """The worker interpreter's absolute path, once we know it can run nbworkers' worker bootstrap."""
+    if not python:
+        return sys.executable
+    path = os.path.abspath(os.path.expanduser(python))
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise WorkerPythonError(f"--python {python}: no such executable. Give the path of a Python interpreter.")
+    if path == sys.executable:
+        return path
+    key = (path, os.path.getmtime(path))
+    if key in _checked_pythons:
+        return path
+    try:
+        result = subprocess.run(
+            # no working directory on sys.path (issue 15: nothing planted there is imported)
+            [path, "-c",
+             "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.worker.bootstrap"],
+            capture_output=True, text=True,
+            timeout=settings().python_check_timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise WorkerPythonError(f"--python {python}: could not run it ({error}).") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise WorkerPythonError(
+            f"--python {python} cannot run nbworkers workers: {last}\n"
+            f"Install nbworkers there: `{path} -m pip install nbworkers` (with --no-deps to keep its TensorFlow)."
+        )
+    _checked_pythons[key] = None
+    return path
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum():
+            raise LaunchError(f"--env {pair!r}: expected KEY=VALUE, for example --env TF_USE_LEGACY_KERAS=1")
+        env[key] = value
+    return env
+
+
+def collect_push(names: list[str], user_ns: dict[str, Any]) -> dict[str, Any]:
+    wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    missing = [n for n in wanted if n not in user_ns]
+    if missing:
+        raise PushError(f"--push: no variable named {', '.join(missing)} in the notebook. Define it first.")
+    pushed = {n: user_ns[n] for n in wanted}
+    for name, value in pushed.items():
+        try:
+            pickle.dumps(value)
+        except Exception as error:
+            raise PushError(
+                f"--push {name}: its value cannot be pickled ({type(error).__name__}: {error}). "
+                "Push plain data, or build the object inside the cell."
+            ) from None
+    return pushed
+
+
+def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[str], running: set[str]) -> LaunchSpec:
+    chief, evaluator, ps = getattr(args, "chief", False), getattr(args, "evaluator", 0), getattr(args, "ps", None)
+    cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    scan = cell_scan.scan(cell, cwd)  # what the cell uses, once: roles, zygotes, the workers (cell_scan.py)
+    check_roles(args.workers, chief, evaluator, ps, cell, scan.names)  # --chief, --evaluator, --ps N (roles.py)
+    if args.workers < 1:
+        raise LaunchError(f"-n {args.workers}: a cluster needs at least 1 worker, for example -n 2.")
+    check_bounds(args)  # -n upper bound, finite --timeout/--stall-timeout (magics/launch/bounds.py)
+    if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
+        raise LaunchError(f"--gpus-per-worker {args.gpus_per_worker}: use 0 (CPU only) or more.")
+    if args.timeout is not None and args.timeout <= 0:
+        raise LaunchError(f"--timeout {args.timeout:g}: give a positive number of seconds.")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise LaunchError(f"--max-restarts {args.max_restarts}: use 0 (never restart) or more.")
+    if args.stall_timeout is not None and args.stall_timeout < 0:
+        raise LaunchError(f"--stall-timeout {args.stall_timeout:g}: use 0 (no watchdog) or a number of seconds.")
+    if not cell.strip():
+        raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
+    check_syntax(cell)
+    backend = check_backend(args)  # --backend ray: Ray importable, its address answering
+    name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory
+    if not valid_name(name):
+        raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
+    if name in running:
+        raise ClusterNameError(
+            f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
+    if not os.path.isdir(cwd) and backend == "local":  # ray: the directory is looked for on each node
+        raise LaunchError(f"--cwd {args.cwd}: no such directory.")
+    return LaunchSpec(
+        code=cell,
+        workers=args.workers,
+        name=name,
+        python=check_python(args.python) if backend == "local" else nodes_python(args.python),
+        env=parse_env(args.env),
+        cwd=cwd,
+        gpus_per_worker=args.gpus_per_worker,
+        block=args.block,
+        timeout=args.timeout,
+        push=collect_push(args.push, user_ns),
+        max_restarts=args.max_restarts,
+        stall_timeout=args.stall_timeout,
+        chief=chief or bool(ps),
+        evaluator=evaluator,
+        ps=ps or 0,
+        backend=backend,
+        address=getattr(args, "address", "") or "",
+        cpus_per_worker=getattr(args, "cpus_per_worker", None),
+        spread=bool(getattr(args, "spread", False)),
+        scan=scan,
+    )
+
+
+def check_backend(args: Namespace) -> str:
+    """``--backend`` and its flags; for ray, Ray must import and its address answer (nothing starts otherwise)."""
+    backend = getattr(args, "backend", None) or "local"
+    address = getattr(args, "address", "")
+    cpus, spread = getattr(args, "cpus_per_worker", None), getattr(args, "spread", False)
+    if backend == "local":
+        ray_flags = (("--address", address), ("--cpus-per-worker", cpus), ("--spread", spread))
+        used = [flag for flag, value in ray_flags if value]
+        if used:
+            raise LaunchError(f"{', '.join(used)}: only for the Ray backend. Add --backend ray.")
+        return backend
+    if cpus is not None and cpus <= 0:
+        raise LaunchError(f"--cpus-per-worker {cpus:g}: give a positive number of CPUs, for example 1 or 0.5.")
+    from nbworkers.magics.backends.ray.backend import check_launch
+
+    check_launch(address)
+    return backend
+
+
+def nodes_python(python: str) -> str:
+    """The workers' interpreter on the Ray nodes: as given (it must exist there), or "" for the node's own."""
+    return os.path.abspath(os.path.expanduser(python)) if python else ""
