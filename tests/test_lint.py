@@ -1,6 +1,8 @@
-"""The package passes its linter (ruff) and its type checker (mypy, non-strict), as configured in pyproject.toml.
+"""The package passes its linter (ruff), its type checker (mypy, non-strict) and its import contracts
+(import-linter, plus no import cycle between modules), as configured in pyproject.toml.
 
-Run the same by hand, with the findings listed: ``.venv/bin/python tools/lint.py`` (or ``... ruff`` / ``... mypy``).
+Run the same by hand, with the findings listed: ``.venv/bin/python tools/lint.py`` (or ``... ruff`` / ``... mypy`` /
+``... imports``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ def _lint_tool():
     return module
 
 
-@pytest.mark.parametrize("tool", ["ruff", "mypy"])
+@pytest.mark.parametrize("tool", ["ruff", "mypy", "imports"])
 def test_package_is_clean(tool):
-    if not (Path(sys.executable).parent / tool).exists():
-        pytest.fail(f"{tool} is not installed: pip install -e '.[test]'")
+    command = {"imports": "lint-imports"}.get(tool, tool)
+    if not (Path(sys.executable).parent / command).exists():
+        pytest.fail(f"{command} is not installed: pip install -e '.[test]'")
     lint = _lint_tool()
-    code, report = {"ruff": lint.run_ruff, "mypy": lint.run_mypy}[tool]()
+    code, report = {"ruff": lint.run_ruff, "mypy": lint.run_mypy, "imports": lint.run_imports}[tool]()
     assert code == 0, f"{tool} found problems (run: .venv/bin/python tools/lint.py {tool}):\n{report}"
 
 
@@ -35,3 +38,4 @@ def test_mypy_report_paths_are_the_repository_paths():
     assert lint._to_repo_path("nbworkers/magics/run/cluster.py:3: error: x") == "magics/run/cluster.py:3: error: x"
     assert lint._to_repo_path("nbworkers/serverext.py:3: error: x") == "extension/serverext.py:3: error: x"
     assert lint._to_repo_path("Found 2 errors") == "Found 2 errors"
+

@@ -17,18 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbworkers.host.command import host_command
+from nbworkers.magics.backends.zygotes import zygotes
+from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
+from nbworkers.magics.launch.ports import pick_free_ports
+from nbworkers.magics.settings import settings
+from nbworkers.magics.shapes import Placement
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a backend put one worker: the address its peers reach its TensorFlow server at (its TF_CONFIG
-    entry, ``host:port``) and the GPUs it sees (its ``CUDA_VISIBLE_DEVICES``; ``-1``: none)."""
-
-    host: str
-    port: int
-    gpus: str
 
 
 @dataclass
@@ -108,16 +103,11 @@ class LocalBackend:
 
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
         """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked)."""
-        from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
-        from nbworkers.magics.launch.ports import pick_free_ports
-
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
         return [Placement(self.worker_host, port, gpus) for port, gpus in zip(pick_free_ports(len(tasks)), gpu_lists)]
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        from nbworkers.magics.settings import settings
-
         marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", str(settings().run_root))
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py
         if proc is None:
@@ -127,9 +117,6 @@ class LocalBackend:
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:
-        from nbworkers.magics.backends.zygotes import zygotes
-        from nbworkers.magics.settings import settings
-
         socket_path, note = zygotes().socket_for(python, env, cwd)
         if note:
             with open(log_path, "ab") as log:

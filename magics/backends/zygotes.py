@@ -40,10 +40,11 @@ import time
 from dataclasses import dataclass, field
 
 from nbworkers.magics.backends.run_env import base_env
+from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import kill_groups
 from nbworkers.procs.ownership import ZYGOTE_MARKER_ENV, RunMarker
-from nbworkers.protocol import cell_scan
+from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.cell_scan import CellScan
 from nbworkers.protocol.private_dirs import module_command, runtime_dir
 
@@ -137,7 +138,6 @@ class ZygotePool:
         config = current_settings()
         if not config.zygote:
             return None, ""
-        from nbworkers.protocol import wire
 
         reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
@@ -174,7 +174,6 @@ class ZygotePool:
         config = current_settings()
         if not (config.zygote and config.zygote_prewarm):
             return None
-        from nbworkers.magics.launch.environment import worker_env
 
         env = worker_env(os.environ if environ is None else environ, {}, "", "", {})  # what a default run gets
         key = zygote_key(sys.executable, env)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nbworkers.distlib.worker.roles import ENV_SERVE
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.tfconfig import Task, plan_tasks
+from nbworkers.protocol import env_settings
 from nbworkers.protocol.cell_scan import code_names
+
+ENV_SERVE = env_settings.SERVE.name  # "1": the task runs its TensorFlow server (read by distlib.worker.roles)
 
 # Seconds the evaluator may keep going after training ended (it evaluates the last checkpoint and usually
 # exits by itself; Estimator's evaluator sleeps `throttle_secs` between evaluations and may never notice).

@@ -17,8 +17,10 @@ from IPython.core.error import UsageError
 
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
-from nbworkers.magics.launch.parse import build_spec, check_syntax
 from nbworkers.magics.notebook import registry
+from nbworkers.magics.notebook.parse import build_spec, check_syntax
+from nbworkers.magics.sessions.session import Session, SessionEnded
+from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 
 LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"), ("push", "--push"))
@@ -26,8 +28,6 @@ LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"
 
 def live_session(name: str):
     """The running session of that name in this kernel, or None."""
-    from nbworkers.magics.sessions.session import Session
-
     try:
         cluster = registry.get(name)
     except KeyError:
@@ -49,8 +49,6 @@ def check_session_args(args: Namespace) -> None:
 
 
 def run_session_cell(magics: Any, args: Namespace, cell: str):
-    from nbworkers.magics.sessions.session import Session, SessionEnded
-
     try:
         check_session_args(args)
         if not cell.strip():
@@ -112,8 +110,6 @@ def _echo():
         from nbworkers.magics.views.echo import WorkerEcho
     except ImportError:
         return None
-    from nbworkers.magics.settings import settings
-
     config = settings()
     lines = getattr(config, "echo_lines", 0)
     return WorkerEcho(lines, getattr(config, "echo_tail_lines", 40)) if lines > 0 else None

@@ -9,14 +9,10 @@ in IPython (``_render_traceback_``), as ipyparallel's remote errors do.
 
 from __future__ import annotations
 
-from typing import Final
-
 from nbworkers.magics.errors import RunFailed
-from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
-# The snapshot key views read: the traceback is raised below the summary, so the summary leaves it out.
-ERROR_BELOW_KEY: Final = "error_below"
 
 
 def worker_label(worker: WorkerSnapshot) -> str:

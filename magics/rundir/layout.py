@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.launch.names import valid_name
+from nbworkers.magics.settings import settings
 from nbworkers.protocol.private_dirs import write_private
 
 STATE_FILE = "state.json"
@@ -48,8 +49,6 @@ class RunNotFound(LookupError):
 def run_root(root: str | os.PathLike | None = None) -> Path:
     """The run root (default: ``settings().run_root``), ``~`` expanded."""
     if root is None:
-        from nbworkers.magics.settings import settings
-
         root = settings().run_root
     return Path(root).expanduser()
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import zmq
 
-from nbworkers.magics.run.relay_curve import CurveServer
 from nbworkers.protocol import session_wire, wire
+from nbworkers.protocol.relay_curve import CurveServer
 
 
 class CommandChannel:

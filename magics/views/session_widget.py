@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbworkers.magics.settings import settings
+from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.views.view import TextView
+
 
 def session_view_factory(cell: Any) -> Any:
-    from nbworkers.magics.settings import settings
-    from nbworkers.magics.views.view import TextView
-
     if settings().widget:
         try:
             return _widget_view(cell)
@@ -23,7 +24,6 @@ def session_view_factory(cell: Any) -> Any:
 def _widget_view(cell: Any) -> Any:
     import traitlets as t
 
-    from nbworkers.magics.shapes import ClusterSnapshot
     from nbworkers.magics.views.widget import ClusterWidget, ClusterWidgetView, answer_on_frontend_subshell
 
     class SessionWidget(ClusterWidget):

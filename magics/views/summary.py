@@ -13,8 +13,7 @@ import signal
 from typing import Any, Final
 
 from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.failed import ERROR_BELOW_KEY
-from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
 STATUS_LABELS = {

@@ -13,18 +13,16 @@ from typing import Any
 
 from IPython.display import display
 
+from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, View
+from nbworkers.magics.views import summary
 
 
 def render_text(snapshot: ClusterSnapshot) -> str:
-    from nbworkers.magics.views.summary import render_text as render
-
-    return render(snapshot)
+    return summary.render_text(snapshot)
 
 
 def render_html(snapshot: ClusterSnapshot, final: bool = False) -> str:
-    from nbworkers.magics.views import summary
-
     return summary.render_summary_html(snapshot) if final else summary.render_html(snapshot)
 
 
@@ -62,11 +60,9 @@ class TextView:
 
 
 def default_view_factory(cluster: Any) -> View:
-    from nbworkers.magics.settings import settings
-
     if settings().widget:
         try:
-            from nbworkers.magics.views.widget import ClusterWidgetView
+            from nbworkers.magics.views.widget import ClusterWidgetView  # lazily: anywidget, only when shown
 
             return ClusterWidgetView(cluster)
         except Exception as error:  # no widget support here: the text/HTML view still shows the run
