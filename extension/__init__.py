@@ -2,6 +2,10 @@
 
 ``%load_ext nbworkers``, then ``%%worker -n 2`` on a cell runs it on two worker processes with their own
 ``TF_CONFIG``. The kernel never imports TensorFlow.
+
+Every process of a run imports this package (``nbworkers.host...``, ``nbworkers.distlib...`` are below it), so the
+functions here import the kernel side when they are called, not at the top: a worker host or a worker never loads
+the magics, IPython or the widget.
 """
 
 __version__ = "0.1.0"

@@ -22,6 +22,7 @@ import sys
 import traceback
 import types
 
+from nbworkers.distlib.worker import startup
 from nbworkers.protocol import env_settings, wire
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
@@ -49,8 +50,6 @@ def load_pushed(path: str | None) -> dict:
 
 def run_startup_hook(name: str) -> None:
     """``startup.before_user_code`` / ``after_user_code``: distlib's import hooks, last metrics, cleanup."""
-    from nbworkers.distlib.worker import startup
-
     getattr(startup, name)()
 
 
@@ -94,7 +93,7 @@ def main() -> int:
         from nbworkers.distlib.worker import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
 
         if env_settings.SESSION.is_set():  # %%worker --session: serve cells (distlib/worker/session.py)
-            from nbworkers.distlib.worker import session as session_worker
+            from nbworkers.distlib.worker import session as session_worker  # only a session's workers load it
 
             exit_code = session_worker.main(module)
         elif not roles.run_role():

@@ -35,6 +35,7 @@ import traceback
 import types
 import uuid
 
+from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import session_wire, wire
 
@@ -183,8 +184,6 @@ class SessionWorker:
 
     def _after_cell(self) -> None:
         try:
-            from nbworkers.distlib import reporting
-
             reporting.flush_reports()
         except Exception:
             traceback.print_exc()
@@ -192,7 +191,7 @@ class SessionWorker:
         sys.stderr.flush()
 
     def pull(self, content: dict) -> None:
-        from nbworkers.protocol import session_values
+        from nbworkers.protocol import session_values  # lazily: NumPy, only when the kernel pulls a value
 
         request = str(content.get("request"))
         max_bytes = int(content.get("max_bytes") or 0)
@@ -230,8 +229,6 @@ class SessionWorker:
 def _hook_reports(worker: SessionWorker) -> None:
     """Make every report (``Reporter.report``: distlib.fit's and ReportCallback's steps, ``distlib.report``) a
     point where a Stop can end the cell on every worker at the same step."""
-    from nbworkers.distlib import reporting
-
     original = reporting.Reporter.report
 
     def report(self, fields, force=False):

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from nbworkers.distlib import dirs, reporting
+from nbworkers.distlib.compat import keras_compat, mwms_patch
 from nbworkers.distlib.compat.import_hooks import when_imported
+from nbworkers.distlib.worker import collective_startup
 
 
 def _on_tensorflow_imported(module: ModuleType) -> None:
-    from nbworkers.distlib.compat import mwms_patch
-    from nbworkers.distlib.worker import collective_startup
-
     mwms_patch.install()
     collective_startup.arm(module)
 
@@ -36,7 +36,6 @@ def before_user_code() -> None:
     if _hooks_installed:
         return
     _hooks_installed = True
-    from nbworkers.distlib.compat import keras_compat
 
     when_imported("tensorflow", _on_tensorflow_imported)
     keras_compat.install_fit_guard()
@@ -44,8 +43,6 @@ def before_user_code() -> None:
 
 def after_user_code() -> None:
     """Flush the last metrics and clean up private write directories."""
-    from nbworkers.distlib import dirs, reporting
-
     try:
         reporting.flush_reports()
     finally:

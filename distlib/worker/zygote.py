@@ -90,7 +90,7 @@ def fork_refusal() -> str | None:
 
 
 def preload() -> None:
-    from nbworkers.distlib.worker.bootstrap import PRELOAD
+    from nbworkers.distlib.worker.bootstrap import PRELOAD  # after the socket is bound (main): hosts may wait
 
     names = list(PRELOAD)
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
@@ -164,7 +164,7 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # a fork copies NumPy's global generator: reseed it as a fresh interpreter's would be
         numpy.random.seed()
-    from nbworkers.distlib.worker import bootstrap
+    from nbworkers.distlib.worker import bootstrap  # (preloaded: these cost nothing in the child)
     from nbworkers.protocol import wire
 
     env = dict(request["env"])
