@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import task
-from nbworkers.distlib.compat import keras_compat, mwms_patch
+from nbworkers.distlib.compat import keras_compat
+from nbworkers.distlib.worker import strategy_setup
 from nbworkers.distlib.worker.roles import role_strategy
 
 
@@ -46,7 +47,7 @@ def strategy(communication: str = "auto"):
     keras_compat.install_fit_guard()
     import tensorflow as tf
 
-    mwms_patch.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's
+    strategy_setup.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's
     implementation = collectives.choose_implementation(communication, local_gpu_count())
     if not info.in_cluster:
         return tf.distribute.MirroredStrategy()

@@ -8,7 +8,8 @@ side calls small functions here. tests/test_internals.py holds the fence (an AST
 - ``eager_context``: has the eager context started (the one reader of ``Context._context_handle``), abort the
   collectives, the coordination service's key-value store;
 - ``collectives_at_start``: collectives configured when the first op starts the context;
-- ``mwms_patch``: MultiWorkerMirroredStrategy's multi-worker setup (status, device check);
+- ``mwms_patch``: the wrapper of MultiWorkerMirroredStrategy's multi-worker setup (``worker/strategy_setup.py``
+  decides what happens around it: status, leader wait, device check);
 - ``evaluator``: the evaluator task's local strategy and its Estimator evaluations;
 - ``preemption_handler``: TensorFlow's PreemptionCheckpointHandler;
 - ``keras3_mwms``, ``keras_compat``, ``keras3_model``: Keras 3's fit under the strategy, its guard, what

@@ -33,7 +33,7 @@ PRELOAD = (
     "zmq",
     "jupyter_client.session",
     "nbworkers.distlib.worker.startup",
-    "nbworkers.distlib.compat.mwms_patch",
+    "nbworkers.distlib.worker.strategy_setup",
     "nbworkers.distlib.worker.collective_startup",
     "nbworkers.distlib.compat.keras_compat",
     "nbworkers.distlib.reporting",

@@ -12,7 +12,7 @@ context, it first configures collective ops and the coordination service exactly
 does, with the config
 as it is at that moment (memory growth and visible devices set earlier by the cell are kept), then starts
 the context, which connects to the other workers. The strategy built later finds everything configured
-(``mwms_patch`` makes it skip starting a second server). The wrapper removes itself after the first call,
+(``strategy_setup`` makes it skip starting a second server). The wrapper removes itself after the first call,
 so nothing is left on the op path; a cell that never runs a TensorFlow op pays nothing.
 
 Which cells get it (``NBWORKERS_EARLY_COLLECTIVES``): "auto" (default) arms it when the cell's code, or a

@@ -2,7 +2,7 @@
 
 ``before_user_code()`` registers post-import hooks, so a cell that never imports TensorFlow pays nothing:
 - when ``tensorflow`` is imported: arm early collectives (``collective_startup``: the tutorials' "dataset
-  before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``mwms_patch``: "waiting" /
+  before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``strategy_setup``: "waiting" /
   "running" status, the cross-worker GPU-count check);
 - when Keras 3's TensorFlow trainer is imported: fix its ``model.fit`` / ``evaluate`` / ``predict`` (and
   ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``keras3_mwms``), and where that fix cannot apply,
@@ -17,13 +17,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from nbworkers.distlib import dirs, reporting
-from nbworkers.distlib.compat import keras_compat, mwms_patch
+from nbworkers.distlib.compat import keras_compat
 from nbworkers.distlib.compat.import_hooks import when_imported
-from nbworkers.distlib.worker import collective_startup
+from nbworkers.distlib.worker import collective_startup, strategy_setup
 
 
 def _on_tensorflow_imported(module: ModuleType) -> None:
-    mwms_patch.install()
+    strategy_setup.install()
     collective_startup.arm(module)
 
 
