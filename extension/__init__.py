@@ -8,9 +8,18 @@ functions here import the kernel side when they are called, not at the top: a wo
 the magics, IPython or the widget.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-from nbworkers.magics.errors import RunFailed  # noqa: E402, F401  (what a waited-for failed run raises; light)
+
+def __getattr__(name: str) -> Any:
+    """``nbworkers.RunFailed`` (what a waited-for failed run raises), loaded on first use."""
+    if name == "RunFailed":
+        from nbworkers.magics.errors import RunFailed
+
+        return RunFailed
+    raise AttributeError(f"module 'nbworkers' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:

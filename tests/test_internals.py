@@ -105,12 +105,14 @@ def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
     assert "cannot import" in internals.problem(internals.Internal("keras.src.no_such_module", "X", "x", "t", "v"))
 
 
-def test_importing_the_registry_and_the_fix_does_not_import_tensorflow():
+def test_the_worker_side_and_the_host_import_neither_tensorflow_nor_the_kernel_side():
     code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
             " import nbworkers.distlib.compat.eager_context as ec; assert not ec.started();"
             " import nbworkers.distlib.worker.zygote, nbworkers.distlib.worker.session, nbworkers.distlib.worker.roles;"
             " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
-            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
+            " import nbworkers.host.worker_host;"
+            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')"
+            " or m.startswith('nbworkers.magics')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
