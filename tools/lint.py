@@ -135,7 +135,9 @@ def import_cycles(package: str = "nbworkers") -> list[list[str]]:
 
 
 def run_imports() -> tuple[int, str]:
-    contracts = _in_tree(_tool("lint-imports"), str(ROOT / "pyproject.toml"), "--no-cache")
+    # import-linter's command through this interpreter (a copied venv's script shebangs point elsewhere)
+    cli = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    contracts = _in_tree(sys.executable, "-c", cli, str(ROOT / "pyproject.toml"), "--no-cache")
     cycles = _in_tree(sys.executable, str(Path(__file__).resolve()), "_cycles")
     report = "\n".join(r.stdout.strip() + r.stderr.strip() for r in (contracts, cycles))
     return contracts.returncode or cycles.returncode, report.strip()
