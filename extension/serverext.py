@@ -26,7 +26,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -35,8 +35,14 @@ from tornado import web
 from traitlets import Float, Int, Unicode, default
 from traitlets.config import Configurable
 
-if TYPE_CHECKING:  # the magics are imported when a request needs them
-    from nbworkers.magics.shapes import ClusterSnapshot, RunRow
+from nbworkers.magics.launch.names import valid_name
+from nbworkers.magics.rundir import layout as rundir
+from nbworkers.magics.rundir import listing as run_listing
+from nbworkers.magics.rundir import stop as run_stop
+from nbworkers.magics.rundir.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
+from nbworkers.magics.settings import WorkerSettings
+from nbworkers.magics.shapes import ClusterSnapshot, RunRow
+from nbworkers.saved_notebook import pre_save_hook
 
 AUTH_RESOURCE = "nbworkers"
 API_PREFIX = "nbworkers/api"
@@ -62,14 +68,10 @@ class NbworkersAPI(Configurable):
 
     @default("run_root")
     def _default_run_root(self) -> str:
-        from nbworkers.magics.settings import WorkerSettings
-
         return WorkerSettings().run_root
 
     @default("stop_timeout")
     def _default_stop_timeout(self) -> float:
-        from nbworkers.magics.settings import WorkerSettings
-
         worker_settings = WorkerSettings()
         return worker_settings.stop_grace + worker_settings.stop_wait_margin
 
@@ -87,9 +89,6 @@ class ClusterAPIHandler(APIHandler):
         return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
 
     def run_dir(self, name: str) -> Path:
-        from nbworkers.magics.launch.names import valid_name
-        from nbworkers.magics.rundir import layout as rundir
-
         if not valid_name(name or ""):
             raise web.HTTPError(400, f"{name!r} is not a cluster name: letters, digits, '.', '_', '-' (at most 64).")
         try:
@@ -99,8 +98,6 @@ class ClusterAPIHandler(APIHandler):
 
     def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
         """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""
-        from nbworkers.magics.rundir.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
-
         self.finish(json.dumps(shape(data), default=str))
 
 
@@ -108,8 +105,6 @@ class ClustersHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from nbworkers.magics.rundir import listing as run_listing
-
         runs = await self.run_blocking(run_listing.list_runs, self.api.run_root)
         self.write_json({"run_root": self.api.run_root, "clusters": runs})
 
@@ -118,8 +113,6 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        from nbworkers.magics.rundir import listing as run_listing
-
         run_dir = self.run_dir(name)
         data = await self.run_blocking(lambda: run_listing.describe(run_dir, full=True))
         if data is None:
@@ -130,8 +123,6 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        from nbworkers.magics.rundir import stop as run_stop
-
         run_dir = self.run_dir(name)
         result = await self.run_blocking(
             lambda: run_stop.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
@@ -144,8 +135,6 @@ class LogHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str, worker: str) -> None:
-        from nbworkers.magics.rundir import layout as rundir
-
         run_dir = self.run_dir(name)
         if not rundir.WORKER_ID.fullmatch(worker):
             raise web.HTTPError(400, f"worker {worker!r}: give the worker's index, 0, 1, ...")
@@ -197,7 +186,6 @@ def load(serverapp) -> None:
     web_app = serverapp.web_app
     register = getattr(serverapp.contents_manager, "register_pre_save_hook", None)
     if register is not None:  # finished runs' outputs saved as their summary, not a dead widget: saved_notebook.py
-        from nbworkers.saved_notebook import pre_save_hook
 
         register(pre_save_hook)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor, stop_executor))
