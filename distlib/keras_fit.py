@@ -37,7 +37,7 @@ class FitError(ValueError):
 
 
 def _is_keras3_model(model: Any) -> bool:
-    """Keras 3 on TensorFlow (its models inherit keras.src.backend.tensorflow.trainer.TensorFlowTrainer)."""
+    """Keras 3 on TensorFlow: its models inherit its TensorFlow trainer (``compat.internals.TRAINER``)."""
     return any(
         klass.__name__ == "TensorFlowTrainer" and klass.__module__.startswith("keras.") for klass in type(model).__mro__
     )
