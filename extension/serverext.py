@@ -26,7 +26,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -35,14 +35,11 @@ from tornado import web
 from traitlets import Float, Int, Unicode, default
 from traitlets.config import Configurable
 
-from nbworkers.magics.launch.names import valid_name
-from nbworkers.magics.rundir import layout as rundir
-from nbworkers.magics.rundir import listing as run_listing
-from nbworkers.magics.rundir import stop as run_stop
-from nbworkers.magics.rundir.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
-from nbworkers.magics.settings import WorkerSettings
-from nbworkers.magics.shapes import ClusterSnapshot, RunRow
-from nbworkers.saved_notebook import pre_save_hook
+# The kernel side's modules are imported when a request needs them, not when the server loads the extension, so
+# the server starts as it would without nbworkers. (Importing them at load time was seen to make the first request
+# tests/test_serverext.py sends right after the server's info file appears be refused: keep them lazy.)
+if TYPE_CHECKING:
+    from nbworkers.magics.shapes import ClusterSnapshot, RunRow
 
 AUTH_RESOURCE = "nbworkers"
 API_PREFIX = "nbworkers/api"
@@ -68,10 +65,14 @@ class NbworkersAPI(Configurable):
 
     @default("run_root")
     def _default_run_root(self) -> str:
+        from nbworkers.magics.settings import WorkerSettings
+
         return WorkerSettings().run_root
 
     @default("stop_timeout")
     def _default_stop_timeout(self) -> float:
+        from nbworkers.magics.settings import WorkerSettings
+
         worker_settings = WorkerSettings()
         return worker_settings.stop_grace + worker_settings.stop_wait_margin
 
@@ -89,6 +90,9 @@ class ClusterAPIHandler(APIHandler):
         return await asyncio.get_running_loop().run_in_executor(pool or self.executor, func, *args)
 
     def run_dir(self, name: str) -> Path:
+        from nbworkers.magics.launch.names import valid_name
+        from nbworkers.magics.rundir import layout as rundir
+
         if not valid_name(name or ""):
             raise web.HTTPError(400, f"{name!r} is not a cluster name: letters, digits, '.', '_', '-' (at most 64).")
         try:
@@ -98,6 +102,8 @@ class ClusterAPIHandler(APIHandler):
 
     def write_json(self, data: ClusterSnapshot | list[RunRow] | dict[str, Any]) -> None:
         """A run (``shapes.ClusterSnapshot``), a listing (``shapes.RunRow``) or an error body, as JSON."""
+        from nbworkers.magics.rundir.rest_fields import shape  # ISO 8601 times beside the Unix ones, short errors
+
         self.finish(json.dumps(shape(data), default=str))
 
 
@@ -105,6 +111,8 @@ class ClustersHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
+        from nbworkers.magics.rundir import listing as run_listing
+
         runs = await self.run_blocking(run_listing.list_runs, self.api.run_root)
         self.write_json({"run_root": self.api.run_root, "clusters": runs})
 
@@ -113,6 +121,8 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
+        from nbworkers.magics.rundir import listing as run_listing
+
         run_dir = self.run_dir(name)
         data = await self.run_blocking(lambda: run_listing.describe(run_dir, full=True))
         if data is None:
@@ -123,6 +133,8 @@ class ClusterHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
+        from nbworkers.magics.rundir import stop as run_stop
+
         run_dir = self.run_dir(name)
         result = await self.run_blocking(
             lambda: run_stop.stop_run(run_dir, stop_timeout=self.api.stop_timeout, kill_grace=self.api.kill_grace),
@@ -135,6 +147,8 @@ class LogHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str, worker: str) -> None:
+        from nbworkers.magics.rundir import layout as rundir
+
         run_dir = self.run_dir(name)
         if not rundir.WORKER_ID.fullmatch(worker):
             raise web.HTTPError(400, f"worker {worker!r}: give the worker's index, 0, 1, ...")
@@ -186,6 +200,7 @@ def load(serverapp) -> None:
     web_app = serverapp.web_app
     register = getattr(serverapp.contents_manager, "register_pre_save_hook", None)
     if register is not None:  # finished runs' outputs saved as their summary, not a dead widget: saved_notebook.py
+        from nbworkers.saved_notebook import pre_save_hook
 
         register(pre_save_hook)
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"], api, executor, stop_executor))
