@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from nbworkers.distlib.cluster import TaskInfo, task
 from nbworkers.distlib.dirs import write_dir
+from nbworkers.distlib.worker import preemption
 
 
 class TrainingCheckpoint:
@@ -71,8 +72,6 @@ class TrainingCheckpoint:
         While it runs, SIGTERM to a worker (preemption) makes every worker ``save()`` after the same step and
         exit with code 42 (``distlib.preemption``); the restarted run continues after that step. Every
         worker must go through the same steps (as synchronous training does anyway)."""
-        from nbworkers.distlib.worker import preemption
-
         with preemption.training(self._save_for_preemption) as guard:
             while int(self.step_in_epoch.numpy()) < steps_per_epoch:
                 current = int(self.step_in_epoch.numpy())

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbworkers.distlib.reporting import flush_reports, report
+from nbworkers.distlib.strategies import strategy as make_strategy
+
 ESTIMATOR_ENV_HOWTO = """\
 tf.estimator was removed in TensorFlow 2.16 (this worker runs TensorFlow {version}). Run Estimator cells in
 a Python 3.11 environment with TensorFlow 2.15 and point %%worker at its interpreter:
@@ -44,8 +47,6 @@ def run_config(strategy=None, model_dir: str | None = None, *, evaluate_distribu
     """
     estimator = require_estimator()
     if strategy is None:
-        from nbworkers.distlib.strategies import strategy as make_strategy
-
         strategy = make_strategy()
     if evaluate_distributed:
         kwargs.setdefault("eval_distribute", strategy)
@@ -60,8 +61,6 @@ def ReportHook(every_n_steps: int = 1, loss=None):  # noqa: N802  (a class to th
     """
     estimator = require_estimator()
     import tensorflow as tf
-
-    from nbworkers.distlib.reporting import flush_reports, report
 
     class _ReportHook(estimator.SessionRunHook):  # type: ignore[name-defined]  # tf.estimator, loaded at run time
         def __init__(self) -> None:

@@ -24,7 +24,12 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
+from nbworkers.distlib.checkpoint import TrainingCheckpoint
+from nbworkers.distlib.cluster import task
+from nbworkers.distlib.compat import keras3_model, tf_keras_callbacks
+from nbworkers.distlib.compat.keras3_mwms import global_means
 from nbworkers.distlib.reporting import ReportCallback, flush_reports
+from nbworkers.distlib.worker import preemption
 
 
 class FitError(ValueError):
@@ -32,7 +37,7 @@ class FitError(ValueError):
 
 
 def _is_keras3_model(model: Any) -> bool:
-    """Keras 3 on TensorFlow (its models inherit keras.src.backend.tensorflow.trainer.TensorFlowTrainer)."""
+    """Keras 3 on TensorFlow: its models inherit its TensorFlow trainer (``compat.internals.TRAINER``)."""
     return any(
         klass.__name__ == "TensorFlowTrainer" and klass.__module__.startswith("keras.") for klass in type(model).__mro__
     )
@@ -41,7 +46,7 @@ def _is_keras3_model(model: Any) -> bool:
 def _model_strategy(model: Any):
     import tensorflow as tf
 
-    strategy = getattr(model, "_distribute_strategy", None)
+    strategy = keras3_model.strategy_of(model)
     return strategy if strategy is not None else tf.distribute.get_strategy()
 
 
@@ -50,7 +55,7 @@ def distribute(strategy, data: Any):
     a function ``input_context -> dataset`` (batched with the per-replica size), or a distributed dataset."""
     import tensorflow as tf
 
-    if isinstance(data, tf.distribute.DistributedDataset) or hasattr(data, "_input_workers"):
+    if keras3_model.is_distributed_dataset(data):
         return data
     if isinstance(data, tf.data.Dataset):
         return strategy.experimental_distribute_dataset(data)
@@ -62,21 +67,8 @@ def distribute(strategy, data: Any):
     )
 
 
-def _local_batch_spec(distributed_dataset):
-    """The element spec of one replica's batch (for Keras's symbolic build)."""
-    import tensorflow as tf
-
-    def one_replica(spec):
-        value_specs = getattr(spec, "_value_specs", None)
-        return value_specs[0] if value_specs else spec
-
-    return tf.nest.map_structure(one_replica, distributed_dataset.element_spec)
-
-
 def _make_train_function(model, strategy) -> Callable:
     import tensorflow as tf
-
-    from nbworkers.distlib.compat.keras3_mwms import global_means
 
     def first_local(value):
         return strategy.experimental_local_results(value)[0]
@@ -95,11 +87,9 @@ def _make_train_function(model, strategy) -> Callable:
 
 
 def _check_model(model, strategy) -> None:
-    from nbworkers.distlib.cluster import task
-
     if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
         raise FitError("fit() needs a compiled model: call model.compile(optimizer=..., loss=..., metrics=...) first.")
-    if task().in_cluster and getattr(model, "_distribute_strategy", None) is None:
+    if task().in_cluster and keras3_model.strategy_of(model) is None:
         raise FitError(
             "The model was not built under the strategy: create and compile it inside `with strategy.scope():`"
             " (strategy = nbworkers.distlib.strategy()), or its variables are not mirrored across workers."
@@ -151,17 +141,11 @@ def fit(
     strategy = _model_strategy(model)
     _check_model(model, strategy)
     distributed = distribute(strategy, dataset_or_fn)
-    from nbworkers.distlib.compat import internals
-
-    internals.available("keras_fit", "distlib.fit may fail to build the model or to recognise the dataset")
-    if hasattr(model, "_symbolic_build"):  # create optimizer/metric variables before tracing (as Keras does)
-        with strategy.scope():
-            model._symbolic_build(data_batch=_local_batch_spec(distributed))
+    keras3_model.check()
+    keras3_model.build_before_tracing(model, strategy, distributed)
     checkpoint = None
     start_step = 0
     if checkpoint_dir is not None:
-        from nbworkers.distlib.checkpoint import TrainingCheckpoint
-
         checkpoint = TrainingCheckpoint(checkpoint_dir, model=model, optimizer=model.optimizer)
         saved_epoch, saved_step = checkpoint.restore_or_initialize()  # after the build: into existing variables
         if saved_step >= steps_per_epoch:  # saved at the end of an epoch (or steps_per_epoch shrank)
@@ -225,8 +209,6 @@ def fit(
 
 def _preemption_guard(checkpoint, save_fn):
     """Save on SIGTERM (``distlib.preemption``) when there is a checkpoint to save to."""
-    from nbworkers.distlib.worker import preemption
-
     return preemption.training(save_fn) if checkpoint is not None else preemption._NoTraining()
 
 
@@ -248,16 +230,10 @@ def _with_backup_and_restore(model, callbacks: list, checkpoint_dir: str, steps_
 
 
 def _save_on_sigterm_callback(keras_module, backup):
-    from nbworkers.distlib.compat import internals
-    from nbworkers.distlib.worker import preemption
-
-    internals.available("keras_fit.tf_keras", "saving on SIGTERM may fail for tf_keras's BackupAndRestore")
-
     class SaveOnSigterm(keras_module.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
-            self._supports_tf_logs = True
-            self._chief_worker_only = False  # every worker takes part in the save
+            tf_keras_callbacks.on_every_worker(self)  # every worker takes part in the save
             self._guard: Any = None
             self._epoch, self._batch = 0, -1
 
@@ -279,7 +255,7 @@ def _save_on_sigterm_callback(keras_module, backup):
                 guard.__exit__(None, None, None)
 
         def _save(self) -> None:  # BackupAndRestore recorded this epoch and batch; restore resumes after them
-            backup._training_state.back_up(epoch=self._epoch, batch=self._batch)
+            tf_keras_callbacks.back_up(backup, self._epoch, self._batch)
             print(f"nbworkers: preemption checkpoint at epoch {self._epoch + 1}, step {self._batch + 1}",
                   file=sys.stderr, flush=True)
 

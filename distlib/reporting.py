@@ -15,6 +15,8 @@ import os
 import time
 from typing import Any
 
+from nbworkers.distlib.compat.tf_keras_callbacks import TfKerasProtocol
+from nbworkers.distlib.tensorboard import ReportSummaries
 from nbworkers.protocol import env_settings, wire
 
 ENV_REPORT_INTERVAL = env_settings.REPORT_INTERVAL.name
@@ -101,8 +103,6 @@ class Reporter:
 
     def _write_summaries(self, metrics: dict[str, Any], fields: dict[str, Any]) -> None:
         if self._summaries is None:
-            from nbworkers.distlib.tensorboard import ReportSummaries
-
             self._summaries = ReportSummaries()
         self._summaries.write(metrics, _to_int(fields.get("step")), _to_int(fields.get("epoch")),
                               _to_int(fields.get("steps_total")))
@@ -144,15 +144,14 @@ def flush_reports() -> bool:
     return reporter().flush()
 
 
-class ReportCallback:
+class ReportCallback(TfKerasProtocol):
     """A Keras callback reporting epoch, step and the logged metrics; works with Keras 3 and tf_keras.
 
     It implements the callback protocol of both (they have different ``Callback`` base classes), so the
-    same object can go into ``model.fit(callbacks=[...])`` of either, and into ``distlib.fit``.
+    same object can go into ``model.fit(callbacks=[...])`` of either, and into ``distlib.fit`` (tf_keras's private
+    part of it: ``compat/tf_keras_callbacks.py``).
     """
 
-    _supports_tf_logs = True  # tf_keras: tensors are fine (converted only when a report is sent)
-    _chief_worker_only = None  # tf_keras: run on every worker (each reports its own card)
     async_safe = False
 
     def __init__(self, every_n_steps: int = 1):
@@ -199,13 +198,3 @@ class ReportCallback:
     on_train_begin = on_test_begin = on_test_end = on_predict_begin = on_predict_end = _noop
     on_batch_begin = on_batch_end = on_train_batch_begin = _noop
     on_test_batch_begin = on_test_batch_end = on_predict_batch_begin = on_predict_batch_end = _noop
-
-    # tf_keras asks which batch hooks a callback implements (to skip the others cheaply).
-    def _implements_train_batch_hooks(self) -> bool:
-        return True
-
-    def _implements_test_batch_hooks(self) -> bool:
-        return False
-
-    def _implements_predict_batch_hooks(self) -> bool:
-        return False

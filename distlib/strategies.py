@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import task
+from nbworkers.distlib.compat import keras_compat
+from nbworkers.distlib.worker import strategy_setup
+from nbworkers.distlib.worker.roles import role_strategy
 
 
 def local_gpu_count() -> int:
@@ -35,18 +38,16 @@ def strategy(communication: str = "auto"):
     """
     info = task()  # validates TF_CONFIG before TensorFlow sees it
     if info.uses_parameter_servers or info.is_evaluator:  # ParameterServerStrategy / the evaluator: distlib.roles
-        from nbworkers.distlib.worker.roles import role_strategy
 
         return role_strategy(info)
     counts = collectives.gpu_counts_from_env()
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
-    from nbworkers.distlib.compat import keras_compat, mwms_patch
 
     keras_compat.install_fit_guard()
     import tensorflow as tf
 
-    mwms_patch.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's
+    strategy_setup.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's
     implementation = collectives.choose_implementation(communication, local_gpu_count())
     if not info.in_cluster:
         return tf.distribute.MirroredStrategy()

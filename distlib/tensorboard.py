@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any
 
+from nbworkers.distlib.cluster import task
 from nbworkers.protocol import env_settings
 
 ENV_TENSORBOARD = env_settings.TENSORBOARD.name  # "0": report() writes no summaries
@@ -27,8 +28,6 @@ REPORT_RUN = "report"
 
 
 def _task_folder() -> str:
-    from nbworkers.distlib.cluster import task
-
     info = task()
     if info.type in ("chief", "evaluator"):
         return info.type

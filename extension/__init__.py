@@ -2,11 +2,24 @@
 
 ``%load_ext nbworkers``, then ``%%worker -n 2`` on a cell runs it on two worker processes with their own
 ``TF_CONFIG``. The kernel never imports TensorFlow.
+
+Every process of a run imports this package (``nbworkers.host...``, ``nbworkers.distlib...`` are below it), so the
+functions here import the kernel side when they are called, not at the top: a worker host or a worker never loads
+the magics, IPython or the widget.
 """
+
+from typing import Any
 
 __version__ = "0.1.0"
 
-from nbworkers.magics.errors import RunFailed  # noqa: E402, F401  (what a waited-for failed run raises; light)
+
+def __getattr__(name: str) -> Any:
+    """``nbworkers.RunFailed`` (what a waited-for failed run raises), loaded on first use."""
+    if name == "RunFailed":
+        from nbworkers.magics.errors import RunFailed
+
+        return RunFailed
+    raise AttributeError(f"module 'nbworkers' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nbworkers.kernel_driver import CellFailed, KernelDriver
 from nbworkers.magics.run.core.statuses import ClusterStatus, is_terminal
+from nbworkers.procs.strays import kill_strays, processes_under
 from nbworkers.protocol import env_settings
 
 KERNEL_READY_TIMEOUT = 120.0  # seconds for the kernel to start and answer
@@ -144,8 +145,6 @@ def _progress_line(snap: dict) -> str:
 
 def _wait_for_no_processes(run_root: Path) -> list[int]:
     """Wait for the run's processes to go; kill the process groups of any that stay. Returns their pids."""
-    from nbworkers.procs.strays import kill_strays, processes_under
-
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while time.monotonic() < deadline:
         if not processes_under(run_root):

@@ -17,6 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from nbworkers.magics.run.core.statuses import is_terminal
+from nbworkers.magics.rundir.layout import run_dir_of
+from nbworkers.magics.rundir.listing import describe
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 FINAL_SUMMARY_MARK = 'class="nbw-summary"'  # magics/views/summary.py render_summary_html
@@ -35,10 +39,6 @@ def saved_widget_models(notebook: dict[str, Any]) -> set[str]:
 
 def run_is_over(name: str) -> bool:
     """True when the run's state file says it ended, or that its kernel is gone (``lost``)."""
-    from nbworkers.magics.run.core.statuses import is_terminal
-    from nbworkers.magics.rundir.layout import run_dir_of
-    from nbworkers.magics.rundir.listing import describe
-
     try:
         described = describe(run_dir_of(name))
     except Exception:  # no such run here (another machine, cleaned up): nothing says it is over

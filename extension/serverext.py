@@ -44,7 +44,10 @@ from tornado import web
 from traitlets import Float, Int, Unicode, default
 from traitlets.config import Configurable
 
-if TYPE_CHECKING:  # the magics are imported when a request needs them
+# The kernel side's modules are imported when a request needs them, not when the server loads the extension, so
+# the server starts as it would without nbworkers. (Importing them at load time was seen to make the first request
+# tests/test_serverext.py sends right after the server's info file appears be refused: keep them lazy.)
+if TYPE_CHECKING:
     from nbworkers.magics.shapes import ClusterSnapshot, RunRow
 
 AUTH_RESOURCE = "nbworkers"

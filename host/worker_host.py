@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker: subprocess.Popen | ForkedWorker | None = None
         if args.zygote:  # forked, TensorFlow already imported (zygote_client.py)
-            from nbworkers.host.zygote_client import fork_worker
+            from nbworkers.host.zygote_client import fork_worker  # lazily: only a forked worker needs it
 
             worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout)
         if worker is None:

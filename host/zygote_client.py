@@ -49,7 +49,7 @@ class ForkedWorker:
         if len(line) == 2 and line[0] == "exit" and line[1].lstrip("-").isdigit():
             self.returncode = int(line[1])
         else:  # the zygote died: the worker (now init's child) is watched until it is gone
-            from nbworkers.host.worker_host import group_alive
+            from nbworkers.procs.kill import group_alive  # lazily: psutil, only when a zygote died
 
             while group_alive(self.pid):
                 time.sleep(GONE_POLL)

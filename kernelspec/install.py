@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nbworkers import __version__
 from nbworkers.kernelspec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
 
 LAUNCH_MODULE = "nbworkers.kernelspec.launch"
@@ -33,8 +34,6 @@ def kernel_dict(display_name: str = DEFAULT_DISPLAY_NAME, python: str | None = N
 
 
 def _version() -> str:
-    from nbworkers import __version__
-
     return __version__
 
 

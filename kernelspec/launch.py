@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from nbworkers.magics.launch.gpus import ALL_GPUS, MACHINE_GPUS_ENV
+from nbworkers.magics.launch.gpus import ALL_GPUS, MACHINE_GPUS_ENV, visible_gpus
 
 HIDDEN = "-1"
 
@@ -33,8 +33,6 @@ def kernel_gpu_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
 def worker_gpu_pool(environ: Mapping[str, str] | None = None) -> list[str]:
     """GPU ids the workers share: see ``nbworkers.magics.launch.gpus.visible_gpus``."""
-    from nbworkers.magics.launch.gpus import visible_gpus
-
     return visible_gpus(environ)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbworkers.magics.run.core.statuses import ClusterStatus
+from nbworkers.protocol.statuses import ClusterStatus
 
 
 class LaunchError(ValueError):

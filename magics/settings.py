@@ -17,8 +17,8 @@ from pathlib import Path
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
-from nbworkers.magics.run.core.logtail import DEFAULT_TAIL_LINES
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.lines import DEFAULT_TAIL_LINES
 
 
 class WorkerSettings(Configurable):

@@ -19,11 +19,22 @@ No ``from __future__ import annotations`` here: TypedDict reads ``NotRequired`` 
 (``ClusterSnapshot.__optional_keys__``).
 """
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
+from typing import Any, Final, NotRequired, Protocol, TypedDict
 
-if TYPE_CHECKING:
-    from nbworkers.magics.backends.local import Placement
+# The snapshot key views read: the traceback is raised below the summary, so the summary leaves it out.
+ERROR_BELOW_KEY: Final = "error_below"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a backend put one worker: the address its peers reach its TensorFlow server at (its TF_CONFIG
+    entry, ``host:port``) and the GPUs it sees (its ``CUDA_VISIBLE_DEVICES``; ``-1``: none)."""
+
+    host: str
+    port: int
+    gpus: str
 
 
 class RestartEntry(TypedDict, total=False):
@@ -94,7 +105,7 @@ class ClusterSnapshot(TypedDict):
     # %workers attach, a blocking wait, the REST API
     attached: NotRequired[bool]
     output_echoed: NotRequired[bool]  # summary.ECHOED_KEY: a blocking wait wrote the output into the cell
-    error_below: NotRequired[bool]  # run_errors.ERROR_BELOW_KEY: the traceback is raised below the summary
+    error_below: NotRequired[bool]  # ERROR_BELOW_KEY: the traceback is raised below the summary
     session: NotRequired[dict[str, Any]]  # %%worker --session: its cells, idle/busy (magics/sessions/session.py)
     started_iso: NotRequired[str]
     ended_iso: NotRequired[str]
@@ -179,7 +190,7 @@ class Backend(Protocol):
     def name(self) -> str: ...  # "local", "ray": the snapshot's ``backend``
 
     def relay_hosts(self) -> tuple[str, str | None]: ...  # (bind, advertise) addresses of the kernel's relay
-    def plan(self, tasks: list[Any], gpus_per_worker: int | None) -> list["Placement"]: ...
+    def plan(self, tasks: list[Any], gpus_per_worker: int | None) -> list[Placement]: ...
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
                role: str = "worker") -> WorkerHandle: ...
 

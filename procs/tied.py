@@ -22,7 +22,7 @@ POLL_INTERVAL = 0.5  # seconds between checks that CMD still runs
 
 def stop_group(pgid: int, child: subprocess.Popen, grace: float) -> None:
     """TERM CMD's group, up to ``grace`` s, KILL (``process_kill``), then reap CMD."""
-    from nbworkers.procs.kill import kill_group
+    from nbworkers.procs.kill import kill_group  # lazily: psutil, only at the end
 
     kill_group(pgid, grace)
     try:

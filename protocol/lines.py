@@ -10,6 +10,7 @@ Pure Python: the host, the kernel and the workers import it.
 
 from __future__ import annotations
 
+DEFAULT_TAIL_LINES = 300  # log lines per worker a view keeps (the default of the kernel setting log_tail_lines)
 CUT_NOTE = " [… line cut by nbworkers at {limit} characters; the log file has all of it]"  # where the line is kept
 SHORT_CUT_NOTE = " …[cut]"  # in a view that already shows its limit nowhere and whose line is kept in the kernel
 

@@ -7,7 +7,7 @@ command is signed with the cluster's HMAC key in the Jupyter wire format (``wire
 group's generation and a sequence number that only grows: a worker drops (and counts) any command whose
 signature, generation or sequence is wrong. Commands run code in the worker, so nothing unsigned is acted on.
 With ``--backend ray`` the command socket is a CurveZMQ server as the relay is, with the relay's keys
-(``magics/run/relay_curve.py``): a worker connects with the same server key and node client keypair as its relay
+(``protocol/relay_curve.py``): a worker connects with the same server key and node client keypair as its relay
 sender (``client_curve``), so only the run's nodes can connect and nobody on the path reads the cells.
 
 Commands (``msg_type``; content fields):
@@ -61,11 +61,10 @@ def marker(cell: int, event: str) -> str:
 def client_curve(env: Mapping[str, str]) -> tuple[str, str, str] | None:
     """(server public, client public, client secret) of the command socket, the relay's (``wire.Sender``): set
     when the relay is encrypted (``--backend ray``; the client keypair was made on this node), else None."""
-    from nbworkers.protocol import wire
-
-    if not env.get(wire.ENV_RELAY_SERVERKEY):
+    server, public, secret = (env_settings.RELAY_SERVERKEY.name, env_settings.RELAY_CLIENTKEY.name,
+                              env_settings.RELAY_CLIENTSECRET.name)
+    if not env.get(server):
         return None
-    server, public, secret = wire.ENV_RELAY_SERVERKEY, wire.ENV_RELAY_CLIENTKEY, wire.ENV_RELAY_CLIENTSECRET
     return env[server], env.get(public, ""), env.get(secret, "")
 
 

@@ -30,6 +30,19 @@ class Status(str, Enum):
 TERMINAL_VALUES = frozenset({"finished", "failed", "stopped", "lost"})
 
 
+class ClusterStatus(Status):
+    """Where a whole run is (``ClusterState.status``)."""
+
+    STARTING = "starting"  # the group is launching (first time or after a restart)
+    RUNNING = "running"  # some worker reported progress or said it runs
+    RESTARTING = "restarting"  # a failure (or the user) asked for a restart: the group is being stopped
+    STOPPING = "stopping"  # a stop was asked for: TERM sent, the grace period runs
+    FINISHED = "finished"  # every awaited worker exited 0
+    FAILED = "failed"  # a failure the policy did not restart (the error says which)
+    STOPPED = "stopped"  # stopped by request (not a failure)
+    LOST = "lost"  # the state file says it runs but its kernel is dead (the kernel's rundir liveness check)
+
+
 class WorkerStatus(Status):
     """Where one worker is (``WorkerState.status`` in the kernel; the ``state`` of a ``status`` message)."""
 

@@ -35,7 +35,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from nbworkers.protocol import env_settings
+from nbworkers.protocol import env_settings, session_wire  # session_wire: the session messages (stdlib only)
 from nbworkers.protocol.statuses import SENT_BY_WORKERS
 
 # The variables nbworkers sets in each worker (declared, with what they hold, in env_settings.py)
@@ -49,7 +49,7 @@ ENV_CODE = env_settings.CODE.name  # path of the cell's code file
 ENV_PUSH = env_settings.PUSH.name  # path of the pickled pushed variables (kernel -> worker only)
 ENV_CWD = env_settings.CWD.name  # directory the cell runs in (put first on sys.path)
 ENV_CELL_SCAN = env_settings.CELL_SCAN.name  # what the cell uses, scanned in the kernel (protocol/cell_scan.py)
-# CurveZMQ (--backend ray, magics/run/relay_curve.py): the relay's public key; this node's client keypair (made here)
+# CurveZMQ (--backend ray, protocol/relay_curve.py): the relay's public key; this node's client keypair (made here)
 ENV_RELAY_SERVERKEY = env_settings.RELAY_SERVERKEY.name
 ENV_RELAY_CLIENTKEY = env_settings.RELAY_CLIENTKEY.name
 ENV_RELAY_CLIENTSECRET = env_settings.RELAY_CLIENTSECRET.name
@@ -172,8 +172,6 @@ def validate(kind: str, content: Any) -> str | None:
         if not isinstance(content.get("pid"), int) or isinstance(content.get("pid"), bool) or content["pid"] <= 1:
             return "pid is not a process id (an int > 1)"  # a pid the kernel may later signal: never 0, 1 or -1
     elif kind in ("cell", "pull"):  # interactive sessions: their fields are checked in session_wire
-        from nbworkers.protocol import session_wire
-
         return session_wire.validate(kind, content)
     return None
 
@@ -210,9 +208,7 @@ class Sender:
         env = os.environ if environ is None else environ
         if not env.get(ENV_RELAY) or not env.get(ENV_KEY):
             return None
-        curve = None
-        if env.get(ENV_RELAY_SERVERKEY):
-            curve = (env[ENV_RELAY_SERVERKEY], env.get(ENV_RELAY_CLIENTKEY, ""), env.get(ENV_RELAY_CLIENTSECRET, ""))
+        curve = session_wire.client_curve(env)
         return cls(env[ENV_RELAY], env[ENV_KEY], int(env.get(ENV_WORKER, "0")), int(env.get(ENV_GENERATION, "0")),
                    curve=curve)
 

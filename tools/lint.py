@@ -1,14 +1,17 @@
-"""Lint (ruff) and type-check (mypy) the package, and pyflakes' rules over tests/ and benchmarks/ (a name used
-but never imported fails there only at run time); exit 1 on any finding. Config: pyproject.toml.
+"""Lint (ruff) and type-check (mypy) the package, pyflakes' rules over tests/ and benchmarks/ (a name used
+but never imported fails there only at run time), and check its layers (import-linter's contracts, plus no import
+cycle between modules); exit 1 on any finding. Config: pyproject.toml.
 
-    .venv/bin/python tools/lint.py            # both
+    .venv/bin/python tools/lint.py            # all three
     .venv/bin/python tools/lint.py ruff       # one of them
     .venv/bin/python tools/lint.py mypy
+    .venv/bin/python tools/lint.py imports
 
 mypy checks the import package ``nbworkers`` as it is installed: the four code folders are mapped into it by
 setuptools' package-dir (extension/ -> nbworkers, magics/ -> nbworkers.magics, ...), which mypy cannot follow,
 so the same tree is laid out with symlinks under build/lint/ and the paths in mypy's report are mapped back to
-the repository's. tests/integration/test_lint.py runs this.
+the repository's. The import graph (import-linter, grimp) is built from the same tree: every import counts, also
+one inside a function or under ``TYPE_CHECKING``. tests/integration/test_lint.py runs this.
 """
 
 from __future__ import annotations
@@ -80,11 +83,81 @@ def run_mypy() -> tuple[int, str]:
     return result.returncode, report.strip()
 
 
+def _in_tree(*args: str) -> subprocess.CompletedProcess:
+    """Run in build/lint with the laid-out package first on the path (import-linter and grimp find it there)."""
+    tree = package_tree()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run(list(args), cwd=tree, env=env, capture_output=True, text=True)
+
+
+def import_cycles(package: str = "nbworkers") -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a ring (function-level imports included):
+    strongly connected components of grimp's graph. Run where ``nbworkers`` is the laid-out tree."""
+    import grimp
+
+    graph = grimp.build_graph(package, cache_dir=None)
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in modules:  # Tarjan's algorithm, iterative
+        if root in order:
+            continue
+        work = [(root, iter(edges[root]))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in order:
+                    order[child] = low[child] = len(order)
+                    stack.append(child)
+                    work.append((child, iter(edges[child])))
+                elif child in stack:
+                    low[node] = min(low[node], order[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == order[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def run_imports() -> tuple[int, str]:
+    # import-linter's command through this interpreter (a copied venv's script shebangs point elsewhere)
+    cli = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    contracts = _in_tree(sys.executable, "-c", cli, str(ROOT / "pyproject.toml"), "--no-cache")
+    cycles = _in_tree(sys.executable, str(Path(__file__).resolve()), "_cycles")
+    report = "\n".join(r.stdout.strip() + r.stderr.strip() for r in (contracts, cycles))
+    return contracts.returncode or cycles.returncode, report.strip()
+
+
+def _print_cycles() -> int:
+    cycles = import_cycles()
+    for group in cycles:
+        print("import cycle between: " + ", ".join(group))
+    print(f"module import cycles: {len(cycles)}")
+    return 1 if cycles else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy"]
+    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy", "imports"]
+    if chosen == ["_cycles"]:  # run_imports() runs this in build/lint
+        return _print_cycles()
     failed = False
     for name in chosen:
-        code, report = {"ruff": run_ruff, "mypy": run_mypy}[name]()
+        code, report = {"ruff": run_ruff, "mypy": run_mypy, "imports": run_imports}[name]()
         print(f"== {name}: {'ok' if code == 0 else 'findings'}\n{report}\n")
         failed |= code != 0
     return 1 if failed else 0

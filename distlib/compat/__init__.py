@@ -1,4 +1,17 @@
 """The fence around TensorFlow's and Keras's private symbols: every import of ``tensorflow.python``,
-``keras.src`` or ``tf_keras.src`` lives here, registered in ``internals`` with its upstream issue and the
-versions it was checked on.
+``tensorflow.core``, ``keras.src``, ``tf_keras.src`` or ``tensorflow_estimator.python``, and every private
+attribute nbworkers reads or sets on their objects, lives here, registered in ``internals`` (one group per
+module, named after it) with its upstream issue and the versions it was checked on. The rest of the worker
+side calls small functions here. tests/test_internals.py holds the fence (an AST scan of every package file).
+
+- ``internals``: the registry and the check before use; ``import_hooks``: post-import hooks and ``wrap_once``;
+- ``eager_context``: has the eager context started (the one reader of ``Context._context_handle``), abort the
+  collectives, the coordination service's key-value store;
+- ``collectives_at_start``: collectives configured when the first op starts the context;
+- ``mwms_patch``: the wrapper of MultiWorkerMirroredStrategy's multi-worker setup (``worker/strategy_setup.py``
+  decides what happens around it: status, leader wait, device check);
+- ``evaluator``: the evaluator task's local strategy and its Estimator evaluations;
+- ``preemption_handler``: TensorFlow's PreemptionCheckpointHandler;
+- ``keras3_mwms``, ``keras_compat``, ``keras3_model``: Keras 3's fit under the strategy, its guard, what
+  ``distlib.fit`` reads of a model; ``tf_keras_callbacks``: tf_keras's private callback protocol.
 """

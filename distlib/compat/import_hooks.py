@@ -17,6 +17,8 @@ import traceback
 from types import ModuleType
 from typing import Callable
 
+from nbworkers.distlib.compat import internals
+
 Callback = Callable[[ModuleType], None]
 
 
@@ -45,8 +47,6 @@ def wrap_once(owner: object, name: str, wrapper: Callable) -> bool:
     import inspect
 
     import wrapt
-
-    from nbworkers.distlib.compat import internals
 
     internals.available("import_hooks", "a patch installed twice may wrap its method twice")
     current = inspect.getattr_static(owner, name)

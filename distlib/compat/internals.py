@@ -1,6 +1,7 @@
 """Every private TensorFlow / Keras symbol nbworkers touches, in one registry, with a check before use.
 
-Each ``Internal`` names a module and an attribute path, the nbworkers module that uses it (``group``), why,
+Each ``Internal`` names a module and an attribute path, the module of ``distlib/compat/`` that uses it (``group``:
+its file name, or ``file.part`` for one of its patches checked on its own), why,
 the upstream issue it works around (when there is one) and the versions it was checked on. Two kinds:
 
 - ``attribute``: ``getattr`` must resolve (a class, a function, a method, a module attribute);
@@ -41,7 +42,7 @@ PCH = "tensorflow.python.distribute.failure_handling.failure_handling"
 class Internal:
     module: str
     attribute: str  # dotted path inside the module: "Class.method", "function", "Class._instance_attr"
-    group: str  # the nbworkers module that uses it (".part": one of its patches, checked on its own)
+    group: str  # the distlib/compat module that uses it ("module.part": one of its patches, checked on its own)
     why: str
     checked: str  # versions this entry was checked on
     upstream: str = ""  # the upstream issue it works around, when there is one
@@ -83,30 +84,28 @@ REGISTRY: tuple[Internal, ...] = tuple(
                kind="instance")
     + _entries("keras_compat", CARS, TF_215_221, "isinstance check: MultiWorkerMirroredStrategy's base class",
                "CollectiveAllReduceStrategy")
-    # keras_fit: distlib.fit
-    + _entries("keras_fit", "keras.src.trainers.trainer", KERAS3, "creates metric/optimizer variables before tracing",
-               "Trainer._symbolic_build")
-    + _entries("keras_fit", TRAINER, KERAS3, "the model's strategy (built under strategy.scope())",
+    # keras3_model: what distlib.fit reads of a Keras 3 model and a distributed dataset
+    + _entries("keras3_model", "keras.src.trainers.trainer", KERAS3,
+               "creates metric/optimizer variables before tracing", "Trainer._symbolic_build")
+    + _entries("keras3_model", TRAINER, KERAS3, "the model's strategy (built under strategy.scope())",
                "TensorFlowTrainer._distribute_strategy", kind="instance")
-    + _entries("keras_fit", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
+    + _entries("keras3_model", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
                "PerReplicaSpec._value_specs", kind="instance")
-    + _entries("keras_fit", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
+    + _entries("keras3_model", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
                "DistributedDataset._input_workers", kind="instance")
-    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS,
-               "the preemption save of tf_keras's BackupAndRestore",
-               "BackupAndRestore._training_state", kind="instance")
-    + _entries("keras_fit.tf_keras", "tf_keras.src.distribute.worker_training_state", TF_KERAS, "writes the backup",
-               "WorkerTrainingState.back_up")
-    + _entries("keras_fit.tf_keras", "tf_keras.src.callbacks", TF_KERAS,
-               "set by the save-on-SIGTERM callback; read by tf_keras's CallbackList",
+    # tf_keras_callbacks: ReportCallback and distlib.fit's save-on-SIGTERM speak tf_keras's private callback protocol
+    + _entries("tf_keras_callbacks", "tf_keras.src.callbacks", TF_KERAS,
+               "set on nbworkers' callbacks; read by tf_keras's CallbackList",
                "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
-    # reporting: ReportCallback speaks tf_keras's private callback protocol
-    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS,
-               "set by ReportCallback; read by tf_keras's CallbackList",
-               "Callback._supports_tf_logs Callback._chief_worker_only", kind="instance")
-    + _entries("reporting", "tf_keras.src.callbacks", TF_KERAS, "implemented by ReportCallback; called by tf_keras",
+    + _entries("tf_keras_callbacks", "tf_keras.src.callbacks", TF_KERAS,
+               "implemented by ReportCallback; called by tf_keras",
                "Callback._implements_train_batch_hooks Callback._implements_test_batch_hooks "
                "Callback._implements_predict_batch_hooks")
+    + _entries("tf_keras_callbacks", "tf_keras.src.callbacks", TF_KERAS,
+               "the preemption save of tf_keras's BackupAndRestore",
+               "BackupAndRestore._training_state", kind="instance")
+    + _entries("tf_keras_callbacks", "tf_keras.src.distribute.worker_training_state", TF_KERAS, "writes the backup",
+               "WorkerTrainingState.back_up")
     # mwms_patch: status, second-server skip, the cross-worker device check
     + _entries("mwms_patch", CARS, TF_215_221, "wrapped: status reports, leader wait, device check",
                "CollectiveAllReduceExtended._initialize_multi_worker")
@@ -115,55 +114,50 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "CollectiveAllReduceExtended._cluster_spec CollectiveAllReduceExtended._id_in_cluster "
                "CollectiveAllReduceExtended._num_workers CollectiveAllReduceExtended._num_devices_per_worker "
                "CollectiveAllReduceExtended._local_device_type", kind="instance")
-    + _entries("mwms_patch", CONTEXT, TF_215_221, "has the eager context started", "Context._context_handle",
-               kind="instance")
     + _entries("mwms_patch", CONTEXT, TF_215_221, "the process's context; eager or graph mode",
                "context executing_eagerly")
-    # collective_startup: collectives configured when the first op starts the context
-    + _entries("collective_startup", CONTEXT, TF_215_221, "wrapped once on the context object; configuration calls",
+    # collectives_at_start: collectives configured when the first op starts the context
+    + _entries("collectives_at_start", CONTEXT, TF_215_221, "wrapped once on the context object; configuration calls",
                "context Context.ensure_initialized Context.configure_collective_ops "
                "Context.configure_coordination_service Context.enable_collective_ops Context.coordination_service "
                "Context.executing_eagerly Context.config")
-    + _entries("collective_startup", CONTEXT, TF_215_221, "read to see whether someone configured the context",
-               "Context._initialize_lock Context._collective_ops_server_def Context._server_def "
-               "Context._context_handle", kind="instance")
-    + _entries("collective_startup", CARS, TF_215_221, "the same session config and coordination jobs MWMS makes",
+    + _entries("collectives_at_start", CONTEXT, TF_215_221, "read to see whether someone configured the context",
+               "Context._initialize_lock Context._collective_ops_server_def Context._server_def", kind="instance")
+    + _entries("collectives_at_start", CARS, TF_215_221, "the same session config and coordination jobs MWMS makes",
                "CollectiveAllReduceExtended._update_config_proto coordination_config_pb2.CoordinatedJob")
-    + _entries("collective_startup", MWU, TF_215_221, "the same cluster normalisation and leaders MWMS uses",
+    + _entries("collectives_at_start", MWU, TF_215_221, "the same cluster normalisation and leaders MWMS uses",
                "normalize_cluster_spec collective_leader coordination_leader")
-    + _entries("collective_startup", "tensorflow.python.training.server_lib", TF_215_221,
+    + _entries("collectives_at_start", "tensorflow.python.training.server_lib", TF_215_221,
                "the cluster as MWMS reads it",
                "ClusterSpec")
-    + _entries("collective_startup", "tensorflow.core.protobuf.tensorflow_server_pb2", TF_215_221,
+    + _entries("collectives_at_start", "tensorflow.core.protobuf.tensorflow_server_pb2", TF_215_221,
                "the server definition MWMS would build", "ServerDef")
-    # worker_facts: the coordination service's key-value store
-    + _entries("worker_facts", CONTEXT, TF_215_221, "exchange small facts between workers",
+    # eager_context: has the eager context (runtime, thread pools, CUDA) started, without creating one. The zygote
+    # refuses to fork once it has (tensorflow/tensorflow#2448, #8220); the others never start a context by asking.
+    + _entries("eager_context", CONTEXT, TF_215_221, "is there an eager context at all (without creating one)",
+               "context_safe", upstream="tensorflow/tensorflow#2448 (fork after the runtime started hangs)")
+    + _entries("eager_context", CONTEXT, TF_215_221, "has the eager context (runtime, thread pools, CUDA) started",
+               "Context._context_handle", kind="instance", upstream="tensorflow/tensorflow#8220")
+    # eager_context.store: the coordination service's key-value store (worker_facts exchanges small facts)
+    + _entries("eager_context.store", CONTEXT, TF_215_221, "exchange small facts between workers",
                "context Context.set_config_key_value Context.get_config_key_value Context.wait_at_barrier "
                "Context.coordination_service")
-    + _entries("worker_facts", CONTEXT, TF_215_221, "has the context (and its coordination service) started",
-               "Context._context_handle", kind="instance")
-    # session_worker (interactive sessions): unblock a cell stuck in a collective
-    + _entries("session_worker", CONTEXT, TF_221, "aborts this process's collectives when a peer gave up",
+    # eager_context.abort (interactive sessions): unblock a cell stuck in a collective
+    + _entries("eager_context.abort", CONTEXT, TF_221, "aborts this process's collectives when a peer gave up",
                "context Context.abort_collective_ops")
-    + _entries("session_worker", CONTEXT, TF_221, "never start a context from the abort thread",
-               "Context._context_handle", kind="instance")
-    + _entries("session_worker", "tensorflow.python.framework.errors", TF_221, "the abort's status code", "UNAVAILABLE")
-    # zygote (fork server): refuse to fork once TensorFlow's runtime started (tensorflow/tensorflow#2448, #8220)
-    + _entries("zygote", CONTEXT, TF_215_221, "is there an eager context at all (without creating one)",
-               "context_safe", upstream="tensorflow/tensorflow#2448 (fork after the runtime started hangs)")
-    + _entries("zygote", CONTEXT, TF_215_221, "has the eager context (runtime, thread pools, CUDA) started",
-               "Context._context_handle", kind="instance", upstream="tensorflow/tensorflow#8220")
-    # roles: MWMS on the evaluator becomes a local strategy
-    + _entries("roles", CARS, TF_215_221, "wrapped on the evaluator (outside the training cluster)",
+    + _entries("eager_context.abort", "tensorflow.python.framework.errors", TF_221, "the abort's status code",
+               "UNAVAILABLE")
+    # evaluator: MWMS on the evaluator becomes a local strategy
+    + _entries("evaluator", CARS, TF_215_221, "wrapped on the evaluator (outside the training cluster)",
                "CollectiveAllReduceExtended._initialize_strategy CollectiveAllReduceExtended._initialize_local")
-    # roles.estimator: the evaluator reports each Estimator evaluation (TensorFlow 2.15 environments only)
-    + _entries("roles.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
+    # evaluator.estimator: the evaluator reports each Estimator evaluation (TensorFlow 2.15 environments only)
+    + _entries("evaluator.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
                "wrapped on the evaluator: each evaluation's metrics reach the notebook", "Estimator.evaluate")
     # import_hooks: wrap_once asks a wrapt wrapper which function wraps (wrapt ships with TensorFlow)
     + _entries("import_hooks", "wrapt", "wrapt 2.5.2 (tensorflow 2.21.0), 1.14.2 (tensorflow 2.15.1)",
                "is this method already wrapped by this wrapper", "FunctionWrapper FunctionWrapper._self_wrapper")
-    # preemption: TensorFlow's PreemptionCheckpointHandler
-    + _entries("preemption", PCH, TF_221, "picks the step every worker saves at",
+    # preemption_handler: TensorFlow's PreemptionCheckpointHandler
+    + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "
                "PreemptionCheckpointHandler._maybe_set_received_own_sigterm")
 )

@@ -28,7 +28,7 @@ since TensorFlow 2.16 (``KNOWN_NEEDED_ON``). Steps aside by itself: ``patch_trai
 installed trainer still has the broken code (a source probe for the two ``strategy.reduce`` calls; where no source
 is shipped, the version window ``KNOWN_BROKEN``), so a Keras that fixed #20585 runs unpatched.
 ``NBWORKERS_KERAS3_FIX=0`` turns it off.
-When an internal it needs is gone (``distlib.internals``) nothing is patched and a multi-worker ``fit`` ends
+When an internal it needs is gone (``compat/internals.py``) nothing is patched and a multi-worker ``fit`` ends
 in ``KerasFitUnderMultiWorkerError`` with the old advice (``distlib.fit`` or ``TF_USE_LEGACY_KERAS=1``).
 
 Installed by ``install()`` (a post-import hook through ``wrapt``; no TensorFlow import until Keras's trainer
@@ -43,10 +43,14 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from nbworkers.distlib import dirs
+from nbworkers.distlib.cluster import TaskInfo
+from nbworkers.distlib.compat import internals
+from nbworkers.distlib.compat.import_hooks import when_imported
 from nbworkers.protocol import env_settings
 
-TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
-BACKUP_MODULE = "keras.src.callbacks.backup_and_restore"
+TRAINER_MODULE = internals.TRAINER  # Keras 3's TensorFlow trainer: named once, in the registry
+BACKUP_MODULE = internals.BACKUP3
 UPSTREAM_ISSUES = (
     "https://github.com/keras-team/keras/issues/20585",
     "https://github.com/tensorflow/tensorflow/issues/72388",
@@ -201,9 +205,6 @@ def _private_backup_paths(callback) -> dict[str, str] | None:
     """The non-chief's private copies of the callback's paths, or None on the chief / outside a cluster."""
     import tensorflow as tf
 
-    from nbworkers.distlib import dirs
-    from nbworkers.distlib.cluster import TaskInfo
-
     strategy = tf.distribute.get_strategy() if callback.model is None else callback.model.distribute_strategy
     if not getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)():
         return None
@@ -250,8 +251,6 @@ def patch_trainer(module: ModuleType) -> str:
     """Apply the two trainer fixes to ``module`` (Keras's TensorFlow trainer) when needed; returns the status."""
     import wrapt
 
-    from nbworkers.distlib.compat import internals
-
     if _state["trainer"] == "patched":
         return "patched"
     if not enabled():
@@ -276,8 +275,6 @@ def patch_trainer(module: ModuleType) -> str:
 def patch_backup_and_restore(module: ModuleType) -> str:
     import wrapt
 
-    from nbworkers.distlib.compat import internals
-
     if _state["backup"] == "patched" or not enabled():
         return _state["backup"] or "off"
     missing = internals.missing(group="keras3_mwms.backup")
@@ -296,7 +293,6 @@ def install() -> None:
     if _state["installed"]:
         return
     _state["installed"] = True
-    from nbworkers.distlib.compat.import_hooks import when_imported
 
     when_imported(TRAINER_MODULE, _safely(patch_trainer))
     when_imported(BACKUP_MODULE, _safely(patch_backup_and_restore))

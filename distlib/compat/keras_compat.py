@@ -17,8 +17,11 @@ import importlib.util
 import os
 import sys
 
+from nbworkers.distlib.compat import internals, keras3_mwms
+from nbworkers.distlib.compat.import_hooks import when_imported, wrap_once
+from nbworkers.protocol import tf_messages
+
 ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
-KERAS3_TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 UPSTREAM_ISSUE = "https://github.com/keras-team/keras/issues/20585"
 
 FIT_UNDER_MWMS_MESSAGE = f"""\
@@ -94,15 +97,10 @@ def _is_parameter_server(strategy) -> bool:
 
 
 def _looks_like_the_upstream_failure(error: BaseException) -> bool:
-    from nbworkers.protocol import tf_messages
-
     return tf_messages.mentions(str(error), tf_messages.KERAS3_FIT_UNDER_MWMS)
 
 
 def _guard_trainer_module(module) -> None:
-    from nbworkers.distlib.compat import internals
-    from nbworkers.distlib.compat.import_hooks import wrap_once
-
     if not internals.available("keras_compat", "Keras 3's fit failures under the strategies keep upstream's message"):
         return
     if getattr(module, "TensorFlowTrainer", None) is not None:
@@ -111,8 +109,6 @@ def _guard_trainer_module(module) -> None:
 
 def _guarded_fit(wrapped, instance, args, kwargs):
     """wrapt wrapper of Keras 3's ``TensorFlowTrainer.fit``: the upstream failures become clear errors."""
-    from nbworkers.protocol import tf_messages
-
     try:
         return wrapped(*args, **kwargs)
     except (ValueError, TypeError) as error:
@@ -134,8 +130,6 @@ def install_fit_guard() -> None:
     if _installed:
         return
     _installed = True
-    from nbworkers.distlib.compat import keras3_mwms
-    from nbworkers.distlib.compat.import_hooks import when_imported
 
     keras3_mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
-    when_imported(KERAS3_TRAINER_MODULE, keras3_mwms._safely(_guard_trainer_module))  # now if imported
+    when_imported(keras3_mwms.TRAINER_MODULE, keras3_mwms._safely(_guard_trainer_module))  # now if imported

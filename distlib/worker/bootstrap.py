@@ -22,6 +22,7 @@ import sys
 import traceback
 import types
 
+from nbworkers.distlib.worker import startup
 from nbworkers.protocol import env_settings, netns, own_files, wire
 from nbworkers.protocol.statuses import WorkerStatus
 
@@ -33,7 +34,7 @@ PRELOAD = (
     "zmq",
     "jupyter_client.session",
     "nbworkers.distlib.worker.startup",
-    "nbworkers.distlib.compat.mwms_patch",
+    "nbworkers.distlib.worker.strategy_setup",
     "nbworkers.distlib.worker.collective_startup",
     "nbworkers.distlib.compat.keras_compat",
     "nbworkers.distlib.reporting",
@@ -56,8 +57,6 @@ def read_cell(code_path: str) -> str:
 
 def run_startup_hook(name: str) -> None:
     """``startup.before_user_code`` / ``after_user_code``: distlib's import hooks, last metrics, cleanup."""
-    from nbworkers.distlib.worker import startup
-
     getattr(startup, name)()
 
 
@@ -108,7 +107,7 @@ def main() -> int:
         from nbworkers.distlib.worker import roles  # --ps: worker/ps tasks serve instead; the evaluator's hooks
 
         if env_settings.SESSION.is_set():  # %%worker --session: serve cells (distlib/worker/session.py)
-            from nbworkers.distlib.worker import session as session_worker
+            from nbworkers.distlib.worker import session as session_worker  # only a session's workers load it
 
             exit_code = session_worker.main(module)
         elif not roles.run_role():

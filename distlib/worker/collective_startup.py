@@ -7,11 +7,12 @@ earlier tensors on a device that no longer exists (``/job:localhost/... unknown 
 
 Under ``%%worker`` every worker has a ``TF_CONFIG`` for a chief/worker cluster, so we know at startup what
 the strategy will need. ``arm()`` (run right after ``import tensorflow``) wraps the eager context's
-``ensure_initialized`` on the context object: when the first op starts the context, it first configures
-collective ops and the coordination service exactly as MultiWorkerMirroredStrategy does, with the config
+``ensure_initialized`` on the context object (``compat/collectives_at_start.py``): when the first op starts the
+context, it first configures collective ops and the coordination service exactly as MultiWorkerMirroredStrategy
+does, with the config
 as it is at that moment (memory growth and visible devices set earlier by the cell are kept), then starts
 the context, which connects to the other workers. The strategy built later finds everything configured
-(``mwms_patch`` makes it skip starting a second server). The wrapper removes itself after the first call,
+(``strategy_setup`` makes it skip starting a second server). The wrapper removes itself after the first call,
 so nothing is left on the op path; a cell that never runs a TensorFlow op pays nothing.
 
 Which cells get it (``NBWORKERS_EARLY_COLLECTIVES``): "auto" (default) arms it when the cell's code, or a
@@ -23,16 +24,18 @@ if some worker never runs TensorFlow). "1" arms it always, "0" never.
 
 from __future__ import annotations
 
-import copy
 import os
-import sys
-import types
 from collections.abc import Mapping
 
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
+from nbworkers.distlib.compat import collectives_at_start
 from nbworkers.distlib.worker import leader_wait
 from nbworkers.distlib.worker.status import send_status
-from nbworkers.protocol import env_settings
+from nbworkers.protocol import (
+    cell_scan,  # standard library only: no kernel machinery
+    env_settings,
+    wire,
+)
 from nbworkers.protocol.statuses import WorkerStatus
 
 ENV_EARLY_COLLECTIVES = env_settings.EARLY_COLLECTIVES.name
@@ -49,11 +52,6 @@ def code_mentions_multi_worker(environ: Mapping[str, str] | None = None) -> bool
     """Whether the cell or a ``.py`` file in its directory mentions a multi-worker strategy: the kernel's scan
     (``NBWORKERS_CELL_SCAN``, ``protocol/cell_scan.py``), else a scan of the cell file (``NBWORKERS_CODE``) with
     the same code. True when there is neither (not started by the worker bootstrap)."""
-    from nbworkers.protocol import (
-        cell_scan,  # standard library only: no kernel machinery
-        wire,
-    )
-
     env = os.environ if environ is None else environ
     scan = cell_scan.from_env(env)
     if scan is None and env.get(wire.ENV_CODE):
@@ -75,47 +73,6 @@ def wanted(info: TaskInfo, environ: dict[str, str] | None = None) -> bool:
     return setting == "1" or code_mentions_multi_worker(env)
 
 
-def _server_def_for_collectives(info: TaskInfo):
-    """What MultiWorkerMirroredStrategy would configure, from the context config as it is now."""
-    from tensorflow.core.protobuf import tensorflow_server_pb2
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-    from tensorflow.python.distribute import multi_worker_util
-    from tensorflow.python.eager import context
-    from tensorflow.python.training import server_lib
-
-    ctx = context.context()
-    spec = multi_worker_util.normalize_cluster_spec(server_lib.ClusterSpec(info.cluster))
-    ctx.configure_collective_ops(
-        collective_leader=multi_worker_util.collective_leader(spec, info.type, info.index),
-        scoped_allocator_enabled_ops=("CollectiveReduce",),
-        device_filters=(f"/job:{info.type}/task:{info.index}",),
-    )
-    if ctx.coordination_service is None:
-        jobs = [
-            cars.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
-            for job in TRAINING_JOBS
-            if job in spec.jobs
-        ]
-        ctx.configure_coordination_service(
-            service_type="standalone",
-            service_leader=multi_worker_util.coordination_leader(spec),
-            coordinated_jobs=jobs,
-        )
-    # CollectiveAllReduceExtended._update_config_proto only reads these four attributes in eager mode.
-    strategy_like = types.SimpleNamespace(
-        _communication_options=None, _cluster_spec=spec, _task_type=info.type, _task_id=info.index
-    )
-    session_config = cars.CollectiveAllReduceExtended._update_config_proto(strategy_like, copy.deepcopy(ctx.config))
-    return tensorflow_server_pb2.ServerDef(
-        cluster=spec.as_cluster_def(),
-        default_session_config=session_config,
-        job_name=info.type,
-        task_index=info.index,
-        protocol="grpc",
-        port=0,
-    )
-
-
 def arm(tensorflow_module: object = None) -> bool:
     """Prepare collectives to be configured when the eager context starts. True when armed."""
     try:
@@ -124,40 +81,14 @@ def arm(tensorflow_module: object = None) -> bool:
         return False  # strategy() / task() will say what is wrong when the cell asks for them
     if not wanted(info):
         return False
-    from nbworkers.distlib.compat import internals
 
-    if not internals.available("collective_startup", "create the strategy before any TensorFlow op"):
-        return False
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    if getattr(ctx, "_context_handle", None) is not None or ctx.executing_eagerly() is False:
-        return False  # already started (or graph mode): the normal upstream rules apply
-    original = type(ctx).ensure_initialized
-
-    def ensure_initialized_then_disarm() -> None:
+    def remember() -> None:
         global _enabled_for
-        if ctx._context_handle is not None:  # started meanwhile by someone else
-            ctx.__dict__.pop("ensure_initialized", None)
-            return original(ctx)
-        with ctx._initialize_lock:
-            if ctx._context_handle is None and ctx._collective_ops_server_def is None and ctx._server_def is None:
-                try:
-                    server_def = _server_def_for_collectives(info)
-                except Exception as error:  # an internal API moved: fall back to upstream behaviour
-                    sys.stderr.write(f"nbworkers: could not set up collectives early ({error!r}); create the"
-                                     " strategy before any TensorFlow op.\n")
-                    server_def = None
-                if server_def is not None:
-                    ctx.enable_collective_ops(server_def)  # stored; applied by the start below
-                    _enabled_for = info
+        _enabled_for = info
+
+    def before_connect() -> None:
         send_status(WorkerStatus.WAITING, f"connecting to the {info.num_workers} workers")
         leader_wait.wait_for_leader(info)
-        original(ctx)
-        ctx.__dict__.pop("ensure_initialized", None)
-        send_status(WorkerStatus.RUNNING)
 
-    # An attribute of this one context object, removed at its first call (not a wrapt wrapper of the class: the
-    # op path keeps no wrapper afterwards, and other contexts are never touched).
-    ctx.ensure_initialized = ensure_initialized_then_disarm
-    return True
+    return collectives_at_start.arm(info, before_connect=before_connect,
+                                    after_connect=lambda: send_status(WorkerStatus.RUNNING), on_configured=remember)

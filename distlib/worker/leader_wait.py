@@ -8,7 +8,7 @@ strategy took ~0.07 s when the leader was first and ~1.0 s when another worker w
 about half of the runs, hand-launched or not.
 
 ``wait_for_leader(info)`` runs just before this process starts its context (``collective_startup`` and
-``mwms_patch``): a task that is not the leader tries a plain TCP connection to the leader's address every
+``strategy_setup``): a task that is not the leader tries a plain TCP connection to the leader's address every
 few milliseconds and returns as soon as one is accepted (the leader's gRPC server is up), then TensorFlow
 connects at once. It never fails: after ``NBWORKERS_LEADER_WAIT`` seconds (default 600) it returns and
 TensorFlow's own connection logic and timeouts take over. The leader, evaluators, parameter-server clusters

@@ -31,7 +31,12 @@ import threading
 import time
 from typing import Any, Callable
 
+from nbworkers.distlib.cluster import task
+from nbworkers.distlib.compat import preemption_handler
+from nbworkers.distlib.reporting import flush_reports
+from nbworkers.distlib.worker import worker_facts
 from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol.private_dirs import runtime_dir
 
 ENV_PREEMPTION = env_settings.PREEMPTION.name
 ENV_STEP_WAIT = env_settings.PREEMPTION_WAIT.name
@@ -47,7 +52,6 @@ def enabled() -> bool:
     setting = env_settings.PREEMPTION.get()  # "auto", "1" or "0"
     if setting != "auto":
         return setting == "1"
-    from nbworkers.distlib.cluster import task
 
     try:
         return task().in_cluster
@@ -144,7 +148,7 @@ class PreemptionSaver:
         self._step_time += (now - self._last_step_at - self._step_time) / min(self._steps, 20)
         self._last_step_at = now
         if self._handler is not None and self._active:
-            self._handler.save_checkpoint_if_preempted()
+            preemption_handler.save_if_preempted(self._handler)
 
     # --------------------------------------------------------------------------- TensorFlow's handler
     def _ensure_handler(self) -> None:
@@ -152,27 +156,14 @@ class PreemptionSaver:
             return
         import tensorflow as tf
 
-        from nbworkers.distlib.compat import internals
-
-        gone = internals.missing("preemption")
-        if gone:  # the caller turns this into "saving on SIGTERM is off: ..."
-            raise RuntimeError("TensorFlow's PreemptionCheckpointHandler moved:\n" + internals.describe(gone))
-        from tensorflow.python.distribute.failure_handling import failure_handling
-
-        from nbworkers.distlib.cluster import task
-
         resolver = None
         if task().in_cluster:
-            from nbworkers.distlib.worker import worker_facts
-
             if not worker_facts.coordination_service_available():
                 raise RuntimeError(
                     "TensorFlow's coordination service is not running (no MultiWorkerMirroredStrategy yet)")
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         # PCH never restores or saves for us: an empty checkpoint in a directory nobody writes to.
         # (under this user's private runtime directory: another user cannot plant a checkpoint there)
-        from nbworkers.protocol.private_dirs import runtime_dir
-
         scratch = os.path.join(runtime_dir("nbworkers-pch"), f"{os.getpid()}-never-written")
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(), directory=scratch, max_to_keep=1)
         config = tf.distribute.experimental.TerminationConfig(
@@ -180,7 +171,7 @@ class PreemptionSaver:
         )
         previous = signal.getsignal(signal.SIGTERM)
         try:
-            self._handler = failure_handling.PreemptionCheckpointHandler(resolver, manager, termination_config=config)
+            self._handler = preemption_handler.create(resolver, manager, config)
         finally:
             signal.signal(signal.SIGTERM, previous)  # PCH sets its own: ours goes in while training runs
 
@@ -197,8 +188,6 @@ class PreemptionSaver:
         _log(f"{received}; every worker saved a checkpoint at the same step; exiting with code "
              f"{PREEMPTION_EXIT_CODE} so the group restarts from it")
         try:
-            from nbworkers.distlib.reporting import flush_reports
-
             flush_reports()
         except Exception:
             pass
@@ -274,7 +263,7 @@ class PreemptionSaver:
 
     def _announce(self) -> None:
         try:
-            self._handler._maybe_set_received_own_sigterm()  # tells the peers (coordination service)
+            preemption_handler.tell_peers_of_sigterm(self._handler)  # tells the peers (coordination service)
         except Exception as error:
             _log(f"could not tell the other workers about the SIGTERM ({type(error).__name__}): leaving without a save")
             _die_by_sigterm()

@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
-from types import ModuleType
 from typing import Any
 
 from nbworkers.distlib.cluster import TaskInfo, task
-from nbworkers.distlib.compat.import_hooks import when_imported, wrap_once
-from nbworkers.protocol import env_settings
+from nbworkers.distlib.compat import evaluator
+from nbworkers.distlib.compat.import_hooks import when_imported
+from nbworkers.distlib.reporting import reporter
+from nbworkers.distlib.worker.status import send_status
+from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.statuses import WorkerStatus
 
 ENV_SERVE = env_settings.SERVE.name  # "1": run this task's TensorFlow server instead of the cell (set by the launcher)
-ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
 SERVER_IDLE_SLEEP_S = 3600.0  # the main thread's sleep between wake-ups while the server thread serves
 
 
@@ -67,8 +67,6 @@ def serve(info: TaskInfo | None = None) -> None:
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     import tensorflow as tf
 
-    from nbworkers.distlib.worker.status import send_status
-
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     tf.distribute.Server(
         resolver.cluster_spec(), job_name=info.type, task_index=info.index,
@@ -86,33 +84,9 @@ def serve(info: TaskInfo | None = None) -> None:
 
 # ------------------------------------------------------------------------------------------------ evaluator
 def prepare_evaluator(info: TaskInfo) -> None:
-    when_imported("tensorflow", lambda _module: local_strategy_on_evaluator())
-    when_imported(ESTIMATOR_MODULE, report_evaluations)
-
-
-def local_strategy_on_evaluator() -> None:
-    """MultiWorkerMirroredStrategy on the evaluator (outside the training cluster): one local worker."""
-    from nbworkers.distlib.compat import internals
-
-    if not internals.available("roles", "MultiWorkerMirroredStrategy on the evaluator stays upstream's"):
-        return
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-
-    wrap_once(cars.CollectiveAllReduceExtended, "_initialize_strategy", _initialize_strategy_on_evaluator)
-
-
-def _initialize_strategy_on_evaluator(wrapped, extended, args, kwargs):
-    """wrapt wrapper of ``CollectiveAllReduceExtended._initialize_strategy(cluster_resolver, devices)``."""
-
-    def arguments(cluster_resolver, devices):
-        return cluster_resolver, devices
-
-    cluster_resolver, devices = arguments(*args, **kwargs)
-    if not devices and getattr(cluster_resolver, "task_type", None) == "evaluator":
-        spec = cluster_resolver.cluster_spec().as_dict()
-        if "evaluator" not in spec:
-            return extended._initialize_local(cluster_resolver, devices=None)
-    return wrapped(*args, **kwargs)
+    """The evaluator's patches (``compat/evaluator.py``): a local strategy there, its evaluations reported."""
+    when_imported("tensorflow", lambda _module: evaluator.local_strategy())
+    evaluator.report_estimator_evaluations(_report_evaluation)
 
 
 def evaluation_metrics(result: dict[str, Any]) -> tuple[int | None, dict[str, float]]:
@@ -133,30 +107,7 @@ def evaluation_metrics(result: dict[str, Any]) -> tuple[int | None, dict[str, fl
     return step, metrics
 
 
-def report_evaluations(module: ModuleType) -> None:
-    """Wrap ``Estimator.evaluate`` so each evaluation's metrics reach the notebook (evaluator task only)."""
-    from nbworkers.distlib.compat import internals
-
-    if getattr(module, "Estimator", None) is None:
-        return
-    if not internals.available("roles.estimator", "the evaluator's evaluations are not reported to the notebook"):
-        return
-    wrap_once(module.Estimator, "evaluate", _evaluate_and_report)
-
-
-def _evaluate_and_report(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    try:
-        _report_evaluation(result)
-    except Exception as error:  # reporting must never break the evaluation
-        print(f"nbworkers: could not report the evaluation ({error!r})", file=sys.stderr)
-    return result
-
-
 def _report_evaluation(result: Any) -> None:
-    from nbworkers.distlib.reporting import reporter
-    from nbworkers.protocol import wire
-
     if not isinstance(result, dict):
         return
     step, metrics = evaluation_metrics(result)

@@ -35,6 +35,8 @@ import traceback
 import types
 import uuid
 
+from nbworkers.distlib import reporting
+from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import session_wire, wire
 
 
@@ -105,20 +107,11 @@ class SessionWorker:
         (they stay unusable in this process afterwards: the kernel restarts the group), then interrupt."""
         if not self.in_cell:
             return
-        from nbworkers.distlib.compat import internals
-
-        if "tensorflow" in sys.modules and internals.available(
-                "session_worker", "a cell stuck in a collective is only interrupted, its collectives not aborted"):
-            try:
-                from tensorflow.python.eager import context  # private: listed in distlib/compat/internals.py
-                from tensorflow.python.framework import errors
-
-                ctx = context.context()
-                if ctx._context_handle is not None:  # never initialise a context from this thread
-                    ctx.abort_collective_ops(errors.UNAVAILABLE, reason)
-                    self.aborted = True
-            except Exception as error:  # the interrupt below still applies
-                print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
+        try:
+            self.aborted = eager_context.abort_collectives(
+                reason, "a cell stuck in a collective is only interrupted, its collectives not aborted") or self.aborted
+        except Exception as error:  # the interrupt below still applies
+            print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
         self.interrupt()
 
     def step_point(self) -> None:
@@ -191,8 +184,6 @@ class SessionWorker:
 
     def _after_cell(self) -> None:
         try:
-            from nbworkers.distlib import reporting
-
             reporting.flush_reports()
         except Exception:
             traceback.print_exc()
@@ -200,7 +191,7 @@ class SessionWorker:
         sys.stderr.flush()
 
     def pull(self, content: dict) -> None:
-        from nbworkers.protocol import session_values
+        from nbworkers.protocol import session_values  # lazily: NumPy, only when the kernel pulls a value
 
         request = str(content.get("request"))
         max_bytes = int(content.get("max_bytes") or 0)
@@ -238,8 +229,6 @@ class SessionWorker:
 def _hook_reports(worker: SessionWorker) -> None:
     """Make every report (``Reporter.report``: distlib.fit's and ReportCallback's steps, ``distlib.report``) a
     point where a Stop can end the cell on every worker at the same step."""
-    from nbworkers.distlib import reporting
-
     original = reporting.Reporter.report
 
     def report(self, fields, force=False):

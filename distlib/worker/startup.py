@@ -2,7 +2,7 @@
 
 ``before_user_code()`` registers post-import hooks, so a cell that never imports TensorFlow pays nothing:
 - when ``tensorflow`` is imported: arm early collectives (``collective_startup``: the tutorials' "dataset
-  before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``mwms_patch``: "waiting" /
+  before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``strategy_setup``: "waiting" /
   "running" status, the cross-worker GPU-count check);
 - when Keras 3's TensorFlow trainer is imported: fix its ``model.fit`` / ``evaluate`` / ``predict`` (and
   ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``keras3_mwms``), and where that fix cannot apply,
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from nbworkers.distlib import dirs, reporting
+from nbworkers.distlib.compat import keras_compat
 from nbworkers.distlib.compat.import_hooks import when_imported
+from nbworkers.distlib.worker import collective_startup, strategy_setup
 
 
 def _on_tensorflow_imported(module: ModuleType) -> None:
-    from nbworkers.distlib.compat import mwms_patch
-    from nbworkers.distlib.worker import collective_startup
-
-    mwms_patch.install()
+    strategy_setup.install()
     collective_startup.arm(module)
 
 
@@ -36,7 +36,6 @@ def before_user_code() -> None:
     if _hooks_installed:
         return
     _hooks_installed = True
-    from nbworkers.distlib.compat import keras_compat
 
     when_imported("tensorflow", _on_tensorflow_imported)
     keras_compat.install_fit_guard()
@@ -44,8 +43,6 @@ def before_user_code() -> None:
 
 def after_user_code() -> None:
     """Flush the last metrics and clean up private write directories."""
-    from nbworkers.distlib import dirs, reporting
-
     try:
         reporting.flush_reports()
     finally:

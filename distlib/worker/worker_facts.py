@@ -1,4 +1,5 @@
-"""Exchange small facts between workers through TensorFlow's coordination service key-value store.
+"""Exchange small facts between workers through TensorFlow's coordination service key-value store
+(``compat/eager_context.py``).
 
 Used right after a MultiWorkerMirroredStrategy is built (the coordination service is up then) to check
 that every worker sees the same number of GPUs and the same cluster, before any collective runs. It uses
@@ -10,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 
+from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import env_settings
 
 ENV_EXCHANGE_TIMEOUT = env_settings.FACTS_TIMEOUT.name
@@ -29,29 +31,19 @@ def exchange_timeout_s() -> float:
 
 
 def coordination_service_available() -> bool:
-    from nbworkers.distlib.compat import internals
-
-    if not internals.available("worker_facts", "the workers' GPU counts are not compared"):
-        return False
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    return ctx.coordination_service is not None and getattr(ctx, "_context_handle", None) is not None
+    return eager_context.coordination_service_running("the workers' GPU counts are not compared")
 
 
 def exchange(local_facts: dict, worker_id: int, num_workers: int, timeout_s: float | None = None) -> list[dict]:
     """Publish ``local_facts`` as worker ``worker_id`` and return all ``num_workers`` workers' facts, in order."""
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
     round_id = next(_exchange_counter)
-    ctx.set_config_key_value(f"{KEY_PREFIX}/{round_id}/{worker_id}", json.dumps(local_facts))
+    eager_context.store_put(f"{KEY_PREFIX}/{round_id}/{worker_id}", json.dumps(local_facts))
     timeout_ms = int((exchange_timeout_s() if timeout_s is None else timeout_s) * 1000)
     facts: list[dict] = []
     for other in range(num_workers):
         key = f"{KEY_PREFIX}/{round_id}/{other}"
         try:
-            value = ctx.get_config_key_value(key, timeout_ms)
+            value = eager_context.store_get(key, timeout_ms)
         except Exception as error:  # DeadlineExceeded and friends
             raise TimeoutError(
                 f"could not get worker {other}'s device facts (waited up to {timeout_ms / 1000:.0f} s):"
@@ -60,7 +52,7 @@ def exchange(local_facts: dict, worker_id: int, num_workers: int, timeout_s: flo
             ) from None
         facts.append(json.loads(value))
     try:  # nobody leaves before all have read: the store lives in the leader's process
-        ctx.wait_at_barrier(f"{KEY_PREFIX}/{round_id}/read", timeout_ms)
+        eager_context.barrier(f"{KEY_PREFIX}/{round_id}/read", timeout_ms)
     except Exception as error:
         raise TimeoutError(
             f"not every worker finished the device-facts exchange (waited up to {timeout_ms / 1000:.0f} s):"

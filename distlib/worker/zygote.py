@@ -44,6 +44,7 @@ import threading
 import time
 import traceback
 
+from nbworkers.distlib.compat import eager_context
 from nbworkers.protocol import env_settings
 
 FORKED_ENV = env_settings.FORKED.name  # set in a forked worker: the pid of the zygote it came from
@@ -63,16 +64,14 @@ def os_threads() -> int:
 
 
 def check_internals() -> None:
-    """The guard reads two private TensorFlow symbols (``distlib/compat/internals.py``, group ``zygote``): when they are
-    gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
+    """The guard reads two private TensorFlow symbols (``compat/eager_context.py``, group ``eager_context``): when
+    they are gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
     global _guard_broken
     if "tensorflow" not in sys.modules:
         return
-    from nbworkers.distlib.compat import internals
-
-    gone = internals.missing("zygote")
+    gone = eager_context.missing()
     if gone:
-        _guard_broken = "the fork guard cannot check this TensorFlow: " + ", ".join(e.name for e, _ in gone)
+        _guard_broken = "the fork guard cannot check this TensorFlow: " + ", ".join(gone)
 
 
 def fork_refusal() -> str | None:
@@ -82,18 +81,15 @@ def fork_refusal() -> str | None:
         return _guard_broken
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads are running (a fork copies only one)"
-    context = sys.modules.get("tensorflow.python.eager.context")
-    if context is not None:
-        ctx = context.context_safe()
-        if ctx is not None and getattr(ctx, "_context_handle", None) is not None:
-            return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
+    if eager_context.started():
+        return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
     if _baseline_tasks is not None and os_threads() > _baseline_tasks:
         return f"{os_threads()} OS threads run, {_baseline_tasks} after the imports: a runtime started"
     return None
 
 
 def preload() -> None:
-    from nbworkers.distlib.worker.bootstrap import PRELOAD
+    from nbworkers.distlib.worker.bootstrap import PRELOAD  # after the socket is bound (main): hosts may wait
 
     names = list(PRELOAD)
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
@@ -167,13 +163,13 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # a fork copies NumPy's global generator: reseed it as a fresh interpreter's would be
         numpy.random.seed()
-    from nbworkers.distlib.worker import bootstrap
+    from nbworkers.distlib.worker import bootstrap  # (preloaded: these cost nothing in the child)
     from nbworkers.protocol import wire
 
     env = dict(request["env"])
     env[FORKED_ENV] = str(os.getppid())
     bootstrap.adopt_environment(env)
-    from nbworkers.procs.proc_marker import write_run_id
+    from nbworkers.protocol.proc_marker import write_run_id
 
     if not write_run_id(env.get(env_settings.RUN_ID.name, "")):  # its /proc environment: the zygote's until now
         print("--- nbworkers: could not mark this forked worker with its run's id in /proc (ownership checks will not "

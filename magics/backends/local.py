@@ -26,19 +26,14 @@ import psutil
 
 from nbworkers.host.command import host_command
 from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
+from nbworkers.magics.backends.zygotes import zygotes
+from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
+from nbworkers.magics.launch.ports import pick_free_ports
+from nbworkers.magics.settings import settings
+from nbworkers.magics.shapes import Placement
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of
 from nbworkers.protocol.own_files import open_own
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a backend put one worker: the address its peers reach its TensorFlow server at (its TF_CONFIG
-    entry, ``host:port``) and the GPUs it sees (its ``CUDA_VISIBLE_DEVICES``; ``-1``: none)."""
-
-    host: str
-    port: int
-    gpus: str
 
 
 @dataclass
@@ -160,10 +155,6 @@ class LocalBackend:
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
         """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked).
         The first plan of a run also makes its private network namespace (``isolation``)."""
-        from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
-        from nbworkers.magics.launch.ports import pick_free_ports
-        from nbworkers.magics.settings import settings
-
         if self._namespace is not None and not self._namespace.alive():  # its holder was killed: a new one
             self._namespace.close()
             self._namespace, self._namespace_checked = None, False
@@ -194,9 +185,6 @@ class LocalBackend:
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:
-        from nbworkers.magics.backends.zygotes import zygotes
-        from nbworkers.magics.settings import settings
-
         socket_path, note = zygotes().socket_for(python, env, cwd)
         if note:
             with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:

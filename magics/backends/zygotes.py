@@ -25,7 +25,7 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   stops it (its own ``Popen``: the pid cannot have been reused before it is reaped); no run records it, so no
   reaper or REST stop ever signals it. It carries ``NBWORKERS_SPARE=<run root>`` (found by ``strays`` in tests;
   the name is historical) and ``NBWORKERS_RUN_ID`` = a placeholder that no run has: each worker it forks writes
-  its run's id over it in its own ``/proc`` environment (``procs/proc_marker.py``), so a forked worker carries
+  its run's id over it in its own ``/proc`` environment (``protocol/proc_marker.py``), so a forked worker carries
   its run's marker as a spawned one does.
 """
 
@@ -43,13 +43,14 @@ import time
 from dataclasses import dataclass, field
 
 from nbworkers.magics.backends.run_env import base_env
+from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
-from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
-from nbworkers.protocol import cell_scan
+from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.cell_scan import CellScan
 from nbworkers.protocol.private_dirs import module_command, runtime_dir
+from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
 
 ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
@@ -141,7 +142,6 @@ class ZygotePool:
         config = current_settings()
         if not config.zygote:
             return None, ""
-        from nbworkers.protocol import wire
 
         reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
@@ -178,7 +178,6 @@ class ZygotePool:
         config = current_settings()
         if not (config.zygote and config.zygote_prewarm):
             return None
-        from nbworkers.magics.launch.environment import worker_env
 
         env = worker_env(os.environ if environ is None else environ, {}, "", "", {})  # what a default run gets
         key = zygote_key(sys.executable, env)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nbworkers.distlib.worker.roles import ENV_SERVE
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.tfconfig import Task, plan_tasks
 from nbworkers.magics.settings import WorkerSettings
+from nbworkers.protocol import env_settings
 from nbworkers.protocol.cell_scan import code_names
+
+ENV_SERVE = env_settings.SERVE.name  # "1": the task runs its TensorFlow server (read by distlib.worker.roles)
 
 # Strategy class names a cell may use, by whether they use parameter servers.
 PS_STRATEGIES = frozenset({"ParameterServerStrategy", "ParameterServerStrategyV2", "CentralStorageStrategy"})

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.notebook import registry
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, run_dir_of
 from nbworkers.magics.rundir.listing import describe
@@ -16,6 +17,8 @@ from nbworkers.magics.rundir.liveness import LOST, effective_status, leftover_pr
 from nbworkers.magics.rundir.stop import stop_run
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.views.summary import render_summary_html, render_text
+from nbworkers.magics.views.view import HtmlBundle
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
 
@@ -95,9 +98,6 @@ class AttachedCluster:
     def show(self) -> None:
         from IPython.display import display
 
-        from nbworkers.magics.views.summary import render_summary_html, render_text
-        from nbworkers.magics.views.view import HtmlBundle
-
         snapshot = self.snapshot()
         display(HtmlBundle(render_text(snapshot), render_summary_html(snapshot)))
 
@@ -116,8 +116,6 @@ def attach(name: str, root: str | os.PathLike | None = None) -> AttachedCluster:
 def workers_attach(name: str | None) -> Any:
     """``%workers attach NAME``: this kernel's own cluster of that name, else a read-only attached handle,
     registered so that ``%workers``, ``%workers logs/stop/wait NAME`` work on it."""
-    from nbworkers.magics.notebook import registry
-
     if not name:
         raise RunNotFound("`%workers attach` needs a cluster name; "
                           "GET /nbworkers/api/clusters or the run root lists them.")

@@ -10,10 +10,16 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from nbworkers.magics.errors import LaunchError, RunFailed
-from nbworkers.magics.launch.parse import build_spec
-from nbworkers.magics.notebook import registry
+from nbworkers.magics.notebook import registry, tensorboard
+from nbworkers.magics.notebook.attach import workers_attach
+from nbworkers.magics.notebook.help_cell import install
+from nbworkers.magics.notebook.parse import build_spec
+from nbworkers.magics.notebook.session_magic import run_session_cell, session_column, stop_cell
+from nbworkers.magics.notebook.zygotes_listing import warm_text_html
 from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.failed import mark_error_below, run_failure
+from nbworkers.magics.rundir.layout import RunNotFound, run_dir_of
+from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.summary import ECHOED_KEY, render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle
@@ -24,8 +30,6 @@ class WorkerMagics(Magics):
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell, **kwargs)
         if shell is not None:
-            from nbworkers.magics.notebook.help_cell import install
-
             install(shell)  # `%%worker --help` alone in a cell
 
     @magic_arguments()
@@ -91,7 +95,6 @@ class WorkerMagics(Magics):
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%%worker --help`.") from None
         if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
-            from nbworkers.magics.notebook.session_magic import run_session_cell
 
             return run_session_cell(self, args, cell)
         try:
@@ -163,9 +166,6 @@ class WorkerMagics(Magics):
             _tensorboard(args.name)
             return None
         if action == "attach":
-            from nbworkers.magics.notebook.attach import workers_attach
-            from nbworkers.magics.rundir.layout import RunNotFound
-
             try:
                 workers_attach(args.name).show()
             except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
@@ -182,7 +182,6 @@ class WorkerMagics(Magics):
                 raise UsageError(str(error)) from None
             return None
         if action == "stop" and args.cell:  # a session's running cell (magics/notebook/session_magic.py)
-            from nbworkers.magics.notebook.session_magic import stop_cell
 
             print(stop_cell(args.name))
             return None
@@ -220,10 +219,6 @@ def _echo():
 
 def _tensorboard(name: str) -> None:
     """`%workers tensorboard NAME`: TensorBoard on the run's summaries, inline, and its URL (``tensorboard``)."""
-    from nbworkers.magics.notebook import tensorboard
-    from nbworkers.magics.rundir.layout import RunNotFound, run_dir_of
-    from nbworkers.magics.settings import settings
-
     try:
         run_dir = registry.get(name).run_dir
     except KeyError:
@@ -275,8 +270,6 @@ def _running_names() -> set[str]:
 
 
 def _cluster_table() -> tuple[str, str]:
-    from nbworkers.magics.notebook.zygotes_listing import warm_text_html
-
     warm_text, warm_html = warm_text_html()
     clusters = registry.all_clusters()
     if not clusters:
@@ -301,6 +294,4 @@ def _cluster_table() -> tuple[str, str]:
 
 
 def _session_column(snapshot: ClusterSnapshot) -> str:
-    from nbworkers.magics.notebook.session_magic import session_column
-
     return session_column(snapshot)

@@ -17,8 +17,9 @@ from IPython.core.error import UsageError
 
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
-from nbworkers.magics.launch.parse import build_spec, check_syntax
 from nbworkers.magics.notebook import registry
+from nbworkers.magics.notebook.parse import build_spec, check_syntax
+from nbworkers.magics.sessions.session import Session, SessionEnded
 from nbworkers.magics.shapes import ClusterSnapshot
 
 LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"), ("push", "--push"))
@@ -26,8 +27,6 @@ LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"
 
 def live_session(name: str):
     """The running session of that name in this kernel, or None."""
-    from nbworkers.magics.sessions.session import Session
-
     try:
         cluster = registry.get(name)
     except KeyError:
@@ -49,8 +48,6 @@ def check_session_args(args: Namespace) -> None:
 
 
 def run_session_cell(magics: Any, args: Namespace, cell: str):
-    from nbworkers.magics.sessions.session import Session, SessionEnded
-
     try:
         check_session_args(args)
         if not cell.strip():

@@ -6,6 +6,8 @@ from typing import Any
 
 import psutil
 
+from nbworkers.magics.backends import zygotes
+
 
 def _rss_mb(pid: int | None) -> float:
     if not pid:
@@ -20,8 +22,6 @@ def zygote_rows() -> list[dict[str, Any]]:
     """Each live zygote of this kernel (TensorFlow imported once, forks the workers): pid, forks, age, memory.
 
     Never starts one: a kernel that never ran a cell has no zygote."""
-    from nbworkers.magics.backends import zygotes
-
     pool = getattr(zygotes, "_pool", None)
     if pool is None:
         return []

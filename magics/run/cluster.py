@@ -29,6 +29,7 @@ from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import WorkerFailure
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.supervisor import Supervisor, Timings
+from nbworkers.magics.run.failed import run_failure
 from nbworkers.magics.run.group_launch import backend_for, initial_state, launch_group
 from nbworkers.magics.run.noise import NoiseFilter, noise_level
 from nbworkers.magics.run.outputs import LiveViews, final_snapshot, read_logs, state_file_data, wait_for
@@ -39,6 +40,7 @@ from nbworkers.magics.rundir.prepare import prepare_run_dir
 from nbworkers.magics.settings import WorkerSettings
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
+from nbworkers.magics.views.view import default_view_factory
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.own_files import sign_push
@@ -148,8 +150,6 @@ class Cluster:
             with self._lock:
                 self._waiters -= 1
         if raise_on_failure:
-            from nbworkers.magics.run.failed import run_failure
-
             failure = run_failure(self.snapshot(), ended=ended, waited=timeout)
             if failure is not None:
                 raise failure
@@ -173,8 +173,6 @@ class Cluster:
 
     def show(self) -> View:
         """Display a live view of this cluster in the current output."""
-        from nbworkers.magics.views.view import default_view_factory
-
         view = (self._view_factory or default_view_factory)(self)
         self._views.add(view)
         view.show()

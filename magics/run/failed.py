@@ -9,15 +9,12 @@ in IPython (``_render_traceback_``), as ipyparallel's remote errors do.
 
 from __future__ import annotations
 
-from typing import Final
-
 from nbworkers.magics.errors import RunFailed
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
-from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.run.core.statuses import ClusterStatus
+from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.views.summary import failed_workers
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
-# The snapshot key views read: the traceback is raised below the summary, so the summary leaves it out.
-ERROR_BELOW_KEY: Final = "error_below"
 
 
 def worker_label(worker: WorkerSnapshot) -> str:
@@ -41,10 +38,6 @@ def last_traceback(lines: list[str] | None, max_lines: int = TRACEBACK_MAX_LINES
         cut = len(block) - (max_lines - 1)
         block = [block[0], f"  ... ({cut} lines cut; the whole log has them)"] + block[-(max_lines - 2):]
     return block
-
-
-def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
-    return [w for w in snapshot.get("workers") or [] if w.get("status") == WorkerStatus.FAILED]
 
 
 def failure_message(snapshot: ClusterSnapshot, *, timed_out_after: float | None = None, what: str = "run",

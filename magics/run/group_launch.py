@@ -85,7 +85,7 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
 def backend_for(spec: LaunchSpec) -> Backend:
     """The backend a launch asked for (``--backend``); Ray is imported only when it is used."""
     if spec.backend == "ray":
-        from nbworkers.magics.backends.ray.backend import RayBackend
+        from nbworkers.magics.backends.ray.backend import RayBackend  # lazily: only --backend ray loads its code
 
         return RayBackend.from_spec(spec)
     return LocalBackend(isolation=spec.isolation)

@@ -13,8 +13,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from nbworkers.magics.run.failed import mark_error_below
 from nbworkers.magics.rundir.layout import log_path
 from nbworkers.magics.shapes import ClusterSnapshot, View, WorkerHandle
+from nbworkers.magics.views.summary import ECHOED_KEY
 from nbworkers.protocol import wire
 
 
@@ -63,9 +65,6 @@ def wait_for(done: threading.Event, timeout: float | None, interval: float, tick
 def final_snapshot(snapshot: ClusterSnapshot, error_below: bool, echoed: bool) -> ClusterSnapshot:
     """The snapshot of the final summary: ``error_below``, a ``RunFailed`` with the traceback is raised below it
     (not shown twice); ``echoed``, the workers' output is in the cell already (the tail is not repeated)."""
-    from nbworkers.magics.run.failed import mark_error_below
-    from nbworkers.magics.views.summary import ECHOED_KEY
-
     if error_below:
         snapshot = mark_error_below(snapshot)
     if echoed:

@@ -27,8 +27,10 @@ from typing import Any
 import zmq
 
 from nbworkers.magics.run import sockets
+from nbworkers.magics.settings import settings
 from nbworkers.protocol import wire
 from nbworkers.protocol.lines import cap_line
+from nbworkers.protocol.relay_curve import CurveServer
 
 SIGNATURE = re.compile(rb"[0-9a-f]{64}")  # an HMAC-SHA256 hex digest, as the senders write it
 HELLO_TEXT_CHARS = 1024  # a hello's host name, role and interpreter path
@@ -65,8 +67,6 @@ class RelayReceiver:
     def __init__(self, key: str, bind_host: str = "127.0.0.1", advertise_host: str | None = None,
                  max_message_bytes: int | None = None, receive_hwm: int | None = None,
                  replay_history: int | None = None, curve: bool = False):
-        from nbworkers.magics.settings import settings
-
         config = settings()
         self.max_message_bytes = max_message_bytes or config.relay_max_message_bytes
         self.max_line_chars = config.max_line_chars
@@ -80,8 +80,6 @@ class RelayReceiver:
         self._socket.setsockopt(zmq.LINGER, 0)
         self.curve = None  # --backend ray: encrypted, only the run's workers' keys (relay_curve.py)
         if curve:
-            from nbworkers.magics.run.relay_curve import CurveServer
-
             self.curve = CurveServer(self._context, self._socket)
         self.address = sockets.bind(self._socket, bind_host, advertise_host, "relay")
         self.drops = DropCounts()

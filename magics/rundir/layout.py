@@ -31,6 +31,7 @@ from typing import Any
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.names import valid_name
+from nbworkers.magics.settings import settings
 from nbworkers.protocol.private_dirs import owned_root, write_private
 
 STATE_FILE = "state.json"
@@ -59,8 +60,6 @@ class UnsafeRunRoot(LaunchError):
 def run_root(root: str | os.PathLike | None = None) -> Path:
     """The run root (default: ``settings().run_root``), ``~`` expanded."""
     if root is None:
-        from nbworkers.magics.settings import settings
-
         root = settings().run_root
     return Path(root).expanduser()
 

@@ -24,9 +24,9 @@ from typing import Any
 import zmq
 
 from nbworkers.magics.run import sockets
-from nbworkers.magics.run.relay_curve import CurveServer
 from nbworkers.magics.settings import settings
 from nbworkers.protocol import session_wire, wire
+from nbworkers.protocol.relay_curve import CurveServer
 
 MAX_FRAMES = 8  # routing id, <IDS|MSG>, signature, header, parent, metadata, content (a worker's `ready`)
 MAX_MESSAGE_BYTES = 64 * 1024  # a `ready` is a few hundred bytes

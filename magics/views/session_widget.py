@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbworkers.magics.shapes import ClusterSnapshot
+
 
 def session_view_factory(cell: Any) -> Any:
     from nbworkers.magics.views.view import default_view_factory
@@ -15,7 +17,6 @@ def session_view_factory(cell: Any) -> Any:
 def _widget_view(cell: Any) -> Any:
     import traitlets as t
 
-    from nbworkers.magics.shapes import ClusterSnapshot
     from nbworkers.magics.views.widget import ClusterWidget, ClusterWidgetView, answer_on_frontend_subshell
 
     class SessionWidget(ClusterWidget):

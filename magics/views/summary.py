@@ -14,8 +14,7 @@ from typing import Any, Final
 
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
-from nbworkers.magics.run.failed import ERROR_BELOW_KEY, failed_workers
-from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
@@ -49,6 +48,10 @@ OUTPUT_TAIL_LINES = 10  # per worker, in a final summary no blocking wait wrote 
 OUTPUT_LINE_CHARS = 300
 # a blocking wait wrote the workers' output into the cell (magics/views/echo.py): no tails
 ECHOED_KEY: Final = "output_echoed"
+
+
+def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
+    return [w for w in snapshot.get("workers") or [] if w.get("status") == WorkerStatus.FAILED]
 
 
 def status_label(status: str | None) -> str:

@@ -15,17 +15,14 @@ from typing import Any
 from IPython.display import display
 
 from nbworkers.magics.shapes import ClusterSnapshot, View
+from nbworkers.magics.views import summary
 
 
 def render_text(snapshot: ClusterSnapshot) -> str:
-    from nbworkers.magics.views.summary import render_text as render
-
-    return render(snapshot)
+    return summary.render_text(snapshot)
 
 
 def render_html(snapshot: ClusterSnapshot, final: bool = False) -> str:
-    from nbworkers.magics.views import summary
-
     return summary.render_summary_html(snapshot) if final else summary.render_html(snapshot)
 
 

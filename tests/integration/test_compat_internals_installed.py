@@ -85,3 +85,15 @@ def test_log_texts_the_kernel_classifies_by_live_in_one_place():
     import tensorflow.python.distribute.coordinator.coordinator_context as coordinator_context
 
     assert tf_messages.mentions(Path(coordinator_context.__file__).read_text(), tf_messages.KERAS3_FIT_UNDER_PSS)
+
+
+def test_the_worker_side_and_the_host_import_neither_tensorflow_nor_the_kernel_side():
+    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
+            " import nbworkers.distlib.compat.eager_context as ec; assert not ec.started();"
+            " import nbworkers.distlib.worker.zygote, nbworkers.distlib.worker.session, nbworkers.distlib.worker.roles;"
+            " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
+            " import nbworkers.host.worker_host;"
+            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')"
+            " or m.startswith('nbworkers.magics')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

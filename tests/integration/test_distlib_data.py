@@ -19,7 +19,7 @@ DATA_CELL = """
 import json, types
 from nbworkers import distlib
 from nbworkers.distlib import collectives
-from nbworkers.distlib.compat import mwms_patch
+from nbworkers.distlib.worker import strategy_setup
 import tensorflow as tf
 
 info = distlib.task()
@@ -51,7 +51,7 @@ fake_extended = types.SimpleNamespace(
     _num_devices_per_worker=info.index + 1, _local_device_type="GPU", _cluster_spec=strategy.extended._cluster_spec,
     _id_in_cluster=strategy.extended._id_in_cluster, _num_workers=strategy.extended._num_workers)
 try:
-    mwms_patch.check_devices_agree(fake_extended)
+    strategy_setup.check_devices_agree(fake_extended)
     print("RESULT", json.dumps({"gpu_error": None}))
 except collectives.GpuCountMismatchError as error:
     print("RESULT", json.dumps({"gpu_error": str(error)}))

@@ -1,6 +1,8 @@
-"""The package passes its linter (ruff) and its type checker (mypy, non-strict), as configured in pyproject.toml.
+"""The package passes its linter (ruff), its type checker (mypy, non-strict) and its import contracts
+(import-linter, plus no import cycle between modules), as configured in pyproject.toml.
 
-Run the same by hand, with the findings listed: ``.venv/bin/python tools/lint.py`` (or ``... ruff`` / ``... mypy``).
+Run the same by hand, with the findings listed: ``.venv/bin/python tools/lint.py`` (or ``... ruff`` / ``... mypy`` /
+``... imports``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ def _lint_tool():
     return module
 
 
-@pytest.mark.parametrize("tool", ["ruff", "mypy"])
+@pytest.mark.parametrize("tool", ["ruff", "mypy", "imports"])
 def test_package_is_clean(tool):
-    if not (Path(sys.executable).parent / tool).exists():
+    installed = (importlib.util.find_spec("importlinter") is not None if tool == "imports"
+                 else (Path(sys.executable).parent / tool).exists())
+    if not installed:
         pytest.fail(f"{tool} is not installed: pip install -e '.[test]'")
     lint = _lint_tool()
-    code, report = {"ruff": lint.run_ruff, "mypy": lint.run_mypy}[tool]()
+    code, report = {"ruff": lint.run_ruff, "mypy": lint.run_mypy, "imports": lint.run_imports}[tool]()
     assert code == 0, f"{tool} found problems (run: .venv/bin/python tools/lint.py {tool}):\n{report}"

@@ -25,7 +25,7 @@ from conftest import Kernel, wait_until
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir import leftovers
-from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
+from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.procs.strays import kill_strays, processes_under
 
 CLUSTER_UP_TIMEOUT = 180

@@ -27,7 +27,7 @@ print("TRAINED", len(history.history["loss"]), "BUILT", built_in_cell)
 STRANGER = """
 import time, zmq
 from nbworkers.protocol import wire
-from nbworkers.magics.run.relay_curve import client_keypair
+from nbworkers.protocol.relay_curve import client_keypair
 session = nbworkers.session("rs")
 channel = session._channel
 peers, refused = dict(channel._peers), channel.curve.keys.refused

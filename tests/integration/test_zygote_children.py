@@ -14,7 +14,7 @@ import textwrap
 import psutil
 from conftest import wait_until
 
-from nbworkers.procs.proc_marker import RUN_ID_PLACEHOLDER
+from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.protocol.private_dirs import module_command
 
 RUN_ID = "0123456789abcdef01234567"

@@ -16,24 +16,23 @@ from nbworkers.distlib.compat import internals
 
 REPO = Path(__file__).resolve().parents[2]
 DISTLIB = REPO / "distlib"
+COMPAT = DISTLIB / "compat"
 
 
-def _module_path(stem: str) -> Path:
-    """distlib's module of a registry group (groups are named after the module that patches: ``zygote``, ...)."""
-    stem = {"session_worker": "session"}.get(stem, stem)
-    found = [p for p in DISTLIB.rglob(f"{stem}.py")]
-    assert len(found) == 1, (stem, found)
-    return found[0]
+def _module_path(group: str) -> Path:
+    """The module of a registry group: ``distlib/compat/<group>.py`` (``<module>.<part>``: that module's part)."""
+    return COMPAT / f"{group.split('.')[0]}.py"
 
 
-def _module_stem(path: Path) -> str:
-    return {"session": "session_worker"}.get(path.stem, path.stem)
 TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"  # `make estimator-env`: TensorFlow 2.15 + tf.estimator
 PRIVATE_MODULE = r"(?:tensorflow\.(?:python|core|compiler)|keras\.src|tf_keras\.src|tensorflow_estimator\.python)[\w.]*"
 PRIVATE_IMPORT = re.compile(rf"(?:from|import)\s+({PRIVATE_MODULE})|[\"']({PRIVATE_MODULE})[\"']")
 # Private names distlib uses that are not TensorFlow's/Keras's: the standard library's, and the state nbworkers'
 # own subclasses of upstream classes keep (estimator.ReportHook, keras_fit's save-on-SIGTERM callback).
 NOT_UPSTREAM = {"_exit", "_every", "_loss", "_guard", "_batch"}
+# Base classes that keep a class nbworkers' own (its attributes are not upstream's): the mixin of tf_keras's
+# callback protocol declares upstream names itself, in compat/, where they are registered.
+OWN_BASES = ("object", "Exception", "RuntimeError", "ValueError", "TfKerasProtocol")
 
 
 @pytest.mark.parametrize("entry", internals.REGISTRY, ids=lambda e: e.name)
@@ -57,8 +56,7 @@ def test_every_private_module_distlib_imports_is_registered():
 def _private_names_used(tree: ast.AST) -> set[str]:
     """``x._name`` (not on ``self`` in nbworkers' own classes) and ``getattr(x, "_name")`` in a module."""
     own_classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-                   and all(isinstance(b, ast.Name) and b.id in ("object", "Exception", "RuntimeError", "ValueError")
-                           for b in node.bases)}
+                   and all(isinstance(b, ast.Name) and b.id in OWN_BASES for b in node.bases)}
     on_own_self: set[int] = set()
     for klass in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name in own_classes):
         on_own_self |= {id(n) for n in ast.walk(klass) if isinstance(n, ast.Attribute)
@@ -83,39 +81,39 @@ def _names_defined_by_nbworkers() -> set[str]:
                 defined.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 defined.add(node.id)
-        for klass in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and not n.bases):
+        for klass in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                      and all(isinstance(b, ast.Name) and b.id in OWN_BASES for b in n.bases)):
             defined |= {n.attr for n in ast.walk(klass) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
                         and isinstance(n.value, ast.Name) and n.value.id == "self"}
     return defined
 
 
 def test_every_private_upstream_symbol_distlib_touches_is_registered_for_its_module():
-    """A private name used on an upstream object in distlib/X.py must be in the registry under group X (or X.*),
-    so that X checks it before patching and this file tests it."""
+    """A private name used on an upstream object in distlib/compat/X.py must be in the registry under group X (or
+    X.*), so that X checks it before patching and this file tests it. Outside distlib/compat/ none is used at all."""
     ours = _names_defined_by_nbworkers() | NOT_UPSTREAM
     unregistered = {}
     for path in sorted(DISTLIB.rglob("*.py")):
-        registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY if e.group.split(".")[0] == _module_stem(path)}
+        in_compat = path.parent == COMPAT
+        registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY
+                      if in_compat and e.group.split(".")[0] == path.stem}
         names = _private_names_used(ast.parse(path.read_text())) - ours - registered
         if names:
-            unregistered[path.name] = sorted(names)
-    assert not unregistered, f"register these in distlib/compat/internals.py (module: names): {unregistered}"
-
-
-def test_the_check_finds_an_unregistered_private_symbol():
-    tree = ast.parse("def patch(ctx):\n    return ctx._brand_new_handle, getattr(ctx, '_another')\n")
-    assert _private_names_used(tree) - _names_defined_by_nbworkers() == {"_brand_new_handle", "_another"}
+            unregistered[str(path.relative_to(REPO))] = sorted(names)
+    assert not unregistered, ("move these into distlib/compat/ and register them in distlib/compat/internals.py"
+                              f" (module: names): {unregistered}")
 
 
 def test_every_patch_checks_its_symbols_before_installing():
     """Each module with registered symbols asks the registry (``available`` / ``missing``) for its group(s)."""
     for group in internals.GROUPS:
-        module = group.split(".")[0]
-        if module == "reporting":  # implements tf_keras's callback protocol; patches nothing
-            continue
-        source = _module_path(module).read_text()
+        source = _module_path(group).read_text()
         assert re.search(rf"internals\.(available|missing)\(\s*(group=)?\"{re.escape(group)}\"", source), (
-            f"{module}.py never checks the group {group!r} before using it")
+            f"{_module_path(group).name} never checks the group {group!r} before using it")
+
+
+def test_every_group_is_a_module_of_compat():
+    assert {_module_path(group).name for group in internals.GROUPS} <= {p.name for p in COMPAT.glob("*.py")}
 
 
 def test_wrap_once_wraps_with_wrapt_and_never_twice():

@@ -120,7 +120,7 @@ def test_the_isolation_flag_reaches_the_local_backend_and_is_refused_for_ray():
     from argparse import Namespace
 
     from nbworkers.magics.errors import LaunchError
-    from nbworkers.magics.launch.parse import check_backend
+    from nbworkers.magics.notebook.parse import check_backend
     from nbworkers.magics.launch.spec import LaunchSpec
     from nbworkers.magics.run.group_launch import backend_for
 

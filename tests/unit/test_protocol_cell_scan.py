@@ -9,7 +9,7 @@ from argparse import Namespace
 from nbworkers.distlib.worker import collective_startup
 from nbworkers.magics.backends import run_env, zygotes
 from nbworkers.magics.launch import roles
-from nbworkers.magics.launch.parse import build_spec
+from nbworkers.magics.notebook.parse import build_spec
 from nbworkers.protocol import cell_scan, wire
 
 

@@ -197,7 +197,7 @@ def test_unbounded_or_non_finite_flags_are_refused(flags, message):
 # ---------------------------------------------------------------------------------------------- 6. across machines
 def test_the_ray_relay_is_encrypted_and_only_the_nodes_keys_may_connect():
     from nbworkers.magics.run.relay import RelayReceiver
-    from nbworkers.magics.run.relay_curve import client_keypair
+    from nbworkers.protocol.relay_curve import client_keypair
 
     key = wire.new_key()
     relay = RelayReceiver(key, curve=True)

@@ -26,18 +26,20 @@ import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from traitlets import Float, Int, List, Unicode
 from traitlets.config import Configurable
 
-from nbworkers.magics.backends.local import Placement
+from nbworkers.magics.backends.ray.address import connected_address, parse_address, remember_connection, same_cluster
 from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
-from nbworkers.magics.backends.ray.worker import RayWorkerProcess, _Group
+from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
 from nbworkers.magics.settings import settings as current_settings
+from nbworkers.magics.shapes import Placement
 from nbworkers.protocol import wire
 
 INSTALL_HINT = 'pip install "nbworkers[ray]"'
@@ -49,6 +51,16 @@ WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
 
 class RayBackendError(LaunchError):
     """The Ray backend cannot start the workers as asked; nothing was left running."""
+
+
+@dataclass
+class _Group:
+    """One placement group and its actors: one launch generation of a cluster's workers."""
+
+    placement_group: Any
+    actors: list[Any]
+    where: list[dict[str, Any]]
+    open: set[int] = field(default_factory=set)
 
 
 class RaySettings(Configurable):
@@ -96,8 +108,6 @@ def import_ray():
 
 def split_address(address: str) -> tuple[str, int] | None:
     """(host, port) of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``/``local``/empty."""
-    from nbworkers.magics.backends.ray.address import parse_address
-
     parsed = parse_address(address)
     if parsed is None:
         return None
@@ -174,7 +184,6 @@ class RayBackend:
         try:
             ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
                      namespace="nbworkers")
-            from nbworkers.magics.backends.ray.address import remember_connection
 
             remember_connection(self.address)
         except Exception as error:
@@ -190,8 +199,6 @@ class RayBackend:
     def _check_same_cluster(self, ray) -> None:
         """One Ray cluster per kernel: any spelling of the connected head is fine (``127.0.0.1:P``, ``localhost:P``,
         the host's IP, ``auto``, ``ray://``); another cluster is refused (ray_address.py)."""
-        from nbworkers.magics.backends.ray.address import connected_address, same_cluster
-
         current = connected_address(ray)
         if current and not same_cluster(self.address, current):
             raise RayBackendError(
@@ -324,7 +331,8 @@ class RayBackend:
         }
 
     # ------------------------------------------------------------------ release
-    def _release_actor(self, proc: RayWorkerProcess) -> None:
+    def release_actor(self, proc: RayWorkerProcess) -> None:
+        """Kill the worker's actor; the last one of its group also removes the placement group."""
         group = self._group
         if group is None or proc.actor not in group.actors:
             _kill_actor(proc._ray, proc.actor)

@@ -18,6 +18,7 @@ installed there). It imports neither TensorFlow nor IPython, and Ray only inside
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import socket
 import subprocess
@@ -31,6 +32,7 @@ from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.protocol import wire
 from nbworkers.protocol.private_dirs import private_dir, runtime_dir
+from nbworkers.protocol.relay_curve import client_keypair
 
 # The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
 # SIGKILL from Ray, stops the worker group (see the module docstring).
@@ -83,6 +85,14 @@ def node_run_dir(name: str) -> Path:
     return private_dir(runtime_dir(NODE_RUN_ROOT) / name)
 
 
+
+def _installed_version() -> str:
+    """The nbworkers version installed on this node (the kernel compares it with its own)."""
+    try:
+        return importlib.metadata.version("nbworkers")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
 class NbworkersWorkerHost:
     """Hosts one worker on its node. Wrapped with ``ray.remote`` (threaded: ``wait`` blocks in one thread
     while ``tell``, ``read_log`` and ``kill`` answer in others) by the kernel side."""
@@ -100,10 +110,7 @@ class NbworkersWorkerHost:
         server, the GPUs Ray gave it, and facts for diagnosis."""
         import ray
 
-        import nbworkers
-
         context = ray.get_runtime_context()
-        from nbworkers.magics.run.relay_curve import client_keypair
 
         self._relay_keys = client_keypair()  # the secret half never leaves this node
         return {
@@ -115,7 +122,7 @@ class NbworkersWorkerHost:
             "hostname": socket.gethostname(),
             "actor_pid": os.getpid(),
             "python": sys.executable,
-            "version": getattr(nbworkers, "__version__", ""),
+            "version": _installed_version(),
         }
 
     # ------------------------------------------------------------------ the worker

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nbworkers.magics.backends.ray.backend import RayBackend
+from typing import Any, Protocol
 
 
 @dataclass
@@ -24,20 +21,20 @@ class RemoteHost:
     pid: None = None
 
 
-@dataclass
-class _Group:
-    """One placement group and its actors: one launch generation of a cluster's workers."""
+class ActorOwner(Protocol):
+    """What a worker needs of the backend that launched it (``backend.RayBackend``; a protocol, so that this
+    module does not import the backend, which imports it)."""
 
-    placement_group: Any
-    actors: list[Any]
-    where: list[dict[str, Any]]
-    open: set[int] = field(default_factory=set)
+    settings: Any  # backend.RaySettings: call_timeout, poll_interval, log_mirror_interval, log_mirror_chunk
+    grace: float  # seconds between TERM and KILL when the worker is stopped
+
+    def release_actor(self, proc: "RayWorkerProcess") -> None: ...
 
 
 class RayWorkerProcess:
     """One worker as the cluster sees it (the interface of ``local.WorkerProcess``), hosted by a Ray actor."""
 
-    def __init__(self, backend: "RayBackend", index: int, actor: Any, log_path: Path, started: dict[str, Any],
+    def __init__(self, backend: ActorOwner, index: int, actor: Any, log_path: Path, started: dict[str, Any],
                  where: dict[str, Any]):
         import ray
 
@@ -135,7 +132,7 @@ class RayWorkerProcess:
             pass  # the actor is gone already: its host saw its stdin close and stopped the worker
         self._mirror_rest()
         self._forget_sent()
-        self._backend._release_actor(self)
+        self._backend.release_actor(self)
 
     def _forget_sent(self) -> None:
         if not self._sent:

@@ -9,12 +9,22 @@ or tell its subclasses (a session ends its cells when a restart is scheduled or 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
 
-if TYPE_CHECKING:
-    from nbworkers.magics.run.core.supervisor import Attempt
+
+@dataclass
+class Attempt:
+    """One launch of the whole group: the first, then one per restart (never a single worker)."""
+
+    generation: int
+    cause: WorkerFailure | None  # what restarted the group (None: the first launch)
+    started: float  # clock
+    last_progress: float  # clock: the last log line, metrics, status or cell event
+    stacks_dumped_at: float | None = None  # the watchdog asked for stacks; it acts stack_dump_wait later
+    training_ended_at: float | None = None  # every awaited task exited 0; the others are retired
+    retired: set[int] = field(default_factory=set)  # unawaited tasks stopped because training ended
 
 
 # ----------------------------------------------------------------------------------------------- events

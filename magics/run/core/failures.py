@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import signal
 
-from nbworkers.magics.launch.ports import port_taken
 from nbworkers.protocol import tf_messages
 from nbworkers.protocol.wire import PREEMPTION_EXIT_CODE
 
@@ -115,7 +114,7 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
     if code in PREEMPTION_EXIT_CODES:
         return WorkerPreempted(f"worker {worker} was preempted and saved a checkpoint (exit code {code})", worker,
                                log_tail)
-    if port_taken(log_tail):
+    if tf_messages.mentions(log_tail, tf_messages.PORT_TAKEN_MARKERS):  # (launch/ports.py: the port race)
         return PortCollision(f"worker {worker}'s TensorFlow server could not bind its port", worker, log_tail)
     last = _last_error_line(log_tail)
     if last and any(marker in last for marker in PEER_LOST_MARKERS):

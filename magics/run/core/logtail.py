@@ -10,11 +10,10 @@ from collections import deque
 from collections.abc import Iterator
 
 from nbworkers.protocol import env_settings
-from nbworkers.protocol.lines import CUT_NOTE, cap_line
+from nbworkers.protocol.lines import CUT_NOTE, DEFAULT_TAIL_LINES, cap_line
 
 __all__ = ["CUT_NOTE", "DEFAULT_TAIL_LINES", "LogTail", "cap_line"]
 
-DEFAULT_TAIL_LINES = 300  # the default of the setting log_tail_lines (magics/settings.py takes it from here)
 DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
 
 

@@ -1,7 +1,8 @@
 """Every status a run and a worker can be in, as ``str`` enums.
 
-``ClusterStatus`` is the kernel's own; ``WorkerStatus`` is defined in ``protocol/statuses.py`` (the workers send
-those values) and re-exported here, so the kernel side imports both from one place.
+``ClusterStatus`` and ``WorkerStatus`` are defined in ``protocol/statuses.py`` (the workers send worker statuses;
+the state file, the REST API and the sidebar carry run statuses) and re-exported here with the session's cell
+states, so the kernel side imports them from one place.
 
 The values are the strings the state file, the REST API, the widget and ``%workers`` have always used:
 ``ClusterStatus.RUNNING == "running"`` and ``json.dumps`` writes ``"running"``, so a status set from an enum
@@ -12,22 +13,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from nbworkers.protocol.statuses import Status, WorkerStatus
+from nbworkers.protocol.statuses import ClusterStatus, Status, WorkerStatus
 
 __all__ = ["CellEnd", "CellState", "ClusterStatus", "WorkerStatus", "is_terminal"]
-
-
-class ClusterStatus(Status):
-    """Where a whole run is (``ClusterState.status``)."""
-
-    STARTING = "starting"  # the group is launching (first time or after a restart)
-    RUNNING = "running"  # some worker reported progress or said it runs
-    RESTARTING = "restarting"  # a failure (or the user) asked for a restart: the group is being stopped
-    STOPPING = "stopping"  # a stop was asked for: TERM sent, the grace period runs
-    FINISHED = "finished"  # every awaited worker exited 0
-    FAILED = "failed"  # a failure the policy did not restart (the error says which)
-    STOPPED = "stopped"  # stopped by request (not a failure)
-    LOST = "lost"  # the state file says it runs but its kernel is dead (magics/rundir/liveness.py)
 
 
 class CellState(Status):

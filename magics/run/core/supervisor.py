@@ -20,12 +20,13 @@ snapshot is plain data (JSON, ``repr``) everywhere it goes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.tfconfig import Task
 from nbworkers.magics.run.core import events as ev
+from nbworkers.magics.run.core.events import Attempt
 from nbworkers.magics.run.core.failures import (
     GroupStalled,
     RelaunchFailed,
@@ -61,19 +62,6 @@ class Timings:
             run_timeout=run_timeout or 0.0,
             kill_margin=settings.stop_kill_margin,
         )
-
-
-@dataclass
-class Attempt:
-    """One launch of the whole group: the first, then one per restart (never a single worker)."""
-
-    generation: int
-    cause: WorkerFailure | None  # what restarted the group (None: the first launch)
-    started: float  # clock
-    last_progress: float  # clock: the last log line, metrics, status or cell event
-    stacks_dumped_at: float | None = None  # the watchdog asked for stacks; it acts stack_dump_wait later
-    training_ended_at: float | None = None  # every awaited task exited 0; the others are retired
-    retired: set[int] = field(default_factory=set)  # unawaited tasks stopped because training ended
 
 
 class Supervisor:

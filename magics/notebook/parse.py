@@ -164,7 +164,7 @@ def check_backend(args: Namespace) -> str:
                           "cluster's network protects them, see the README's Security model). Leave it out.")
     if cpus is not None and cpus <= 0:
         raise LaunchError(f"--cpus-per-worker {cpus:g}: give a positive number of CPUs, for example 1 or 0.5.")
-    from nbworkers.magics.backends.ray.backend import check_launch
+    from nbworkers.magics.backends.ray.backend import check_launch  # lazily: only --backend ray loads its code
 
     check_launch(address)
     return backend
