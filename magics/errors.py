@@ -45,3 +45,14 @@ class RunFailed(RuntimeError):
         kernel-side frames (IPython honours this hook, as for ipyparallel's remote errors)."""
         lines = str(self).splitlines() or [""]
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {lines[0]}", *lines[1:]]
+
+
+class CellStopped(KeyboardInterrupt):
+    """The notebook's interrupt (■, ``interrupt_kernel``) reached a blocking wait for a session cell
+    (``%%worker --session NAME --block``, ``%workers wait NAME``): the cell was stopped on every worker, as the
+    widget's Stop does, and the notebook cell ends as interrupted. A ``KeyboardInterrupt``, so notebooks and
+    ``nbconvert`` treat it as one; shown as its message alone (the stop note), never nbworkers' frames."""
+
+    def _render_traceback_(self) -> list[str]:
+        lines = str(self).splitlines() or [""]
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {lines[0]}", *lines[1:]]
