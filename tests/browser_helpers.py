@@ -251,7 +251,7 @@ def lab_server(tmp: Path, env_extra: dict[str, str] | None = None) -> Iterator[L
     }
     log_path = tmp / "server.log"
     log = open(log_path, "wb")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
            "--ServerApp.port_retries=50", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
            "--LabApp.extension_manager=readonly"]  # fmt: skip
     if os.geteuid() == 0:

@@ -281,3 +281,26 @@ def test_a_failed_session_and_its_end_conclude_what_is_left():
     assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
     assert stopped.core.record(2).error == "the session ended (stopped)"
     assert stopped.send(ev.SessionEnded("stopped")) == []  # nothing left to end
+
+
+def test_live_cells_names_what_a_restart_would_lose_and_starts_again_after_one():
+    s = Session()
+    assert s.core.live_cells() == "no cell"
+    s.submit()
+    assert s.core.live_cells() == "cell 1"
+    s.end(1, OK, OK)
+    s.tick(1.0)
+    s.submit()
+    s.submit()  # queued behind cell 2: not run, so nothing of it to lose
+    assert s.core.live_cells() == "cells 1-2"
+    s.send(ev.GroupRestarting("the Restart button", on_purpose=True))
+    assert "the state of cells 1-2 is gone" in s.core.lost_note and s.core.live_cells() == "no cell"
+
+
+def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
+    from nbworkers.magics.views.session_widget import restart_confirm
+
+    assert restart_confirm({"live_cells": "no cell"}) == {} and restart_confirm({}) == {}
+    assert restart_confirm({"live_cells": "cells 1-8"}) == {
+        "label": "Confirm restart (state of cells 1-8 is lost)",
+        "title": "Restart the session: the state of cells 1-8 is lost"}
