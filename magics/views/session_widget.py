@@ -50,6 +50,7 @@ def _widget_view(cell: Any) -> Any:
             super().__init__(cluster, **kwargs)
             plain, self.widget = self.widget, SessionWidget()
             plain.close()
+            self.cell = cluster  # the SessionCell (``self.cluster`` is typed as any run)
             self.widget.on_msg(self._on_custom_msg)
             answer_on_frontend_subshell(self.widget.comm)
 
@@ -76,7 +77,7 @@ def _widget_view(cell: Any) -> Any:
         def _restart_and_report(self) -> None:
             """The (confirmed) Restart: restart the session's processes, wait for the new ones, and say what was
             lost; the cards show the new pids."""
-            session = self.cluster.session
+            session = self.cell.session
             lost, before = session.live_cells(), session.restarts
             old_pids = {w.pid for w in session.state.workers}
             self._set_notice("Restarting the session…")
@@ -91,7 +92,7 @@ def _widget_view(cell: Any) -> Any:
                 if session.restarts > before and all(pids) and not old_pids & set(pids):
                     break
                 time.sleep(RESTART_POLL)
-            self.update(self.cluster.snapshot())
+            self.update(self.cell.snapshot())
             if session.restarts > before:
                 self._set_notice(f"restarted the session: state of {lost} lost")
             else:
