@@ -49,3 +49,14 @@ class RunFailed(RuntimeError):
 
 class IsolationUnavailable(LaunchError):
     """``isolation = 'required'`` and this machine cannot give the run a private network namespace."""
+
+
+class CellStopped(KeyboardInterrupt):
+    """The notebook's interrupt (■, ``interrupt_kernel``) reached a blocking wait for a session cell
+    (``%%worker --session NAME --block``, ``%workers wait NAME``): the cell was stopped on every worker, as the
+    widget's Stop does, and the notebook cell ends as interrupted. A ``KeyboardInterrupt``, so notebooks and
+    ``nbconvert`` treat it as one; shown as its message alone (the stop note), never nbworkers' frames."""
+
+    def _render_traceback_(self) -> list[str]:
+        lines = str(self).splitlines() or [""]
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {lines[0]}", *lines[1:]]

@@ -108,6 +108,12 @@ class WorkerSettings(Configurable):
     session_pause_wait = Float(1.0, help="Seconds a Stop waits for every worker of a session cell to pause at a "
                                "training step (then all stop at the same step; none paused: KeyboardInterrupt).").tag(
                                    config=True)
+    session_interrupt_wait = Float(10.0, help="Seconds the notebook's interrupt (■) during a blocking wait for a "
+                                   "session cell waits for the Stop it sends to end the cell on every worker.").tag(
+                                       config=True)
+    session_restart_wait = Float(120.0, help="Seconds a session cell's view waits, after its Restart button, for the "
+                                 "restarted workers, to show their new pids and what the restart lost.").tag(
+                                     config=True)
     pull_timeout = Float(120.0, help="Seconds Session.pull waits for a worker's reply.").tag(config=True)
     pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
     pull_chunk_bytes = Int(2**20, help="Raw bytes per pull reply message (sent base64 in JSON).").tag(config=True)

@@ -24,7 +24,7 @@ Relay kinds added to ``wire.KINDS``:
 
 - ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
   (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
-  were aborted in this process)
+  were aborted in this process), step (optional int: the last training step it reported in the cell)
 - ``pull``  request (str), index, count, size (ints: chunk number, number of chunks, total payload bytes),
   data (base64 of at most ``chunk_bytes`` raw bytes), meta (chunk 0: the JSON value tree), error (str or None)
 
@@ -89,6 +89,8 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
                     return f"{name} is not a str"
             if not isinstance(content.get("aborted", False), bool):
                 return "aborted is not a bool"
+            if content.get("step") is not None and not _is_int(content["step"]):
+                return "step is not an int"
         return None
     if kind == "pull":
         if not isinstance(content.get("request"), str) or not 0 < len(content["request"]) <= 64:

@@ -56,6 +56,7 @@ class SessionWorker:
         self.steps = 0
         self.pause_requested = False
         self.stop_at: int | None = None
+        self.last_step: int | None = None  # the step of this cell's last report (what its card shows last)
         self.resumed = threading.Event()
         self._main_ident = threading.main_thread().ident
 
@@ -152,6 +153,7 @@ class SessionWorker:
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         self.cell, self.aborted = cell, False
         self.steps, self.pause_requested, self.stop_at = 0, False, None
+        self.last_step = None
         self.resumed.clear()
         sys.stdout.write(session_wire.marker(cell, "start"))
         sys.stdout.flush()
@@ -174,13 +176,21 @@ class SessionWorker:
             error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500] if str(exc) else type(exc).__name__
         finally:
             self.in_cell = False
+        stop_trace = ""
+        if status == "interrupted":  # a Stop, not a crash: one line in the cell, the traceback after its end marker
+            error = f"stopped at step {self.last_step}" if self.last_step is not None else "stopped"
+            stop_trace, text = text, ""
+            sys.stderr.write(f"KeyboardInterrupt: {error} (traceback in this worker's log)\n")
         if text:
             sys.stderr.write(text)
         self._after_cell()
         self._send("cell", event="end", cell=cell, status=status, error=error,
-                   traceback=text[-session_wire.MAX_TRACEBACK_CHARS:], aborted=self.aborted)
+                   traceback=text[-session_wire.MAX_TRACEBACK_CHARS:], aborted=self.aborted, step=self.last_step)
         sys.stdout.write(session_wire.marker(cell, "end"))
         sys.stdout.flush()
+        if stop_trace:  # past the end marker: in the log file, not in the cell's output
+            sys.stderr.write(stop_trace)
+            sys.stderr.flush()
 
     def _after_cell(self) -> None:
         try:
@@ -232,7 +242,9 @@ def _hook_reports(worker: SessionWorker) -> None:
     original = reporting.Reporter.report
 
     def report(self, fields, force=False):
-        worker.step_point()
+        worker.step_point()  # a Stop raises here: this step's report is not sent, the previous one is the last
+        if isinstance(fields.get("step"), int):
+            worker.last_step = fields["step"]
         return original(self, fields, force)
 
     reporting.Reporter.report = report  # type: ignore[method-assign]  # every report is a step point

@@ -194,6 +194,11 @@ class WorkerMagics(Magics):
         try:
             ended = cluster.wait(timeout=args.timeout, echo=echo)
         except KeyboardInterrupt:
+            from nbworkers.magics.notebook.session_magic import stop_on_interrupt
+            from nbworkers.magics.sessions.session import Session
+
+            if isinstance(cluster, Session):  # ■ is Stop of the session's pending cells (CellStopped)
+                stop_on_interrupt(cluster, list(cluster.cells), echo)
             print(f"Stopped waiting; cluster {cluster.name!r} is still {cluster.status}.", file=sys.stderr)
             return None
         snapshot = cluster.snapshot()

@@ -5,17 +5,21 @@ session lives, it runs the cell in it: the launch flags then do not apply); ``%%
 runs the next cell in the same processes (``--backend ray`` too: the session's workers are Ray-hosted, its
 command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view), or with
 ``--block`` waits, leaves the final summary, and raises ``RunFailed`` when the cell failed.
+
+The notebook's interrupt (■) during that wait (or during ``%workers wait`` on a session) is Stop: the cell is
+interrupted on every worker at the same step, the wait goes on (at most ``session_interrupt_wait`` seconds) until
+it ended, and the notebook cell ends as interrupted (``CellStopped``: "stopped by you at step N"); the session
+and its state live on. Without ``--block`` the cell returned at once, and ■ has nothing of it to interrupt.
 """
 
 from __future__ import annotations
 
-import sys
 from argparse import Namespace
-from typing import Any
+from typing import Any, Sequence
 
 from IPython.core.error import UsageError
 
-from nbworkers.magics.errors import LaunchError, RunFailed
+from nbworkers.magics.errors import CellStopped, LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.notebook import registry
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
@@ -70,14 +74,44 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
     if not args.block:
         return cell_handle
     cell_handle.show()
+    echo = _echo()
     try:
-        cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=_echo())
+        cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=echo)
     except KeyboardInterrupt:
-        print(f"Stopped waiting; cell {cell_handle.number} of session {session.name!r} is still running. "
-              f"`%workers stop {session.name} --cell` interrupts it.", file=sys.stderr)
+        stop_on_interrupt(session, [cell_handle], echo)
     except RunFailed as error:
         raise error from None
     return None
+
+
+def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> None:
+    """The notebook's interrupt reached a wait for ``cells`` (the last is the one waited for): Stop them as the
+    widget does (queued ones are cancelled, the running one interrupted on every worker), wait at most
+    ``session_interrupt_wait`` seconds for the last to end, and raise ``CellStopped`` saying what happened. A
+    second interrupt meanwhile only ends the wait (a second Stop would restart the processes: the widget's Stop
+    and ``%workers stop NAME --cell`` do that on purpose). Returns when the cells had ended already."""
+    pending = [cell for cell in cells if not cell.done]
+    if not pending:
+        return
+    restarts = session.restarts
+    for cell in reversed(pending):  # the queued ones first: none of them starts once the running one stopped
+        session.interrupt(cell)
+    last = cells[-1]
+    limit = session.settings.session_interrupt_wait
+    try:
+        last.wait(limit, raise_on_failure=False, echo=echo)
+    except KeyboardInterrupt:
+        pass
+    where = f"session {session.name!r} cell {last.number}"
+    if not last.done:
+        raise CellStopped(f"{where}: Stop sent; still running {limit:g} s later (stuck in a collective?). The session "
+                          f"restarts its processes after {session.settings.session_interrupt_grace:g} s; "
+                          f"`%workers stop {session.name} --cell` restarts them now (their state is lost).")
+    if last.state == "finished":
+        return
+    if last.state == "stopped" and session.restarts == restarts:
+        raise CellStopped(f"{where} {last.error}; the session and its state live on")
+    raise CellStopped(f"{where}: {last.error}")
 
 
 def stop_cell(name: str) -> str:

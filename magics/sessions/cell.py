@@ -17,7 +17,7 @@ from typing import Any
 
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import CellState, WorkerStatus
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot
@@ -39,6 +39,7 @@ class SessionCell:
         ]
         for worker in self.workers:
             worker.log_tail = type(worker.log_tail)(session.settings.log_tail_lines)
+        self._held_stops: dict[int, WorkerEnd] = {}  # workers that stopped; shown once every worker has
         self._views: list[Any] = []
         self._views_lock = threading.Lock()
         self._done = threading.Event()
@@ -108,7 +109,8 @@ class SessionCell:
             "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
                         for w, p in zip(self.workers, self.session.state.workers)],
             "session": {"name": self.session.name, "cell": self.number, "state": self.state,
-                        "cells": len(self.session.cells), "running": first_line[:120]},
+                        "cells": len(self.session.cells), "running": first_line[:120],
+                        "live_cells": self.session.live_cells()},
         }
 
     # ------------------------------------------------------------------------------ user-facing
@@ -181,12 +183,27 @@ class SessionCell:
         self.dirty = True
 
     def worker_ended(self, worker: int, end: WorkerEnd) -> None:
-        self.workers[worker].apply_status(end.status.worker_status.value, end.error)
+        """A worker's end on its card. A Stop ends every worker at the same step, a few ms apart: their cards
+        change together (held until the last one stopped, or the cell concluded), never one stopped and one
+        running."""
+        if end.status == CellEnd.INTERRUPTED:
+            self._held_stops[worker] = end
+            if len(self.record.ends) < len(self.workers):
+                return
+        self._show_held_stops()
+        if end.status != CellEnd.INTERRUPTED:
+            self.workers[worker].apply_status(end.status.worker_status.value, end.error)
         self.dirty = True
+
+    def _show_held_stops(self) -> None:
+        held, self._held_stops = self._held_stops, {}
+        for index, end in held.items():
+            self.workers[index].apply_status(end.status.worker_status.value, end.error)
 
     def conclude(self) -> None:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
         self.ended = time.time()
+        self._show_held_stops()
         status = {CellState.FINISHED: WorkerStatus.FINISHED, CellState.FAILED: WorkerStatus.FAILED}.get(
             self.record.state, WorkerStatus.STOPPED)
         for worker in self.workers:

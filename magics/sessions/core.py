@@ -106,6 +106,12 @@ class SessionCore:
     def record(self, number: int) -> CellRecord:
         return self.cells[number - 1]
 
+    def live_cells(self) -> str:
+        """The cells whose state the current processes hold ("cells 3-8", "cell 3", "no cell"): what a restart of
+        them loses (the Restart button's confirmation and the note after it say so)."""
+        ran = [c.number for c in self.cells if c.number >= self.alive_from and c.started_at is not None]
+        return f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
+
     @property
     def busy(self) -> bool:
         return self.current is not None or bool(self.queue)
@@ -264,12 +270,19 @@ class SessionCore:
             return self._conclude(cell, CellState.FAILED, error, failed)
         if CellEnd.INTERRUPTED in statuses.values():
             actions = self._conclude(cell, CellState.FAILED if cell.timed_out else CellState.STOPPED,
-                                     cell.error or "interrupted (KeyboardInterrupt) by Stop")
+                                     cell.error or self.stop_note(cell))
             if aborted:
                 actions += self._ask_restart("collectives were aborted while stopping the cell", group,
                                              _Outcome(CellState.STOPPED))
             return actions
         return self._conclude(cell, CellState.FINISHED)
+
+    @staticmethod
+    def stop_note(cell: CellRecord) -> str:
+        """What a Stop did, as the cell shows it: "stopped by you at step N", N the last step a stopped worker
+        reported (they stop at the same one); the traceback stays in the workers' logs."""
+        steps = [end.step for end in cell.ends.values() if end.status == CellEnd.INTERRUPTED and end.step is not None]
+        return f"stopped by you at step {max(steps)}" if steps else "stopped by you"
 
     def error_text(self, cell: CellRecord) -> str:
         """A failed cell's error: the first failing worker's message and traceback, and who was interrupted."""
@@ -315,8 +328,7 @@ class SessionCore:
         return [ev.RestartLosingState(reason)]
 
     def _group_restarting(self, event: ev.GroupRestarting) -> list[ev.Action]:
-        ran = [c.number for c in self.cells if c.number >= self.alive_from and c.started_at is not None]
-        lost = f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
+        lost = self.live_cells()
         self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
                           "(variables, models, datasets); run the cells that build what you need again")
         # the Restart button (on purpose) ends the running cell as stopped, a failure as failed

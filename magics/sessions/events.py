@@ -49,6 +49,7 @@ class WorkerEnd:
     traceback: str = ""
     aborted: bool = False  # its collectives were aborted (``abort``): the process cannot use them again
     t: float | None = None  # the worker's wall time when it ended the cell
+    step: int | None = None  # the last training step it reported in the cell (a Stop's note names it)
 
 
 # ----------------------------------------------------------------------------------------------- events

@@ -84,6 +84,10 @@ class Session(Cluster):
             self._carry_out(actions)  # an idle session starts it now, not at the supervisor's next round
         return cell
 
+    def live_cells(self) -> str:
+        """The cells whose state the current processes hold ("cells 1-8"): what a restart loses."""
+        return self._cells.live_cells()
+
     @property
     def restarts(self) -> int:
         """How many times the session's processes were started again (each time their state was lost)."""
@@ -305,7 +309,7 @@ class Session(Cluster):
             self._tell(ev.Paused(index, content["cell"], content["step"]))
         elif content["event"] == "end":
             end = WorkerEnd(CellEnd(content["status"]), content.get("error") or "", content.get("traceback") or "",
-                            bool(content.get("aborted")), content.get("t"))
+                            bool(content.get("aborted")), content.get("t"), content.get("step"))
             self._tell(ev.WorkerEnded(index, content["cell"], end))
         self._dirty = True
 

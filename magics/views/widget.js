@@ -3,6 +3,7 @@
 // widget.py puts uPlot, widget_cards.js and widget_chart.js in front of this file: one module.
 
 const BUTTON_PENDING_MS = 8000;
+const CONFIRM_MS = 4000; // a session's Restart: how long the "Confirm restart (state of cells 1-N is lost)" step lasts
 const DEAD_KERNEL_STATES = new Set(["restarting", "autorestarting", "dead"]);
 const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
 const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
@@ -73,6 +74,7 @@ function render({ model, el }) {
   const local = {
     follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
     detached: "", attached: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
+    confirming: false, confirmTimer: null, // a session's Restart waits for a second click (restart_confirm trait)
   };
 
   function cluster() {
@@ -98,6 +100,9 @@ function render({ model, el }) {
     const done = DONE.has(c.status);
     stopButton.disabled = done || local.pending === "stop" || !!local.detached;
     restartButton.disabled = local.pending === "restart" || !!local.detached; // after a run, Restart runs it again
+    const confirm = model.get("restart_confirm") || {}; // sessions only: what a restart loses
+    restartButton.title = confirm.title || "Restart the whole group";
+    if (local.confirming && !local.pending) restartButton.textContent = confirm.label || "Confirm restart";
     notice.textContent = local.detached ? detachedText() : model.get("notice") || "";
     renderError();
   }
@@ -210,6 +215,41 @@ function render({ model, el }) {
     restartButton.textContent = "Restart";
   }
 
+  // Restart of a session wipes its cells' state: the first click only turns the button into its confirm step.
+  function clickRestart() {
+    const confirm = model.get("restart_confirm") || {};
+    if (!confirm.label || local.confirming) {
+      endConfirm();
+      act("restart");
+      return;
+    }
+    local.confirming = true;
+    restartButton.dataset.confirming = "1";
+    clearTimeout(local.confirmTimer);
+    local.confirmTimer = setTimeout(() => {
+      endConfirm();
+      renderHeader();
+    }, CONFIRM_MS);
+    renderHeader();
+  }
+
+  function endConfirm() {
+    local.confirming = false;
+    clearTimeout(local.confirmTimer);
+    restartButton.dataset.confirming = "";
+    if (!local.pending) restartButton.textContent = "Restart";
+  }
+
+  // The kernel's notice answers a click: "…" while it works on it (the no-answer timer stops), else it is done.
+  function onNotice() {
+    const text = model.get("notice") || "";
+    if (local.pending && text) {
+      clearTimeout(local.pendingTimer);
+      if (!text.endsWith("…")) clearPending();
+    }
+    renderHeader();
+  }
+
   function act(action) {
     if (local.detached) return;
     local.pending = action;
@@ -248,7 +288,7 @@ function render({ model, el }) {
     local.follow = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
   });
   stopButton.addEventListener("click", () => act("stop"));
-  restartButton.addEventListener("click", () => act("restart"));
+  restartButton.addEventListener("click", clickRestart);
   metricSelect.addEventListener("change", () => {
     local.metric = metricSelect.value;
     renderChart();
@@ -262,7 +302,8 @@ function render({ model, el }) {
   model.on("change:series", renderChart);
   model.on("change:logs", renderLogs);
   model.on("change:logs", renderError);
-  model.on("change:notice", renderHeader);
+  model.on("change:notice", onNotice);
+  model.on("change:restart_confirm", renderHeader);
   // The kernel restarted or died: the widget manager marks the comm dead ("comm_live_update", on a restart), and
   // the kernel connection reports its status. Either way no update or button click reaches a kernel any more.
   const onCommLive = () => detach("The kernel restarted");
@@ -297,13 +338,15 @@ function render({ model, el }) {
     clearTimeout(attachTimer);
     clearInterval(ticker);
     clearTimeout(local.pendingTimer);
+    clearTimeout(local.confirmTimer);
     if (resize) resize.disconnect();
     if (plot) plot.destroy();
     model.off("change:cluster", onCluster);
     model.off("change:series", renderChart);
     model.off("change:logs", renderLogs);
     model.off("change:logs", renderError);
-    model.off("change:notice", renderHeader);
+    model.off("change:notice", onNotice);
+    model.off("change:restart_confirm", renderHeader);
     model.off("change:session", renderSession);
     model.off("comm_live_update", onCommLive);
     if (kernel && kernel.statusChanged && typeof kernel.statusChanged.disconnect === "function") {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
@@ -42,6 +43,10 @@ print("CHECKSUM", repr(checksum), "BUILT", built_in_cell)
 """
 LONG_FIT = """%%worker --session train
 history = distlib.fit(model, dataset, epochs=1000, steps_per_epoch=50, verbose=0)
+"""
+LONG_FIT_BLOCK = """%%worker --session train --block
+marker = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batch == 3 and print("STEPPING", flush=True))
+history = distlib.fit(model, dataset, epochs=1000, steps_per_epoch=50, verbose=0, callbacks=[marker])
 """
 RAISE_ON_ONE = """%%worker --session train --block
 if os.environ["NBWORKERS_WORKER"] == "1":
@@ -151,8 +156,7 @@ def test_stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state(ses
     assert "interrupting" in stopped.stdout, stopped.text
     k.run("nbworkers.session('train').cells[-1].wait(120, raise_on_failure=False)")
     assert k.value("nbworkers.session('train').cells[-1].state") == "stopped"
-    assert "KeyboardInterrupt" in k.value("nbworkers.session('train').cells[-1].snapshot()['workers'][0]['status'] + "
-                                          "nbworkers.session('train').cells[-1].error")
+    assert k.value("nbworkers.session('train').cells[-1].error").startswith("stopped by you at step ")
     after = k.run("%%worker --session train --block\nprint('STEPS', int(model.optimizer.iterations.numpy()), built_in_cell)")
     assert not after.error, after.text
     lines = [line for w in (0, 1) for line in cell_log(k, 7, w) if line.startswith("STEPS")]
@@ -161,19 +165,58 @@ def test_stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state(ses
     assert k.value("nbworkers.session('train').restarts") == 0
 
 
+def test_the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps_the_state(session_kernel):
+    """■ (interrupt_kernel) while a --block session cell trains: the cell is stopped on every worker at the same
+    step, the notebook cell ends as interrupted with a one-line stop note, and the next cell sees the model."""
+    k = session_kernel
+    steps_before = k.value("int(nbworkers.session('train').pull('int(model.optimizer.iterations.numpy())'))")
+    msg_id = k.send(LONG_FIT_BLOCK)
+    seen = ""
+    deadline = time.monotonic() + 120
+    while not ("[0] STEPPING" in seen and "[1] STEPPING" in seen):  # the echo: both workers are training
+        assert time.monotonic() < deadline, f"the workers did not start training:\n{seen}"
+        try:
+            msg = k.client.get_iopub_msg(timeout=1)
+        except Exception:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            seen += msg["content"]["text"]
+    interrupted_at = time.monotonic()
+    k.manager.interrupt_kernel()
+    result = k.collect(msg_id, timeout=60)
+    took = time.monotonic() - interrupted_at
+    print(f"notebook interrupt -> session cell ended: {took:.2f} s")  # the measurement (-s shows it)
+    assert result.status == "error" and result.error_line.startswith("CellStopped: "), result.text
+    assert "stopped by you at step " in result.error_line and "state live on" in result.error_line, result.error
+    shown = seen + result.text
+    for frame in ("callback_list.py", "reporting.py", "distlib/worker/session.py", "Traceback"):
+        assert frame not in shown, shown  # a stop, not a crash: no nbworkers frames in the cell
+    cell = "nbworkers.session('train').cells[-1]"
+    assert k.value(f"{cell}.state") == "stopped"
+    assert k.value(f"[w['status'] for w in {cell}.snapshot()['workers']]") == ["stopped", "stopped"]
+    after = k.run("%%worker --session train --block\nprint('STEPS', int(model.optimizer.iterations.numpy()), "
+                  "built_in_cell)")
+    assert not after.error, after.text
+    number = k.value("len(nbworkers.session('train').cells)")
+    lines = [line for w in (0, 1) for line in cell_log(k, number, w) if line.startswith("STEPS")]
+    assert len(lines) == 2 and lines[0] == lines[1], lines  # stopped at the same step on both workers
+    assert int(lines[0].split()[1]) > steps_before and lines[0].endswith(" 1")  # same model, trained further
+    assert k.value("nbworkers.session('train').restarts") == 0
+
+
 def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(session_kernel):
     k = session_kernel
     result = k.run(RAISE_ON_ONE, timeout=120)  # bounded: without the abort worker 0 would wait forever
     assert result.status == "error" and "RunFailed" in result.error, result.text
     assert "worker 1: ValueError: only worker 1 fails" in result.error
-    assert 'File "<session cell 8>", line 3' in result.error  # worker 1's traceback
-    assert "state of cells 1-8 is gone" in result.error
+    assert 'File "<session cell 10>", line 3' in result.error  # worker 1's traceback
+    assert "state of cells 1-10 is gone" in result.error
     statuses = k.value("[w['status'] for w in nbworkers.session('train').cells[-1].snapshot()['workers']]")
     assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
     fresh = k.run("%%worker --session train --block\nprint('FRESH', 'model' in globals())")
     assert not fresh.error, fresh.text
-    assert "FRESH False" in cell_log(k, 9, 0)
-    assert k.value("nbworkers.session('train').snapshot()['session']['alive_from']") == 9
+    assert "FRESH False" in cell_log(k, 11, 0)
+    assert k.value("nbworkers.session('train').snapshot()['session']['alive_from']") == 11
 
 
 HOSTILE = """
@@ -266,10 +309,10 @@ def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_ke
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: k.value("nbworkers.session('train').restarts") > restarts, 60, interval=0.5)
     note = k.value("nbworkers.session('train').lost_note")
-    assert "state of cells 9-10 is gone" in note, note
+    assert "state of cells 11-12 is gone" in note, note
     after = k.run("%%worker --session train --block\nprint('KEPT', 'kept' in globals())")
     assert not after.error, after.text
-    assert "KEPT False" in cell_log(k, 11, 1)
+    assert "KEPT False" in cell_log(k, 13, 1)
     stop = k.run("%workers stop train")
     assert not stop.error
     assert k.value("nbworkers.session('train').status") == "stopped"

@@ -52,3 +52,52 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             cell_executed(page, 3)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+
+
+RESTART_CELLS = [
+    "%load_ext nbworkers\nimport nbworkers",
+    "%%worker -n 2 --session again --block\nvalue = 41",
+    "%%worker --session again --block\nprint('VALUE', 'value' in globals())",
+    "print('RESTARTS', nbworkers.session('again').restarts)\n%workers stop again",
+]
+CARD_PIDS = "() => [...document.querySelectorAll('.nbw')[0].querySelectorAll('.nbw-card-host')].map(n => n.textContent)"
+BUTTON = "() => { const b = document.querySelector('.nbw-restart'); return [b.textContent, b.title]; }"
+
+
+def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp_path):
+    """Restart on a finished session cell: the first click only turns the button into its confirm step (which
+    lapses), the second restarts; the widget then says what was lost and its cards show the new pids."""
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    with lab_server(tmp_path / "lab", env_extra={"NBWORKERS_RUN_ROOT": str(run_root)}) as lab:
+        write_notebook(lab.root / "restart.ipynb", RESTART_CELLS)
+        with chromium_page() as page:
+            open_and_run_two_cells(page, lab, "restart.ipynb")
+            cell_executed(page, 1, timeout_ms=90_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · finished')", timeout=30_000)
+            page.wait_for_function(f"() => ({CARD_PIDS})().every(t => t.includes('pid'))", timeout=30_000)
+            old_pids = page.evaluate(CARD_PIDS)
+            assert page.evaluate(BUTTON) == ["Restart", "Restart the session: the state of cell 1 is lost"]
+            page.click(".nbw-restart")
+            assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell 1 is lost)"
+            screenshot(page, "session-restart-confirm.png")
+            page.wait_for_function("() => document.querySelector('.nbw-restart').textContent === 'Restart'",
+                                   timeout=10_000)  # the confirm step lapsed: nothing was restarted
+            assert page.evaluate(CARD_PIDS) == old_pids
+            page.click(".nbw-restart")
+            page.click(".nbw-restart")
+            page.wait_for_function("() => document.querySelector('.nbw-notice').textContent"
+                                   ".includes('restarted the session: state of cell 1 lost')", timeout=90_000)
+            new_pids = page.evaluate(CARD_PIDS)
+            assert all("pid" in t for t in new_pids) and not set(new_pids) & set(old_pids), (old_pids, new_pids)
+            assert page.evaluate(BUTTON)[0] == "Restart"
+            run_cell(page, 2)
+            cell_executed(page, 2, timeout_ms=90_000)
+            output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.textContent")
+            assert "[0] VALUE False" in output, output  # the state was really wiped
+            run_cell(page, 3)
+            cell_executed(page, 3)
+            output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].node.textContent")
+            assert "RESTARTS 1" in output, output
+            assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)

@@ -13,7 +13,7 @@ from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
 READY, CONNECTING, RESTARTING, STOPPING = Group.READY, Group.CONNECTING, Group.RESTARTING, Group.STOPPING
 OK = WorkerEnd(CellEnd.OK)
 RAISED = WorkerEnd(CellEnd.ERROR, "ValueError: shapes differ", "Traceback ...\nValueError: shapes differ")
-INTERRUPTED = WorkerEnd(CellEnd.INTERRUPTED, "KeyboardInterrupt")
+INTERRUPTED = WorkerEnd(CellEnd.INTERRUPTED, "stopped")
 ABORTED = WorkerEnd(CellEnd.INTERRUPTED, "collective aborted", aborted=True)
 TIMINGS = SessionTimings(peer_grace=2.0, abort_grace=5.0, interrupt_grace=10.0, pause_wait=1.0, log_close_wait=1.0)
 
@@ -150,9 +150,19 @@ def test_stop_pauses_every_worker_then_all_stop_at_the_same_step():
     assert s.tick() == []  # worker 1 may still pause
     s.send(ev.Paused(1, 1, 6))
     assert s.tick() == [ev.SendResume(1, (0, 1), 7)]
+    s.end(1, WorkerEnd(CellEnd.INTERRUPTED, "stopped at step 41", step=41),
+          WorkerEnd(CellEnd.INTERRUPTED, "stopped at step 41", step=41))
+    assert concluded(s.tick()) == [(1, CellState.STOPPED)]
+    assert s.core.record(1).error == "stopped by you at step 41"  # a stop, not a crash: no traceback
+
+
+def test_a_stop_of_a_cell_that_never_reported_a_step_says_so_without_one():
+    s = Session()
+    s.submit()
+    s.stop()
     s.end(1, INTERRUPTED, INTERRUPTED)
     assert concluded(s.tick()) == [(1, CellState.STOPPED)]
-    assert s.core.record(1).error == "interrupted (KeyboardInterrupt) by Stop"
+    assert s.core.record(1).error == "stopped by you"
 
 
 def test_a_worker_that_did_not_pause_is_in_the_next_collective_so_all_stop_one_step_later():
@@ -271,3 +281,26 @@ def test_a_failed_session_and_its_end_conclude_what_is_left():
     assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
     assert stopped.core.record(2).error == "the session ended (stopped)"
     assert stopped.send(ev.SessionEnded("stopped")) == []  # nothing left to end
+
+
+def test_live_cells_names_what_a_restart_would_lose_and_starts_again_after_one():
+    s = Session()
+    assert s.core.live_cells() == "no cell"
+    s.submit()
+    assert s.core.live_cells() == "cell 1"
+    s.end(1, OK, OK)
+    s.tick(1.0)
+    s.submit()
+    s.submit()  # queued behind cell 2: not run, so nothing of it to lose
+    assert s.core.live_cells() == "cells 1-2"
+    s.send(ev.GroupRestarting("the Restart button", on_purpose=True))
+    assert "the state of cells 1-2 is gone" in s.core.lost_note and s.core.live_cells() == "no cell"
+
+
+def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
+    from nbworkers.magics.views.session_widget import restart_confirm
+
+    assert restart_confirm({"live_cells": "no cell"}) == {} and restart_confirm({}) == {}
+    assert restart_confirm({"live_cells": "cells 1-8"}) == {
+        "label": "Confirm restart (state of cells 1-8 is lost)",
+        "title": "Restart the session: the state of cells 1-8 is lost"}

@@ -1,0 +1,55 @@
+"""A session cell's worker cards (magics/sessions/cell.py) on a Stop: no kernel, no processes. Workers stop a few
+ms apart at the same step; their cards must change together, never one stopped and one running."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from nbworkers.magics.run.core.statuses import CellEnd
+from nbworkers.magics.sessions.cell import SessionCell
+from nbworkers.magics.sessions.core import CellRecord
+from nbworkers.magics.sessions.events import WorkerEnd
+
+STOPPED = WorkerEnd(CellEnd.INTERRUPTED, "stopped at step 12", step=12)
+
+
+def a_cell(workers: int = 2) -> SessionCell:
+    procs = [SimpleNamespace(index=i, role="worker", role_index=i, log_path="", pid=100 + i, host="")
+             for i in range(workers)]
+    session = SimpleNamespace(name="s", state=SimpleNamespace(workers=procs), settings=SimpleNamespace(log_tail_lines=50),
+                              _lock=threading.RLock())
+    cell = SessionCell(session, CellRecord(1), "x = 1")
+    cell.begin()
+    return cell
+
+
+def statuses(cell: SessionCell) -> list[str]:
+    return [w.status for w in cell.workers]
+
+
+def test_stopped_workers_cards_change_together_once_every_worker_stopped():
+    cell = a_cell()
+    cell.record.ends[0] = STOPPED  # the core records the end before the shell shows it
+    cell.worker_ended(0, STOPPED)
+    assert statuses(cell) == ["running", "running"]  # held: worker 1 has not stopped yet
+    cell.record.ends[1] = STOPPED
+    cell.worker_ended(1, STOPPED)
+    assert statuses(cell) == ["stopped", "stopped"]
+    assert [w.detail for w in cell.workers] == ["stopped at step 12"] * 2
+
+
+def test_a_held_stop_shows_when_the_cell_concludes_without_the_other_workers_end():
+    cell = a_cell()
+    cell.record.ends[0] = STOPPED
+    cell.worker_ended(0, STOPPED)
+    cell.conclude()  # e.g. the processes restart: worker 1 never sent its end
+    assert statuses(cell) == ["stopped", "stopped"] and cell.workers[0].detail == "stopped at step 12"
+
+
+def test_an_error_shows_at_once():
+    cell = a_cell()
+    raised = WorkerEnd(CellEnd.ERROR, "ValueError: bad batch")
+    cell.record.ends[1] = raised
+    cell.worker_ended(1, raised)
+    assert statuses(cell) == ["running", "failed"]
