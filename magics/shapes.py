@@ -59,7 +59,7 @@ class WorkerSnapshot(TypedDict):
     log_total: int  # complete lines seen so far
     log_open: bool  # the tail's last line has no newline yet
     log_hidden: int  # TensorFlow C++ start-up lines kept out of the tail
-    history: NotRequired[list[list[Any]]]  # [global_step, {metric: value}]; not in state.json
+    history: NotRequired[list[tuple[int, dict[str, Any]]]]  # (global_step, {metric: value}); not in state.json
 
 
 class ClusterSnapshot(TypedDict):

@@ -107,7 +107,7 @@ class WorkerState:
             "log_total": self.log_tail.total,  # complete lines seen so far (the tail's last one may be open)
             "log_open": bool(getattr(self.log_tail, "_open", False)),
             "log_hidden": self.log_hidden,
-            "history": [[x, m] for x, m in self.history],
+            "history": list(self.history),  # (step, metrics) pairs, shared: a copy at C speed (64 workers x 2000)
         }
 
 
