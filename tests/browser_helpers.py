@@ -251,7 +251,9 @@ def lab_server(tmp: Path, env_extra: dict[str, str] | None = None) -> Iterator[L
     }
     log_path = tmp / "server.log"
     log = open(log_path, "wb")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
+    # `-m jupyterlab`, not `-m jupyter lab`: the latter execs the `jupyter-lab` script, whose shebang may name another
+    # interpreter (a copied venv's points at the venv it was copied from), and the kernels run the server's Python
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
            "--ServerApp.port_retries=50", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
            "--LabApp.extension_manager=readonly"]  # fmt: skip
     if os.geteuid() == 0:

@@ -32,7 +32,7 @@ import traitlets as t
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
-from nbworkers.magics.views import compact
+from nbworkers.magics.views import band_chart, compact
 from nbworkers.magics.views.summary import render_html, render_text
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
@@ -168,12 +168,12 @@ def series_payload(snapshot: Mapping[str, Any], max_points: int) -> list[dict[st
 
 
 def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: int, compact_from: int,
-                  picked: int | None = None, chart: compact.ChartAccumulator | None = None,
+                  picked: int | None = None, chart: band_chart.ChartAccumulator | None = None,
                   flags: compact.FlagScanner | None = None) -> dict[str, Any]:
     """The synced traits for one snapshot. With many workers (``compact_from``, magics/views/compact.py) the chart is
     the band and a few lines, the logs are the chief's, the flagged workers' and the picked one's, and metrics equal
     on every worker leave the cards: a few tens of kilobytes at 64 workers instead of megabytes. ``chart``: the
-    view's chart, kept from update to update (compact.ChartAccumulator), else one made for this snapshot; ``flags``
+    view's chart, kept from update to update (band_chart.ChartAccumulator), else one made for this snapshot; ``flags``
     likewise, the workers whose logs show errors or warnings (compact.FlagScanner)."""
     workers = snapshot.get("workers") or []
     if not compact.is_compact(len(workers), compact_from):
@@ -181,10 +181,11 @@ def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: in
                 "series": series_payload(snapshot, max_points), "compact": {}}
     shared = compact.shared_metrics(workers)
     chief = compact.chief_index(workers)
-    outliers = compact.outliers(workers, exclude=[chief])
     flagged = compact.flagged_workers(workers) if flags is None else flags.update(workers)
     shown_logs = compact.log_workers(workers, flagged, picked)
-    lines_of = compact.lines_to_draw(chief, outliers)
+    chart = chart or band_chart.ChartAccumulator(max_points)
+    chart.update(workers)
+    outliers = chart.outliers(exclude=[chief])
     return {
         "cluster": cluster_payload(snapshot, shared),
         "logs": logs_payload(snapshot, max_lines, only=set(shown_logs)),
@@ -196,17 +197,9 @@ def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: in
             "outliers": outliers,
             "flagged": flagged,
             "logs_of": shown_logs,
-            "chart": _chart(workers, max_points, lines_of, chart),
+            "chart": chart.payload(band_chart.lines_to_draw(chief, outliers), outliers),
         },
     }
-
-
-def _chart(workers: list[Any], max_points: int, lines_of: dict[int, set[str] | None],
-           chart: compact.ChartAccumulator | None) -> Any:
-    if chart is None:
-        return compact.chart_payload(workers, max_points, lines_of)
-    chart.update(workers)
-    return chart.payload(lines_of)
 
 
 def bundle(widget: "ClusterWidget", snapshot: ClusterSnapshot) -> dict[str, Any]:
@@ -253,7 +246,7 @@ class ClusterWidgetView:
         self.compact_from = settings().widget_compact_workers
         self._picked: int | None = None  # the compact view's worker picker: this worker's log is sent too
         self._last_snapshot: ClusterSnapshot | None = None
-        self._chart = compact.ChartAccumulator(self.max_points)
+        self._chart = band_chart.ChartAccumulator(self.max_points)
         self._flags = compact.FlagScanner()
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)

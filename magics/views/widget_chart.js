@@ -192,7 +192,8 @@ function drawBandChart(box, empty, legend, plot, chart, metric, outliers, chief,
     const lo = lastValue(xs, band[0]);
     const hi = lastValue(xs, band[1]);
     const range = lo && hi ? `: ${fmtNumber(lo[1])}–${fmtNumber(hi[1])}` : "";
-    item(BAND_FILL, `min–max of ${workers.length} workers${range}`, { "data-band": "1" }, true);
+    const inBand = workers.length - ((outliers || {})[metric] || []).length;
+    item(BAND_FILL, `min–max of ${inBand} worker${inBand === 1 ? "" : "s"}${range}`, { "data-band": "1" }, true);
   }
   outlierIndices.forEach((index, k) => {
     const last = lastValue(xs, lineOf.get(index));
