@@ -63,7 +63,7 @@ def _measure(kernel: BenchKernel, tmp, workers: int, seconds: float, backlog: in
     sent = kernel.value(f"[(t, n) for t, n in _sent if {t0} <= t <= {t1}]")
     state = kernel.value("dict(status=_c.status, drops=_c._drop_counts(), "
                          "steps=min(w.step or 0 for w in _c.state.workers))")
-    kernel.output(f"_c.stop()\n_c.wait(60)\n_view.close()")
+    kernel.output("_c.stop()\n_c.wait(60)\n_view.close()")
     sizes = [n for _, n in sent]
     result = {
         "workers": workers,

@@ -235,7 +235,7 @@ function renderRows(workers, compact, flagged, picked, onPick) {
     const row = h("tr", { class: `nbw-row${w.index === picked ? " nbw-picked" : ""}`, "data-index": w.index, "data-status": w.status, title: w.detail || "" },
       h("td", { class: "nbw-row-name" }, flagged.has(w.index) ? h("span", { class: "nbw-flag", title: "errors or warnings in its log", text: "⚠ " }) : "", workerName(w)),
       status,
-      h("td", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: progressWords(w) })),
+      h("td", {}, h("div", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: progressWords(w) }))),
       h("td", { class: "nbw-num", text: typeof w.steps_per_sec === "number" ? fmtNumber(w.steps_per_sec) : "" }),
       h("td", { class: "nbw-num", text: String(w.restarts || 0) }),
       h("td", { class: "nbw-row-metrics", text: own }),
