@@ -34,7 +34,8 @@ class _Buckets:
         self.sums: dict[int, dict[str, list[float]]] = {}
         self.last_x: dict[int, float] = {}
         self.seen: Any = None  # the metrics dict of the last history entry read (entries are never changed)
-        self.last_key: int | None = None  # the bucket of the newest entry (the worker's current steps)
+        self.names: set[str] = set()
+        self.recent: list[int] = []  # the buckets of the newest entries, newest first (two at most)
 
     def add(self, entries: Iterable[Sequence[Any]], width: int) -> set[int]:
         touched = set()
@@ -45,12 +46,15 @@ class _Buckets:
                 continue
             key = math.floor(x / width)
             touched.add(key)
-            self.last_key = key
+            if not self.recent or self.recent[0] != key:
+                self.recent = [key, *self.recent[:1]]
             if x > self.last_x.get(key, -math.inf):
                 self.last_x[key] = x
             bucket = self.sums.setdefault(key, {})
             for name, value in metrics.items():
                 if (type(value) is float and value - value == 0) or type(value) is int:  # finite, not bool
+                    if name not in bucket:
+                        self.names.add(name)
                     total = bucket.setdefault(name, [0.0, 0])
                     total[0] += value
                     total[1] += 1
@@ -69,14 +73,7 @@ class _Buckets:
         for key, x in self.last_x.items():
             last_x[key // 2] = max(last_x.get(key // 2, x), x)
         self.sums, self.last_x = sums, last_x
-        self.last_key = None if self.last_key is None else self.last_key // 2
-
-    def keys_back(self, count: int) -> list[int]:
-        """The worker's newest ``count`` buckets, newest first."""
-        if self.last_key is None:
-            return []
-        older = sorted((k for k in self.sums if k < self.last_key), reverse=True)
-        return [self.last_key, *older][:count]
+        self.recent = list(dict.fromkeys(key // 2 for key in self.recent))
 
     def mean(self, key: int, name: str) -> float | None:
         total = self.sums.get(key, {}).get(name)
@@ -115,6 +112,7 @@ class ChartAccumulator:
         self.last_x: dict[int, float] = {}  # per bucket, the last step any worker reported in it
         self.diverged: dict[str, set[int]] = {}  # per metric, workers whose newest value is not finite
         self._dirty: set[int] = set()  # buckets changed since the band was last brought up to date
+        self.names: set[str] = set()  # every metric any worker reported
 
     def update(self, workers: Sequence[Mapping[str, Any]]) -> None:
         news = []
@@ -147,6 +145,7 @@ class ChartAccumulator:
             self._dirty = {key for buckets in self.workers.values() for key in buckets.sums}
         for buckets, new in news:
             self._dirty |= buckets.add(new, self.width)
+            self.names |= buckets.names
         for key in self._dirty:
             xs = [x for b in self.workers.values() if (x := b.last_x.get(key)) is not None]
             if xs:
@@ -156,8 +155,7 @@ class ChartAccumulator:
         """Per metric, the workers far from the others (compact.score_outliers) at the same steps: each worker's
         newest bucket (its previous one when too few others have reached it yet) against every worker's mean
         there; a worker whose newest value is not finite (``loss=nan``) is always one. At most ``limit``."""
-        names = sorted({n for b in self.workers.values() for bucket in b.sums.values() for n in bucket}
-                       | set(self.diverged))
+        names = sorted(self.names | set(self.diverged))
         skip = set(exclude)
         found: dict[str, list[int]] = {}
         scores: dict[tuple[int, str], dict[int, float]] = {}  # (bucket, metric) -> scores of every worker there
@@ -166,7 +164,7 @@ class ChartAccumulator:
             for index, buckets in self.workers.items():
                 if index in skip or index in self.diverged.get(name, ()):
                     continue
-                for key in buckets.keys_back(2):
+                for key in buckets.recent:
                     if (key, name) not in scores:
                         values = [(i, m) for i, b in self.workers.items() if (m := b.mean(key, name)) is not None]
                         enough = len(values) >= MIN_WORKERS_FOR_OUTLIERS
@@ -184,8 +182,7 @@ class ChartAccumulator:
 
     def _refresh_band(self, outliers: Mapping[str, Collection[int]]) -> None:
         """The band of every metric over the workers that are not its outliers, where it changed."""
-        names = {n for b in self.workers.values() for bucket in b.sums.values() for n in bucket}
-        for name in names:
+        for name in self.names:
             without = frozenset(outliers.get(name, ()))
             keys: Iterable[int] = self._dirty
             if self.band_without.get(name) != without:  # new outliers: the whole band of this metric again
