@@ -158,7 +158,7 @@ class ChartAccumulator:
         names = sorted(self.names | set(self.diverged))
         skip = set(exclude)
         found: dict[str, list[int]] = {}
-        scores: dict[tuple[int, str], dict[int, float]] = {}  # (bucket, metric) -> scores of every worker there
+        scores: dict[tuple[int, str], dict[int, float] | None] = {}  # (bucket, metric) -> scores there (None: few)
         for name in names:
             far: list[tuple[float, int]] = [(math.inf, i) for i in sorted(self.diverged.get(name, ())) if i not in skip]
             for index, buckets in self.workers.items():
@@ -168,10 +168,9 @@ class ChartAccumulator:
                     if (key, name) not in scores:
                         values = [(i, m) for i, b in self.workers.items() if (m := b.mean(key, name)) is not None]
                         enough = len(values) >= MIN_WORKERS_FOR_OUTLIERS
-                        scores[(key, name)] = {i: s for s, i in score_outliers(values)} if enough else {}
-                        scores[(key, name)]["enough"] = 1.0 if enough else 0.0
+                        scores[(key, name)] = {i: s for s, i in score_outliers(values)} if enough else None
                     at_key = scores[(key, name)]
-                    if at_key["enough"]:
+                    if at_key is not None:
                         if index in at_key:
                             far.append((at_key[index], index))
                         break
