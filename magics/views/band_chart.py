@@ -103,6 +103,9 @@ class ChartAccumulator:
 
     def __init__(self, max_points: int):
         self.max_points = max_points
+        self._clear()
+
+    def _clear(self) -> None:
         self.width = 1
         self.workers: dict[int, _Buckets] = {}
         self.low_x = math.inf
@@ -115,6 +118,10 @@ class ChartAccumulator:
         self.names: set[str] = set()  # every metric any worker reported
 
     def update(self, workers: Sequence[Mapping[str, Any]]) -> None:
+        known = [self.workers.get(int(w.get("index") or 0)) for w in workers]
+        if self.workers and all(b is None or _new_entries(w.get("history") or [], b.seen) is None
+                                for b, w in zip(known, workers)):
+            self._clear()  # a new run of the cell (every history started over): a new chart
         news = []
         self.diverged = {}
         for worker in workers:  # what is new, and how wide the buckets must be for it
@@ -150,6 +157,8 @@ class ChartAccumulator:
             xs = [x for b in self.workers.values() if (x := b.last_x.get(key)) is not None]
             if xs:
                 self.last_x[key] = max(xs)
+            else:
+                self.last_x.pop(key, None)
 
     def outliers(self, exclude: Collection[int] = (), limit: int = MAX_OUTLIERS) -> dict[str, list[int]]:
         """Per metric, the workers far from the others (compact.score_outliers) at the same steps: each worker's

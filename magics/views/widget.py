@@ -80,14 +80,14 @@ def clean_number(value: Any) -> Any:
     return float(f"{value:.6g}")
 
 
-def card_payload(worker: Mapping[str, Any], leave_out: Mapping[str, Any] = {}) -> dict[str, Any]:
+def card_payload(worker: Mapping[str, Any], leave_out: Collection[str] = ()) -> dict[str, Any]:
     card = {name: worker.get(name) for name in CARD_FIELDS}
     card["metrics"] = {k: clean_number(v) for k, v in (worker.get("metrics") or {}).items() if k not in leave_out}
     card["steps_per_sec"] = clean_number(worker.get("steps_per_sec"))
     return card
 
 
-def cluster_payload(snapshot: Mapping[str, Any], shared: Mapping[str, Any] = {}) -> dict[str, Any]:
+def cluster_payload(snapshot: Mapping[str, Any], shared: Collection[str] = ()) -> dict[str, Any]:
     """Everything but logs and chart history: the header and one card per worker (``shared``: metrics left out of
     the cards, shown once by the compact view)."""
     payload = {name: snapshot.get(name) for name in CLUSTER_FIELDS}

@@ -208,3 +208,14 @@ def test_the_log_picker_brings_that_workers_log(monkeypatch):
     view._on_custom_msg(view.widget, {"action": "log", "worker": "5; rm"}, [])  # not an index: ignored
     assert view.widget.compact["logs_of"] == [0, 5]
     view.close()
+
+
+def test_a_new_run_of_the_cell_starts_a_new_chart():
+    kept = band_chart.ChartAccumulator(300)
+    kept.update(run_state(workers=10, steps=600).snapshot()["workers"])
+    again = run_state(workers=10, steps=40).snapshot()["workers"]  # new states, new histories
+    kept.update(again)
+    found = kept.outliers(exclude=[0])
+    assert kept.payload(band_chart.lines_to_draw(0, found), found) == {
+        k: v for k, v in compact_chart(again).items() if k != "outliers"}
+    assert kept.width == 1 and max(kept.last_x.values()) == 40
