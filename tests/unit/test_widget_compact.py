@@ -219,3 +219,10 @@ def test_a_new_run_of_the_cell_starts_a_new_chart():
     assert kept.payload(band_chart.lines_to_draw(0, found), found) == {
         k: v for k, v in compact_chart(again).items() if k != "outliers"}
     assert kept.width == 1 and max(kept.last_x.values()) == 40
+
+
+def test_trouble_words_are_whole_words_in_any_case():
+    assert compact.shows_trouble("W1125 WARNING: slow") and compact.shows_trouble("Traceback (most recent call last):")
+    assert compact.shows_trouble("an error.") and compact.shows_trouble("FATAL")
+    assert not compact.shows_trouble("loss: 0.1 - mean_squared_error: 0.2 - val_error_rate: 3 - errors=0")
+    assert not compact.shows_trouble("")
