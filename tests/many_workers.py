@@ -25,6 +25,7 @@ class ManyWorkersRun(FakeCluster):
         super().__init__(name=name, workers=workers, epochs=epochs, steps=steps, step_time=step_time,
                          interval=interval, run_dir=f"/tmp/nbworkers-{name}")
         self.start_at = start_at  # fraction of the run already done when the thread starts (a mid-run picture)
+        self.clock = time.time() - 1e4  # the run's clock: the chief's steps, step_time apart (steps/s as if real)
         self._random = random.Random(7)
         for w in self.state.workers:
             w.host = f"node-{w.index // 8}"
@@ -46,7 +47,7 @@ class ManyWorkersRun(FakeCluster):
                 loss += 0.004 * (mine - total * 0.2)
             w.status = "running"
             w.apply_metrics({"epoch": epoch + 1, "epochs_total": self.epochs, "step": step + 1,
-                             "steps_total": self.steps, "t": time.time(),
+                             "steps_total": self.steps, "t": self.clock + global_step * self.step_time,
                              "metrics": {"loss": loss, "accuracy": min(0.99, 1 - loss / 2.2), "lr": 0.001}})
             w.log_tail.feed([f"\repoch {epoch + 1}/{self.epochs} step {step + 1}/{self.steps} loss={loss:.4f}\n"])
             if w.index == WARNING and mine == total // 10:

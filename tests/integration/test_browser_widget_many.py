@@ -4,8 +4,8 @@ A ``ManyWorkersRun`` (tests/many_workers.py) drives the real ``ClusterWidgetView
 snapshots, without TensorFlow: a straggler, a diverging worker, a worker that logs a warning, a global ``lr``.
 The page must show one row per worker (the straggler first), a heat strip, the chief's curve in a band with the
 outliers as lines, tabs only for the chief and the flagged worker with a picker for the others, ``lr`` once, and
-the run's progress in the tab title until the run ends. ``NBWORKERS_UPDATE_SCREENSHOT=1`` copies the picture to
-docs/widget-many.png (the README's).
+the run's progress in the tab title until the run ends (or its output is cleared: the widget goes away).
+``NBWORKERS_UPDATE_SCREENSHOT=1`` copies the picture to docs/widget-many.png (the README's).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def lab(tmp_path_factory):
 def test_32_workers_render_the_compact_view(lab):
     from many_workers import DIVERGING, STRAGGLER, WARNING
 
-    write_notebook(lab.root / "many.ipynb", [SETUP, RUN, "run.stop()"])
+    again = RUN.replace("run", "run2").replace("'many'", "'again'").replace("workers=32", "workers=16")
+    write_notebook(lab.root / "many.ipynb", [SETUP, RUN, "run.stop()", again, "run2.stop()\nrun2.wait(30)"])
     with chromium_page(viewport=(1280, 1100)) as page:
         open_and_run_two_cells(page, lab, "many.ipynb")
         page.wait_for_selector(".nbw[data-compact='1'] .nbw-row")
@@ -91,4 +92,11 @@ def test_32_workers_render_the_compact_view(lab):
         page.wait_for_function("() => !document.title.startsWith('[')")
         assert title.endswith("] " + page.title())
         cell_executed(page, 2)
+        # a second run puts its progress in the title; clearing the outputs (the widget goes away) takes it off
+        run_cell(page, 3)
+        page.wait_for_function("() => /^\\[ep \\d\\/5 · \\d+%\\] ./.test(document.title)")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+        page.wait_for_function("() => !document.querySelector('.nbw') && !document.title.startsWith('[')")
+        run_cell(page, 4)
+        cell_executed(page, 4)
         assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
