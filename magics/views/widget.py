@@ -13,8 +13,13 @@ The front end is one ES module joined from four files (``ESM_PARTS``): uPlot (``
 widget_cards.js (labels, formatting, cards), widget_chart.js (the chart) and widget.js (the view). Its CSS is
 uPlot's followed by widget.css. All of it ships in the package: nothing is fetched at run time.
 
-The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``notice``), so a page
-reload restores it from the kernel. Stop/Restart clicks arrive as custom messages, possibly on a subshell
+The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
+page reload restores it from the kernel. From ``settings().widget_compact_workers`` workers on (8) the view sends
+aggregates instead of every worker's series and log (``view_payloads``: compact.py, band_chart.py); the page shows
+them as the compact view (rows stragglers first, a heat strip, the band chart, a log picker), and asks for one
+more worker's log with a ``{"action": "log", "worker": i}`` message.
+
+Stop/Restart clicks arrive as custom messages, possibly on a subshell
 thread; they are run on a short-lived thread so the front end's message handler never blocks.
 """
 
