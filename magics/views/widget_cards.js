@@ -1,4 +1,4 @@
-// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards.
+// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards; the compact view's rows, heat strip and the tab title.
 // widget.py joins uPlot, widget_cards.js, widget_chart.js and widget.js into the widget's one ES module.
 
 // Every cluster and worker status (magics/run/core/statuses.py; tests/test_widget.py checks none is missing).
