@@ -12,7 +12,13 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from nbworkers.magics.views.compact import MAX_OUTLIERS, METRIC_DIGITS, MIN_WORKERS_FOR_OUTLIERS, score_outliers
+from nbworkers.magics.views.compact import (
+    MAX_OUTLIERS,
+    METRIC_DIGITS,
+    MIN_WORKERS_FOR_OUTLIERS,
+    metric_items,
+    score_outliers,
+)
 
 
 def _finite(value: Any) -> bool:
@@ -37,7 +43,7 @@ class _Buckets:
         self.sums: dict[int, dict[str, float]] = {}
         self.counts: dict[int, dict[str, int]] = {}
         self.last_x: dict[int, float] = {}
-        self.seen: Any = None  # the metrics dict of the last history entry read (entries are never changed)
+        self.seen: Any = None  # the last history entry read (the state appends entries and never changes one)
         self.names: set[str] = set()
         self.recent: list[int] = []  # the buckets of the newest entries, newest first (two at most)
 
@@ -45,8 +51,8 @@ class _Buckets:
         touched = set()
         for entry in entries:
             x, metrics = entry[0], entry[1]
-            self.seen = metrics
-            if not _finite(x) or not isinstance(metrics, dict):
+            self.seen = entry
+            if not _finite(x) or not isinstance(metrics, (dict, tuple, list)):
                 continue
             key = math.floor(x / width)
             touched.add(key)
@@ -59,7 +65,7 @@ class _Buckets:
                 sums = self.sums[key] = {}
                 self.counts[key] = {}
             counts = self.counts[key]
-            for name, value in metrics.items():
+            for name, value in metric_items(metrics):
                 if (type(value) is float and value - value == 0) or type(value) is int:  # finite, not bool
                     if name not in sums:
                         self.names.add(name)
@@ -89,9 +95,9 @@ class _Buckets:
 
 
 def _new_entries(history: Sequence[Sequence[Any]], seen: Any) -> Sequence[Sequence[Any]] | None:
-    """The entries after the one whose metrics dict is ``seen`` (None: not found, read it all again)."""
+    """The entries after ``seen`` (None: not found, read it all again)."""
     for position in range(len(history) - 1, -1, -1):
-        if history[position][1] is seen:
+        if history[position] is seen:
             return history[position + 1:]
     return None
 
@@ -101,7 +107,7 @@ class ChartAccumulator:
 
     A history holds up to 2000 entries per worker; at 64 workers reading them all at every update (4 a second)
     took most of a core. This reads only the entries added since the previous snapshot (found by the identity of
-    their metrics dict: the state appends and never changes one), keeps each worker's buckets (a power-of-two
+    the last one read: the state appends entries and never changes one), keeps each worker's buckets (a power-of-two
     width of steps, doubled by merging pairs when the run outgrows ``max_points``) and recomputes the band only
     where a bucket changed. Entries the history dropped stay in the buckets: the chart keeps the whole run.
 

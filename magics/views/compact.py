@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 # the order of statuses in the rows: what needs a look first
@@ -31,6 +31,12 @@ MIN_WORKERS_FOR_OUTLIERS = 4  # fewer: no median worth the name
 MAX_FLAGGED_LOGS = 6  # log tails of flagged workers sent with the chief's; the picker reaches the others
 FLAG_WORDS = ("error", "warning", "traceback", "exception", "fatal")  # as words, any case: a *_error metric is none
 METRIC_DIGITS = 6  # significant digits two values must share to count as equal (as widget.clean_number rounds)
+
+
+def metric_items(metrics: Any) -> Iterable[tuple[str, Any]]:
+    """A history entry's metrics as (name, value) pairs: the state keeps a tuple of pairs (magics/run/core/state.py);
+    a ``{name: value}`` dict is read too."""
+    return metrics.items() if isinstance(metrics, dict) else metrics
 
 
 def is_compact(workers: int, threshold: int) -> bool:

@@ -132,7 +132,7 @@ def downsample(history: Sequence[Any], max_points: int) -> dict[str, Any]:
     ``w`` (a power of two, so buckets stay put while the run grows); a bucket's value is the mean of its
     points, its x the last step. A step going backwards (a restart) starts a new bucket.
     """
-    points = [(x, m) for x, m in history if isinstance(x, (int, float)) and isinstance(m, dict)]
+    points = [(x, m) for x, m in history if isinstance(x, (int, float)) and isinstance(m, (dict, tuple, list))]
     if not points:
         return {"x": [], "metrics": {}}
     xs = [x for x, _ in points]
@@ -149,7 +149,7 @@ def downsample(history: Sequence[Any], max_points: int) -> dict[str, Any]:
             current_key = key
         sums = buckets[-1][1]
         buckets[-1] = (x, sums)
-        for name, value in metrics.items():
+        for name, value in compact.metric_items(metrics):
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 sums.setdefault(name, []).append(float(value))
     if len(buckets) > 2 * max_points:  # many restarts: fall back to a plain stride

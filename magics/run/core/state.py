@@ -41,7 +41,9 @@ class WorkerState:
     log_path: str = ""
     log_tail: LogTail = field(default_factory=LogTail)
     log_hidden: int = 0  # TensorFlow C++ start-up lines kept out of the tail (magics/run/noise.py); the file has them
-    history: deque = field(default_factory=lambda: deque(maxlen=2000))  # (global_step, {metric: value})
+    # (global_step, ((metric, value), ...)): tuples of numbers and strings, which the garbage collector stops
+    # tracking; a dict inside kept every entry tracked (64 workers x 2000: full collections paused the kernel)
+    history: deque = field(default_factory=lambda: deque(maxlen=2000))
     last_progress: float = field(default_factory=time.time)
     _rate_anchor: tuple[float, int] | None = None
 
@@ -61,7 +63,7 @@ class WorkerState:
                 self.steps_per_sec = (step - self._rate_anchor[1]) / (now - self._rate_anchor[0])
                 self._rate_anchor = (now, step)
         if content.get("metrics"):
-            self.history.append((self.global_step(), dict(content["metrics"])))
+            self.history.append((self.global_step(), tuple(content["metrics"].items())))
         self.last_progress = time.time()
         if self.status in ("starting", "waiting"):
             self.status = "running"
@@ -107,7 +109,7 @@ class WorkerState:
             "log_total": self.log_tail.total,  # complete lines seen so far (the tail's last one may be open)
             "log_open": bool(getattr(self.log_tail, "_open", False)),
             "log_hidden": self.log_hidden,
-            "history": list(self.history),  # (step, metrics) pairs, shared: a copy at C speed (64 workers x 2000)
+            "history": list(self.history),  # (step, metric pairs), shared: a copy at C speed (64 workers x 2000)
         }
 
 
