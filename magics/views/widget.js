@@ -269,9 +269,13 @@ function render({ model, el }) {
   function renderPicker(workers, data) {
     const flagged = new Set(data.flagged || []);
     const label = (w) => `${flagged.has(w.index) ? "⚠ " : ""}${workerName(w)} · ${STATUS_LABELS[w.status] || w.status}`;
-    const options = [h("option", { value: "", text: `any of ${workers.length} workers…` })];
-    for (const w of workers) options.push(h("option", { value: String(w.index), text: label(w) }));
-    logPicker.replaceChildren(...options);
+    const labels = workers.map(label);
+    if (logPicker.dataset.labels !== labels.join("\n")) { // rebuilt only when a label changed: an open list stays open
+      logPicker.dataset.labels = labels.join("\n");
+      const options = [h("option", { value: "", text: `any of ${workers.length} workers…` })];
+      workers.forEach((w, i) => options.push(h("option", { value: String(w.index), text: labels[i] })));
+      logPicker.replaceChildren(...options);
+    }
     logPicker.value = String(local.logWorker);
   }
 
