@@ -12,6 +12,8 @@ per repetition before the median).
 - relay ingest: log lines/s and metric messages/s absorbed by the kernel's state, and how many view updates a
   second it sent meanwhile;
 - latency from a worker's ``report()`` to the kernel's state and to the live view's update, p50/p99;
+- many workers: the kernel's CPU, the widget's updates and a trivial cell's round trip with 64 simulated workers
+  sending metrics and logs at a real worker's pace through the real relay, vs 2 (``benchmarks/many_workers.py``);
 - cost of reporting: training steps/s with ``ReportCallback`` on vs off (one process, alternating fits), and
   the time spent inside ReportCallback's hooks as a share of the fits' time (the A/B comparison is limited by
   this shared machine's fit-to-fit noise; the share is not);
@@ -62,14 +64,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
-                        help="comma list of: startup,relay,reporting,recovery,keras_fit,sessions,zygote,isolation")
+                        help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,zygote,isolation")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
-    only = set(args.only.split(",")) if args.only else {"startup", "relay", "reporting", "recovery", "keras_fit",
-                                                        "sessions", "zygote", "isolation"}
+    only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
+                                                        "keras_fit", "sessions", "zygote", "isolation"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -95,6 +97,11 @@ def main() -> int:
                 results["relay"] = bench_relay(kernel, tmp, lines=200_000 if args.quick else 500_000,
                                                metrics=10_000 if args.quick else 20_000,
                                                seconds=5 if args.quick else 10)
+            if "many" in only:  # 64 simulated workers through the real relay (benchmarks/many_workers.py)
+                import many_workers
+
+                results["many"] = many_workers.bench(kernel, tmp, seconds=10 if args.quick else 30,
+                                                     backlog=400 if args.quick else many_workers.BACKLOG)
             if "reporting" in only:
                 results["reporting"] = bench_reporting_cost(env, steps=400 if args.quick else 1000,
                                                             rounds=6 if args.quick else 9)

@@ -105,6 +105,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import zygote
 
         rows += zygote.rows(results["zygote"])
+    if results.get("many"):
+        import many_workers
+
+        rows += many_workers.rows(results["many"])
     if results.get("isolation"):
         import isolation
 

@@ -46,7 +46,7 @@ from traitlets.config import Configurable
 
 # The kernel side's modules are imported when a request needs them, not when the server loads the extension, so
 # the server starts as it would without nbworkers. (Importing them at load time was seen to make the first request
-# tests/test_serverext.py sends right after the server's info file appears be refused: keep them lazy.)
+# tests/integration/test_serverext.py sends right after the server's info file appears be refused: keep them lazy.)
 if TYPE_CHECKING:
     from nbworkers.magics.shapes import ClusterSnapshot, RunRow
 

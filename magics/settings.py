@@ -98,6 +98,10 @@ class WorkerSettings(Configurable):
                             "and the log file keep more).").tag(config=True)
     widget_chart_points = Int(300, help="Points per worker and metric the widget's charts keep (older history is "
                               "merged by step).").tag(config=True)
+    widget_compact_workers = Int(8, help="From this many workers on, the widget and the text/HTML summary show the "
+                                 "compact view: one row per worker (stragglers first), the chief's curve in a "
+                                 "min-max band with only the outliers as lines, logs of the chief and of workers "
+                                 "with errors or warnings.").tag(config=True)
     # sessions (magics/sessions/session.py): %%worker --session NAME, workers that keep their state between cells
     session_peer_grace = Float(2.0, help="Seconds the other workers get to end a session cell after one worker's "
                                "cell raised, before their collectives are aborted.").tag(config=True)

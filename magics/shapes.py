@@ -70,7 +70,8 @@ class WorkerSnapshot(TypedDict):
     log_total: int  # complete lines seen so far
     log_open: bool  # the tail's last line has no newline yet
     log_hidden: int  # TensorFlow C++ start-up lines kept out of the tail
-    history: NotRequired[list[list[Any]]]  # [global_step, {metric: value}]; not in state.json
+    # (global_step, ((metric, value), ...)); a {metric: value} dict is read too (metric_items); not in state.json
+    history: NotRequired[list[tuple[int, Any]]]
 
 
 class ClusterSnapshot(TypedDict):

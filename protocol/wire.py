@@ -1,9 +1,9 @@
 """The relay's wire format: signed JSON messages from workers to the kernel.
 
 Messages are in the Jupyter wire format: ``[<IDS|MSG>, HMAC-SHA256 hex, header, parent, metadata, content]``,
-JSON only (no pickle is ever read). The kernel checks them with jupyter_client's ``Session``
-(``make_session``: signature, replayed signatures, framing). The senders in the workers and hosts sign with
-``Signer``, a few lines of ``hmac`` + ``json`` producing exactly what ``Session.serialize`` would: importing
+JSON only (no pickle is ever read). The kernel's relay checks the framing, the signature and replays itself
+(magics/run/relay.py; its replay history is a ``make_session`` Session's). The senders in the workers and hosts
+sign with ``Signer``, a few lines of ``hmac`` + ``json`` producing exactly what ``Session.serialize`` would: importing
 jupyter_client costs ~0.1 s of CPU per process (it loads its whole client and manager stack), which was
 two-thirds of a worker's start-up before the cell's first line, paid by every worker and host of every run
 (benchmarks/results.md). ``tests/integration/test_wire_signer_jupyter_client.py`` checks the two agree. Every

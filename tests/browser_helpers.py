@@ -253,6 +253,8 @@ def lab_server(tmp: Path, env_extra: dict[str, str] | None = None, app: str = "j
     }
     log_path = tmp / "server.log"
     log = open(log_path, "wb")
+    # `-m jupyterlab`, not `-m jupyter lab`: the latter execs the `jupyter-lab` script, whose shebang may name another
+    # interpreter (a copied venv's points at the venv it was copied from), and the kernels run the server's Python
     cmd = [sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1", "--ServerApp.port=0",
            "--ServerApp.port_retries=50", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
            "--LabApp.extension_manager=readonly"]  # fmt: skip

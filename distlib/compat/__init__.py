@@ -2,7 +2,8 @@
 ``tensorflow.core``, ``keras.src``, ``tf_keras.src`` or ``tensorflow_estimator.python``, and every private
 attribute nbworkers reads or sets on their objects, lives here, registered in ``internals`` (one group per
 module, named after it) with its upstream issue and the versions it was checked on. The rest of the worker
-side calls small functions here. tests/test_internals.py holds the fence (an AST scan of every package file).
+side calls small functions here. tests/unit/test_layers.py holds the fence (an AST scan of every package file);
+tests/unit/test_compat_internals.py checks the registry.
 
 - ``internals``: the registry and the check before use; ``import_hooks``: post-import hooks and ``wrap_once``;
 - ``eager_context``: has the eager context started (the one reader of ``Context._context_handle``), abort the

@@ -12,7 +12,7 @@ from __future__ import annotations
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.statuses import ClusterStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
-from nbworkers.magics.views.summary import failed_workers
+from nbworkers.magics.views.words import failed_workers
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
 

@@ -8,41 +8,55 @@ raise on missing fields (a snapshot from an older or partial run still renders).
 from __future__ import annotations
 
 import html
-import math
-import signal
 from typing import Any, Final
 
 from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import WorkerStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.views import compact
+
+# the words of a snapshot (words.py); importers of summary find them here too (__all__)
+from nbworkers.magics.views.words import (
+    STATUS_COLORS,
+    STATUS_LABELS,
+    TRACEBACK_TAIL_LINES,
+    epoch_text,
+    exit_text,
+    failed_workers,
+    format_duration,
+    format_metrics,
+    format_number,
+    headline,
+    restart_lines,
+    resume_text,
+    status_label,
+    traceback_tail,
+    worker_name,
+)
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
-# One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
-# (The two enums share their values: a key stands for the run's status and the worker's alike.)
-STATUS_LABELS: dict[str, str] = {
-    WorkerStatus.STARTING: "starting",
-    WorkerStatus.WAITING: "waiting for peers",
-    WorkerStatus.RUNNING: "running",
-    WorkerStatus.FINISHED: "finished",
-    WorkerStatus.FAILED: "failed",
-    WorkerStatus.STOPPED: "stopped",
-    WorkerStatus.RESTARTING: "restarting",
-    WorkerStatus.STOPPING: "stopping",
-    ClusterStatus.LOST: "lost (its kernel died)",
-}
-# badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
-STATUS_COLORS: dict[str, str] = {
-    WorkerStatus.STARTING: "#6b7280",
-    WorkerStatus.WAITING: "#b45309",
-    WorkerStatus.RUNNING: "#1d4ed8",
-    WorkerStatus.FINISHED: "#15803d",
-    WorkerStatus.FAILED: "#b91c1c",
-    WorkerStatus.STOPPED: "#6b21a8",
-    WorkerStatus.RESTARTING: "#c2410c",
-    WorkerStatus.STOPPING: "#7c3aed",
-    ClusterStatus.LOST: "#374151",
-}
-TRACEBACK_TAIL_LINES = 20
+__all__ = [
+    "ECHOED_KEY",
+    "STATUS_COLORS",
+    "STATUS_LABELS",
+    "TRACEBACK_TAIL_LINES",
+    "epoch_text",
+    "exit_text",
+    "failed_workers",
+    "format_duration",
+    "format_metrics",
+    "format_number",
+    "headline",
+    "render_html",
+    "render_summary_html",
+    "render_text",
+    "restart_lines",
+    "resume_text",
+    "status_label",
+    "traceback_tail",
+    "worker_name",
+]
+
 LIVE_TAIL_LINES = 3
 OUTPUT_TAIL_LINES = 10  # per worker, in a final summary no blocking wait wrote the output beside (saved notebooks)
 OUTPUT_LINE_CHARS = 300
@@ -50,137 +64,79 @@ OUTPUT_LINE_CHARS = 300
 ECHOED_KEY: Final = "output_echoed"
 
 
-def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
-    return [w for w in snapshot.get("workers") or [] if w.get("status") == WorkerStatus.FAILED]
-
-
-def status_label(status: str | None) -> str:
-    return STATUS_LABELS.get(status or "", status or "unknown")
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s"
-
-
-def format_number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if not math.isfinite(value):
-        return str(value)
-    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-        return f"{value:.3e}"
-    return f"{value:.4g}"
-
-
-def format_metrics(metrics: dict[str, Any] | None) -> str:
-    return ", ".join(f"{name}={format_number(value)}" for name, value in (metrics or {}).items())
-
-
-def worker_name(worker: WorkerSnapshot) -> str:
-    role = worker.get("role") or "worker"
-    return f"#{worker.get('index', '?')} {role}:{worker.get('role_index', 0)}"
-
-
-def epoch_text(worker: WorkerSnapshot) -> str:
-    """``epoch 2/5 step 30/100``; empty parts are left out. Reports are 1-based, as Keras prints them."""
-    parts = []
-    epoch, epochs_total = worker.get("epoch"), worker.get("epochs_total")
-    if epoch is not None:
-        parts.append(f"epoch {epoch}/{epochs_total}" if epochs_total else f"epoch {epoch}")
-    step, steps_total = worker.get("step"), worker.get("steps_total")
-    if step is not None:
-        parts.append(f"step {step}/{steps_total}" if steps_total else f"step {step}")
-    return " ".join(parts)
-
-
-def traceback_tail(lines: list[str] | None, limit: int = TRACEBACK_TAIL_LINES) -> list[str]:
-    """The last traceback in a log tail (from its ``Traceback`` line), else the last lines."""
-    lines = list(lines or [])
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if "Traceback (most recent call last)" in lines[i]:
-            start = i
-            break
-    tail = lines[start:] if start is not None else lines
-    return tail[-limit:]
-
-
-_NOT_NEWS = (WorkerStatus.STOPPED, WorkerStatus.FINISHED, WorkerStatus.RESTARTING)  # ended as nbworkers meant
-
-
-def exit_text(worker: WorkerSnapshot) -> str:
-    """How a worker's process ended, in words: ``exit code 1``, ``killed by SIGKILL``; nothing for a clean exit
-    or for a worker nbworkers stopped (its SIGTERM/SIGKILL is not news: the status says "stopped")."""
-    code = worker.get("exit_code")
-    if code in (None, 0) or worker.get("status") in _NOT_NEWS:
-        return ""
-    if isinstance(code, int) and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def headline(snapshot: ClusterSnapshot) -> str:
-    status = snapshot.get("status") or "unknown"
-    workers = snapshot.get("workers") or []
-    label = "stopped by you" if status == ClusterStatus.STOPPED else status_label(status)
-    text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
-    text += f", {len(workers)} worker{'s' if len(workers) != 1 else ''}"
-    verb = "in" if status in DONE_STATES else "for"
-    text += f", {verb} {format_duration(snapshot.get('wall_time'))}"
-    if snapshot.get("restarts"):
-        text += f", {snapshot['restarts']} restart{'s' if snapshot['restarts'] != 1 else ''}"
-    return text
-
-
-def resume_text(resumed: dict[str, Any] | None) -> str:
-    """Where a restarted group went on: from a checkpoint (which epoch and step) or from scratch.
-
-    ``resumed`` is the first progress after the restart (``restart_history[i]["resumed_from"]``); a group
-    that reports epoch 1 (or none) at its first step found no checkpoint."""
-    if not resumed:
-        return "not resumed yet: its first step will tell whether it resumes from a checkpoint"
-    epoch, step = resumed.get("epoch"), resumed.get("step")
-    if (epoch is None or epoch <= 1) and (step is None or step <= 1):
-        return "started from scratch (no checkpoint to resume from)"
-    where = ", ".join(p for p in (f"epoch {epoch}" if epoch is not None else "",
-                                  f"step {step}" if step is not None else "") if p)
-    return f"resumed from a checkpoint at {where}"
-
-
-def restart_lines(snapshot: ClusterSnapshot) -> list[str]:
-    """One line per restart: its kind, its cause and whether it resumed from a checkpoint (once known)."""
-    history = snapshot.get("restart_history") or []
-    if not history:
-        return list(snapshot.get("restart_causes") or [])
-    lines = []
-    for entry in history:
-        line = f"{entry.get('kind') or 'restart'}: {entry.get('cause') or ''}"
-        line += f"; {resume_text(entry.get('resumed_from'))}"
-        lines.append(line)
-    return lines
-
-
 # ---------------------------------------------------------------------------------------------- text
+
+
+def _many(snapshot: ClusterSnapshot) -> bool:
+    """Enough workers for the compact rendering (settings().widget_compact_workers, as the widget)."""
+    from nbworkers.magics.settings import settings
+
+    return compact.is_compact(len(snapshot.get("workers") or []), settings().widget_compact_workers)
+
+
+def _in_order(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
+    """The workers, stragglers first when there are many (compact.straggler_order), else by index."""
+    workers = list(snapshot.get("workers") or [])
+    if not _many(snapshot):
+        return workers
+    by_index = {w.get("index"): w for w in workers}
+    return [by_index[i] for i in compact.straggler_order(workers)]
+
+
+def _with_logs(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
+    """Whose log lines a summary quotes: everyone's, or with many workers the chief's and the flagged ones'."""
+    workers = list(snapshot.get("workers") or [])
+    if not _many(snapshot):
+        return workers
+    keep = set(compact.log_workers(workers, compact.flagged_workers(workers), None))
+    return [w for w in workers if w.get("index") in keep]
+
+
+def overview_text(snapshot: ClusterSnapshot) -> str:
+    """``30 running, 2 failed; progress 41-47 %; 2.1-2.4 steps/s`` over all workers (the compact rendering)."""
+    workers = snapshot.get("workers") or []
+    counts: dict[str, int] = {}
+    for worker in workers:
+        counts[status_label(worker.get("status"))] = counts.get(status_label(worker.get("status")), 0) + 1
+    parts = [", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda p: -p[1]))]
+    fractions = [f for w in workers if (f := compact.progress_fraction(w)) is not None]
+    if fractions:
+        low, high = round(min(fractions) * 100), round(max(fractions) * 100)
+        parts.append(f"progress {low} %" if low == high else f"progress {low}-{high} %")
+    rates = [r for w in workers if isinstance(r := w.get("steps_per_sec"), (int, float))]
+    if rates:
+        parts.append(f"{min(rates):.1f}-{max(rates):.1f} steps/s")
+    return "; ".join(parts)
+
+
+def _compact_text(snapshot: ClusterSnapshot, done: bool) -> list[str]:
+    """Many workers: an overview, the shared metrics once, one aligned row per worker (stragglers first)."""
+    shared = compact.shared_metrics(snapshot.get("workers") or [])
+    lines = [f"  {overview_text(snapshot)}"]
+    if shared:
+        lines.append(f"  every worker: {format_metrics(shared)}")
+    rows = [("worker", "status", "progress", "steps/s", "restarts", "metrics")]
+    for worker in _in_order(snapshot):
+        rate = worker.get("steps_per_sec")
+        own = {k: v for k, v in (worker.get("metrics") or {}).items() if k not in shared}
+        status = status_label(worker.get("status")) + (f" ({exit_text(worker)})" if exit_text(worker) else "")
+        rows.append((worker_name(worker), status, epoch_text(worker), f"{rate:.1f}" if rate else "",
+                     str(worker.get("restarts") or 0), format_metrics(own)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5] for row in rows]
+    if done and snapshot.get("run_dir"):
+        lines.append(f"  logs: {snapshot['run_dir']}/worker-<index>.log")
+    return [line.rstrip() for line in lines]
 
 
 def render_text(snapshot: ClusterSnapshot) -> str:
     """A few lines for ``text/plain``: one per worker; log paths and the error when the run is over."""
     done = snapshot.get("status") in DONE_STATES
     lines = [headline(snapshot)]
-    for worker in snapshot.get("workers") or []:
+    many = _many(snapshot)
+    if many:
+        lines += _compact_text(snapshot, done)
+    for worker in [] if many else snapshot.get("workers") or []:
         line = f"  {worker_name(worker)} {status_label(worker.get('status'))}"
         if worker.get("host"):
             line += f" on {worker['host']}"
@@ -239,11 +195,15 @@ def _row(cells: list[str], tag: str = "td") -> str:
 
 
 def _worker_rows(snapshot: ClusterSnapshot, with_logs: bool) -> str:
+    """The worker table; with many workers stragglers first, the shared metrics once above it, one log folder."""
+    many = _many(snapshot)
+    shared = compact.shared_metrics(snapshot.get("workers") or []) if many else {}
+    with_logs = with_logs and not many
     header = ["worker", "host", "status", "progress", "metrics", "steps/s", "restarts"]
     if with_logs:
         header.append("log")
     rows = [_row([_esc(h) for h in header], "th")]
-    for worker in snapshot.get("workers") or []:
+    for worker in _in_order(snapshot):
         status = _badge(worker.get("status"))
         if exit_text(worker):
             status += f" {_esc(exit_text(worker))}"
@@ -253,14 +213,22 @@ def _worker_rows(snapshot: ClusterSnapshot, with_logs: bool) -> str:
             _esc(worker.get("host") or ""),
             status,
             _esc(epoch_text(worker)),
-            _esc(format_metrics(worker.get("metrics"))),
+            _esc(format_metrics({k: v for k, v in (worker.get("metrics") or {}).items() if k not in shared})),
             _esc(f"{rate:.1f}" if rate else ""),
             _esc(worker.get("restarts") or 0),
         ]
         if with_logs:
             cells.append(f"<code>{_esc(worker.get('log_path') or '')}</code>")
         rows.append(_row(cells))
-    return f'<table class="nbw-workers" {_TABLE}>{"".join(rows)}</table>'
+    table = f'<table class="nbw-workers" {_TABLE}>{"".join(rows)}</table>'
+    if not many:
+        return table
+    above = f"<p>{_esc(overview_text(snapshot))}</p>"
+    if shared:
+        above += f"<p>Every worker: {_esc(format_metrics(shared))}</p>"
+    below = (f'<p style="font-size:0.85em">Logs: <code>{_esc(snapshot.get("run_dir") or "")}/worker-&lt;index&gt;.log'
+             "</code></p>") if snapshot.get("run_dir") and snapshot.get("status") in DONE_STATES else ""
+    return above + table + below
 
 
 def _error_html(snapshot: ClusterSnapshot) -> str:
@@ -288,7 +256,7 @@ def render_html(snapshot: ClusterSnapshot) -> str:
     if snapshot.get("status") in DONE_STATES:
         return render_summary_html(snapshot)
     tails = []
-    for worker in snapshot.get("workers") or []:
+    for worker in _with_logs(snapshot):
         last = (worker.get("log_tail") or [])[-LIVE_TAIL_LINES:]
         if last:
             tails.append(f"{worker_name(worker)}: " + "\n  ".join(last))
@@ -307,7 +275,7 @@ def _output_tails(snapshot: ClusterSnapshot) -> list[str]:
     if snapshot.get(ECHOED_KEY):
         return []
     out = []
-    for worker in snapshot.get("workers") or []:
+    for worker in _with_logs(snapshot):
         if worker.get("status") == WorkerStatus.FAILED:
             continue
         tail = [x for x in (worker.get("log_tail") or []) if x.strip()][-OUTPUT_TAIL_LINES:]

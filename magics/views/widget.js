@@ -1,5 +1,5 @@
 // nbworkers live training widget (anywidget ESM, no build step, no network), part 3 of 3: the view.
-// State comes from four synced traits: cluster (header + cards), logs, series (chart), notice.
+// State comes from synced traits: cluster (header + cards), logs, series (chart), compact (many workers), notice.
 // widget.py puts uPlot, widget_cards.js and widget_chart.js in front of this file: one module.
 
 const BUTTON_PENDING_MS = 8000;
@@ -7,6 +7,7 @@ const CONFIRM_MS = 4000; // a session's Restart: how long the "Confirm restart (
 const DEAD_KERNEL_STATES = new Set(["restarting", "autorestarting", "dead"]);
 const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
 const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
+let viewCount = 0; // names each view in the tab title's registry
 
 // The Jupyter server's base URL (JupyterLab and Notebook 7 put it in the page's config data).
 function baseUrl() {
@@ -34,6 +35,7 @@ function render({ model, el }) {
   const header = h("div", { class: "nbw-header" }, title, headBadge, meta, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
   const error = h("pre", { class: "nbw-error" });
   const cards = h("div", { class: "nbw-cards" });
+  const compactBox = h("div", { class: "nbw-compact" }); // many workers: overview, heat strip, rows
 
   const metricSelect = h("select", { class: "nbw-metric", title: "Metric to plot" });
   const scopeSelect = h("select", { class: "nbw-scope", title: "Workers to plot" });
@@ -50,13 +52,14 @@ function render({ model, el }) {
   );
 
   const tabs = h("div", { class: "nbw-tabs" });
+  const logPicker = h("select", { class: "nbw-log-picker", title: "Show any worker's log" });
   const logPath = h("div", { class: "nbw-logpath" });
   const logPre = h("pre", { class: "nbw-log", tabindex: "0" });
-  const logPanel = h("div", { class: "nbw-panel nbw-log-panel" }, h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Log" }), tabs), logPre, logPath);
+  const logPanel = h("div", { class: "nbw-panel nbw-log-panel" }, h("div", { class: "nbw-controls" }, h("span", { class: "nbw-panel-title", text: "Log" }), tabs, logPicker), logPre, logPath);
 
   // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
   const sessionLine = h("div", { class: "nbw-session", style: "font-size:0.85em;opacity:0.8;margin:2px 0 6px" });
-  root.append(header, sessionLine, error, cards, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
+  root.append(header, sessionLine, error, cards, compactBox, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
   function renderSession() {
     const info = model.get("session") || {};
     sessionLine.style.display = info.name ? "" : "none";
@@ -75,7 +78,19 @@ function render({ model, el }) {
     follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
     detached: "", attached: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
     confirming: false, confirmTimer: null, // a session's Restart waits for a second click (restart_confirm trait)
+    picked: null, // compact view: the worker picked in the heat strip, the rows or the log picker
   };
+  const viewId = `nbw-view-${++viewCount}`;
+
+  function compactState() {
+    const data = model.get("compact");
+    return data && data.order ? data : null;
+  }
+
+  function chief(workers) {
+    const data = compactState();
+    return data ? data.chief : chiefIndex(workers);
+  }
 
   function cluster() {
     return model.get("cluster") || {};
@@ -104,6 +119,7 @@ function render({ model, el }) {
     restartButton.title = confirm.title || "Restart the whole group";
     if (local.confirming && !local.pending) restartButton.textContent = confirm.label || "Confirm restart";
     notice.textContent = local.detached ? detachedText() : model.get("notice") || "";
+    setTitleProgress(viewId, local.detached ? null : titleProgress(c, chief(workers)));
     renderError();
   }
 
@@ -163,14 +179,54 @@ function render({ model, el }) {
 
   function renderCards() {
     const workers = cluster().workers || [];
-    cards.replaceChildren(...workers.map(renderCard));
+    const data = compactState();
+    root.dataset.compact = data ? "1" : "";
+    cards.style.display = data ? "none" : "";
+    compactBox.style.display = data ? "" : "none";
+    if (!data) {
+      cards.replaceChildren(...workers.map(renderCard));
+      compactBox.replaceChildren();
+      return;
+    }
+    cards.replaceChildren();
+    const flagged = new Set(data.flagged || []);
+    const rowsBox = h("div", { class: "nbw-rows-box" }, renderRows(workers, data, flagged, local.picked, pick));
+    const scroll = compactBox.querySelector(".nbw-rows-box");
+    compactBox.replaceChildren(renderOverview(workers, data), renderHeat(workers, flagged, local.picked, pick), rowsBox);
+    if (scroll) rowsBox.scrollTop = scroll.scrollTop; // the reader's place in the rows survives an update
+  }
+
+  // Compact view: show worker `index`'s log (the kernel sends it from now on) and mark it in the strip and rows.
+  function pick(index) {
+    local.picked = index;
+    local.logWorker = index;
+    local.follow = true;
+    const data = compactState();
+    if (data && !(data.logs_of || []).includes(index) && !local.detached) model.send({ action: "log", worker: index });
+    renderCards();
+    renderLogs();
   }
 
   function renderChart() {
     const c = cluster();
     const workers = c.workers || [];
+    const data = compactState();
+    if (data) {
+      const names = Object.keys((data.chart && data.chart.band) || {}).sort();
+      pickMetric(names);
+      scopeSelect.parentNode.style.display = "none"; // the band is every worker; the chief is the line
+      plot = drawBandChart(chartBox, chartEmpty, legend, plot, data.chart, local.metric, data.outliers, data.chief, workers);
+      return;
+    }
+    scopeSelect.parentNode.style.display = "";
     const series = model.get("series") || [];
     const names = [...new Set(series.flatMap((e) => Object.keys(e.metrics || {})))].sort();
+    pickMetric(names);
+    const only = local.scope === "chief" ? chiefIndex(workers) : null;
+    plot = drawChart(chartBox, chartEmpty, legend, plot, series, local.metric, only, workers);
+  }
+
+  function pickMetric(names) {
     if (!local.metric || !names.includes(local.metric)) {
       local.metric = names.includes("loss") ? "loss" : names[0] || null;
     }
@@ -178,18 +234,24 @@ function render({ model, el }) {
     metricSelect.replaceChildren(...options);
     if (local.metric) metricSelect.value = local.metric;
     metricSelect.disabled = !names.length;
-    const only = local.scope === "chief" ? chiefIndex(workers) : null;
-    plot = drawChart(chartBox, chartEmpty, legend, plot, series, local.metric, only, workers);
   }
 
   function renderLogs() {
     const workers = cluster().workers || [];
     const logs = model.get("logs") || [];
     if (local.logWorker >= workers.length) local.logWorker = 0;
+    const data = compactState();
+    // compact: tabs for the chief and the flagged workers only; the picker reaches every worker
+    const tabWorkers = data ? [...new Set([data.chief, ...(data.flagged || []).slice(0, 8)])] : workers.map((_, i) => i);
+    logPicker.style.display = data ? "" : "none";
+    if (data) renderPicker(workers, data);
     tabs.replaceChildren(
-      ...workers.map((w, i) => {
-        const tab = h("button", { type: "button", class: `nbw-tab${i === local.logWorker ? " nbw-tab-active" : ""}`, text: workerName(w), "data-index": i });
+      ...tabWorkers.filter((i) => workers[i]).map((i) => {
+        const w = workers[i];
+        const text = `${data && (data.flagged || []).includes(i) ? "⚠ " : ""}${workerName(w)}`;
+        const tab = h("button", { type: "button", class: `nbw-tab${i === local.logWorker ? " nbw-tab-active" : ""}`, text, "data-index": i });
         tab.addEventListener("click", () => {
+          if (data) return pick(i);
           local.logWorker = i;
           local.follow = true;
           renderLogs();
@@ -198,7 +260,8 @@ function render({ model, el }) {
       }),
     );
     const lines = logs[local.logWorker] || [];
-    logPre.textContent = lines.length ? lines.join("\n") : "(no output yet)";
+    const coming = data && !(data.logs_of || []).includes(local.logWorker);
+    logPre.textContent = lines.length ? lines.join("\n") : coming ? "(asking the kernel for this worker's log…)" : "(no output yet)";
     if (local.follow) {
       logPre.scrollTop = logPre.scrollHeight;
       requestAnimationFrame(() => (logPre.scrollTop = logPre.scrollHeight)); // first render: not laid out yet
@@ -206,6 +269,19 @@ function render({ model, el }) {
     const w = workers[local.logWorker];
     const hidden = w && w.log_hidden ? ` · ${w.log_hidden} TensorFlow start-up lines hidden (TF_CPP_MIN_LOG_LEVEL)` : "";
     logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown${hidden} · full log: ${w.log_path}` : "";
+  }
+
+  function renderPicker(workers, data) {
+    const flagged = new Set(data.flagged || []);
+    const label = (w) => `${flagged.has(w.index) ? "⚠ " : ""}${workerName(w)} · ${STATUS_LABELS[w.status] || w.status}`;
+    const labels = workers.map(label);
+    if (logPicker.dataset.labels !== labels.join("\n")) { // rebuilt only when a label changed: an open list stays open
+      logPicker.dataset.labels = labels.join("\n");
+      const options = [h("option", { value: "", text: `any of ${workers.length} workers…` })];
+      workers.forEach((w, i) => options.push(h("option", { value: String(w.index), text: labels[i] })));
+      logPicker.replaceChildren(...options);
+    }
+    logPicker.value = String(local.logWorker);
   }
 
   function clearPending() {
@@ -293,6 +369,9 @@ function render({ model, el }) {
     local.metric = metricSelect.value;
     renderChart();
   });
+  logPicker.addEventListener("change", () => {
+    if (logPicker.value !== "") pick(Number(logPicker.value));
+  });
   scopeSelect.addEventListener("change", () => {
     local.scope = scopeSelect.value;
     renderChart();
@@ -300,6 +379,7 @@ function render({ model, el }) {
 
   model.on("change:cluster", onCluster);
   model.on("change:series", renderChart);
+  model.on("change:compact", onCluster);
   model.on("change:logs", renderLogs);
   model.on("change:logs", renderError);
   model.on("change:notice", onNotice);
@@ -343,6 +423,8 @@ function render({ model, el }) {
     if (plot) plot.destroy();
     model.off("change:cluster", onCluster);
     model.off("change:series", renderChart);
+    model.off("change:compact", onCluster);
+    setTitleProgress(viewId, null);
     model.off("change:logs", renderLogs);
     model.off("change:logs", renderError);
     model.off("change:notice", onNotice);

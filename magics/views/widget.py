@@ -13,8 +13,13 @@ The front end is one ES module joined from four files (``ESM_PARTS``): uPlot (``
 widget_cards.js (labels, formatting, cards), widget_chart.js (the chart) and widget.js (the view). Its CSS is
 uPlot's followed by widget.css. All of it ships in the package: nothing is fetched at run time.
 
-The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``notice``), so a page
-reload restores it from the kernel. Stop/Restart clicks arrive as custom messages, possibly on a subshell
+The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
+page reload restores it from the kernel. From ``settings().widget_compact_workers`` workers on (8) the view sends
+aggregates instead of every worker's series and log (``view_payloads``: compact.py, band_chart.py); the page shows
+them as the compact view (rows stragglers first, a heat strip, the band chart, a log picker), and asks for one
+more worker's log with a ``{"action": "log", "worker": i}`` message.
+
+Stop/Restart clicks arrive as custom messages, possibly on a subshell
 thread; they are run on a short-lived thread so the front end's message handler never blocks.
 """
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +37,7 @@ import traitlets as t
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.views import band_chart, compact
 from nbworkers.magics.views.summary import render_html, render_text
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
@@ -46,7 +52,8 @@ CLUSTER_FIELDS = (
     "restart_history", "generation", "run_dir",
 )  # fmt: skip
 ACTIONS = ("stop", "restart")
-STATE_TRAITS = ("cluster", "logs", "series", "notice", "updates")
+PICK_ACTION = "log"  # the compact view's worker picker: {"action": "log", "worker": i} sends that worker's log too
+STATE_TRAITS = ("cluster", "logs", "series", "compact", "notice", "updates")
 
 _HERE = Path(__file__).parent
 UPLOT_DIR = _HERE / "vendor-uplot"  # not a Python name: a data folder, no package
@@ -78,30 +85,35 @@ def clean_number(value: Any) -> Any:
     return float(f"{value:.6g}")
 
 
-def card_payload(worker: Mapping[str, Any]) -> dict[str, Any]:
+def card_payload(worker: Mapping[str, Any], leave_out: Collection[str] = ()) -> dict[str, Any]:
     card = {name: worker.get(name) for name in CARD_FIELDS}
-    card["metrics"] = {k: clean_number(v) for k, v in (worker.get("metrics") or {}).items()}
+    card["metrics"] = {k: clean_number(v) for k, v in (worker.get("metrics") or {}).items() if k not in leave_out}
     card["steps_per_sec"] = clean_number(worker.get("steps_per_sec"))
     return card
 
 
-def cluster_payload(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything but logs and chart history: the header and one card per worker."""
+def cluster_payload(snapshot: Mapping[str, Any], shared: Collection[str] = ()) -> dict[str, Any]:
+    """Everything but logs and chart history: the header and one card per worker (``shared``: metrics left out of
+    the cards, shown once by the compact view)."""
     payload = {name: snapshot.get(name) for name in CLUSTER_FIELDS}
     payload["wall_time"] = clean_number(snapshot.get("wall_time"))
-    payload["workers"] = [card_payload(w) for w in snapshot.get("workers") or []]
+    payload["workers"] = [card_payload(w, shared) for w in snapshot.get("workers") or []]
     return payload
 
 
 def logs_payload(
-    snapshot: Mapping[str, Any], max_lines: int, max_chars: int | None = None, max_total: int = MAX_LOG_CHARS
+    snapshot: Mapping[str, Any], max_lines: int, max_chars: int | None = None, max_total: int = MAX_LOG_CHARS,
+    only: Collection[int] | None = None,
 ) -> list[list[str]]:
     """Each worker's log tail (newest last), bounded in lines, line length (``max_chars``, default the setting
-    ``widget_line_chars``) and total size."""
+    ``widget_line_chars``) and total size (``only``: these workers' tails, the others' empty)."""
     if max_chars is None:
         max_chars = settings().widget_line_chars
-    out = []
+    out: list[list[str]] = []
     for worker in snapshot.get("workers") or []:
+        if only is not None and worker.get("index") not in only:
+            out.append([])
+            continue
         lines = (worker.get("log_tail") or [])[-max_lines:] if max_lines > 0 else []
         kept: list[str] = []
         total = 0
@@ -115,14 +127,14 @@ def logs_payload(
     return out
 
 
-def downsample(history: list, max_points: int) -> dict[str, Any]:
+def downsample(history: Sequence[Any], max_points: int) -> dict[str, Any]:
     """Chart series ``{"x": [...], "metrics": {name: [value or None, ...]}}`` of at most ~max_points.
 
     Points are grouped into runs of consecutive entries whose step falls in the same bucket of width
     ``w`` (a power of two, so buckets stay put while the run grows); a bucket's value is the mean of its
     points, its x the last step. A step going backwards (a restart) starts a new bucket.
     """
-    points = [(x, m) for x, m in history if isinstance(x, (int, float)) and isinstance(m, dict)]
+    points = [(x, m) for x, m in history if isinstance(x, (int, float)) and isinstance(m, (dict, tuple, list))]
     if not points:
         return {"x": [], "metrics": {}}
     xs = [x for x, _ in points]
@@ -139,7 +151,7 @@ def downsample(history: list, max_points: int) -> dict[str, Any]:
             current_key = key
         sums = buckets[-1][1]
         buckets[-1] = (x, sums)
-        for name, value in metrics.items():
+        for name, value in compact.metric_items(metrics):
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 sums.setdefault(name, []).append(float(value))
     if len(buckets) > 2 * max_points:  # many restarts: fall back to a plain stride
@@ -160,6 +172,41 @@ def series_payload(snapshot: Mapping[str, Any], max_points: int) -> list[dict[st
         {"index": w.get("index"), **downsample(w.get("history") or [], max_points)}
         for w in snapshot.get("workers") or []
     ]
+
+
+def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: int, compact_from: int,
+                  picked: int | None = None, chart: band_chart.ChartAccumulator | None = None,
+                  flags: compact.FlagScanner | None = None) -> dict[str, Any]:
+    """The synced traits for one snapshot. With many workers (``compact_from``, magics/views/compact.py) the chart is
+    the band and a few lines, the logs are the chief's, the flagged workers' and the picked one's, and metrics equal
+    on every worker leave the cards: a few tens of kilobytes at 64 workers instead of megabytes. ``chart``: the
+    view's chart, kept from update to update (band_chart.ChartAccumulator), else one made for this snapshot; ``flags``
+    likewise, the workers whose logs show errors or warnings (compact.FlagScanner)."""
+    workers = snapshot.get("workers") or []
+    if not compact.is_compact(len(workers), compact_from):
+        return {"cluster": cluster_payload(snapshot), "logs": logs_payload(snapshot, max_lines),
+                "series": series_payload(snapshot, max_points), "compact": {}}
+    shared = compact.shared_metrics(workers)
+    chief = compact.chief_index(workers)
+    flagged = compact.flagged_workers(workers) if flags is None else flags.update(workers)
+    shown_logs = compact.log_workers(workers, flagged, picked)
+    chart = chart or band_chart.ChartAccumulator(max_points)
+    chart.update(workers)
+    outliers = chart.outliers(exclude=[chief])
+    return {
+        "cluster": cluster_payload(snapshot, shared),
+        "logs": logs_payload(snapshot, max_lines, only=set(shown_logs)),
+        "series": [],
+        "compact": {
+            "chief": chief,
+            "order": compact.straggler_order(workers),
+            "shared": {k: clean_number(v) for k, v in shared.items()},
+            "outliers": outliers,
+            "flagged": flagged,
+            "logs_of": shown_logs,
+            "chart": chart.payload(band_chart.lines_to_draw(chief, outliers), outliers),
+        },
+    }
 
 
 def bundle(widget: "ClusterWidget", snapshot: ClusterSnapshot) -> dict[str, Any]:
@@ -189,6 +236,7 @@ class ClusterWidget(anywidget.AnyWidget):
     cluster = t.Dict().tag(sync=True)  # header + cards (cluster_payload)
     logs: t.List[list[str]] = t.List().tag(sync=True)  # per worker: list of log lines (logs_payload)
     series: t.List[dict[str, Any]] = t.List().tag(sync=True)  # per worker: downsampled chart history (series_payload)
+    compact = t.Dict().tag(sync=True)  # many workers: order, shared metrics, band chart, flagged logs (view_payloads)
     notice = t.Unicode("").tag(sync=True)  # feedback on a Stop/Restart click
     updates = t.Int(0).tag(sync=True)  # messages sent so far (tests and debugging)
 
@@ -202,6 +250,11 @@ class ClusterWidgetView:
     def __init__(self, cluster: ClusterLike, *, max_points: int | None = None):
         self.cluster = cluster
         self.max_points = max_points or settings().widget_chart_points
+        self.compact_from = settings().widget_compact_workers
+        self._picked: int | None = None  # the compact view's worker picker: this worker's log is sent too
+        self._last_snapshot: ClusterSnapshot | None = None
+        self._chart = band_chart.ChartAccumulator(self.max_points)
+        self._flags = compact.FlagScanner()
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)
         answer_on_frontend_subshell(self.widget.comm)
@@ -241,11 +294,10 @@ class ClusterWidgetView:
         """Set every trait that changed, in one comm message (calls from several threads go out one by one)."""
         max_lines = settings().log_tail_lines
         with self._lock:
-            new: dict[str, Any] = {
-                "cluster": cluster_payload(snapshot),
-                "logs": logs_payload(snapshot, max_lines),
-                "series": series_payload(snapshot, self.max_points),
-            }
+            self._last_snapshot = snapshot
+            new = view_payloads(snapshot, max_points=self.max_points, max_lines=max_lines,
+                                compact_from=self.compact_from, picked=self._picked, chart=self._chart,
+                                flags=self._flags)
             changed = {k: v for k, v in new.items() if not _same(k, self._sent.get(k), v)}
             status = new["cluster"].get("status")
             clear_notice = self.widget.notice and status != self._last_status
@@ -264,6 +316,9 @@ class ClusterWidgetView:
 
     def _on_custom_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         action = content.get("action") if isinstance(content, dict) else None
+        if action == PICK_ACTION:
+            self._pick_log(content.get("worker"))
+            return
         if action not in ACTIONS:
             return
         threading.Thread(target=self._run_action, args=(action,), name=f"nbworkers-{action}", daemon=True).start()
@@ -275,6 +330,16 @@ class ClusterWidgetView:
             getattr(self.cluster, action)()
         except Exception as error:  # the user sees it in the widget; nothing else would report it
             self._set_notice(f"{action.capitalize()} failed: {error}")
+
+    def _pick_log(self, worker: Any) -> None:
+        """The reader picked a worker in the compact view's log picker: send its tail too, from now on."""
+        if not isinstance(worker, int) or isinstance(worker, bool) or worker < 0:
+            return
+        with self._lock:
+            self._picked = worker
+            snapshot = self._last_snapshot
+        if snapshot is not None:
+            self._apply(snapshot)
 
     def _set_notice(self, text: str) -> None:
         with self._lock:

@@ -1,4 +1,4 @@
-// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards.
+// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards; the compact view's rows, heat strip and the tab title.
 // widget.py joins uPlot, widget_cards.js, widget_chart.js and widget.js into the widget's one ES module.
 
 // Every cluster and worker status (magics/run/core/statuses.py; tests/unit/test_views_widget.py checks none is
@@ -140,4 +140,160 @@ function renderCard(w) {
   card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
   if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
   return card;
+}
+
+// ------------------------------------------------------------------------------------ compact view (many workers)
+// From settings().widget_compact_workers workers on the kernel fills the `compact` trait (magics/views/compact.py):
+// the workers in straggler order, the metrics every worker shares, the flagged workers, the band chart. The cards
+// give way to an overview line, a heat strip (one cell per worker) and one row per worker.
+
+// How far a worker is, 0..1, or null (as compact.py progress_fraction; epochs and steps are 1-based).
+function progressFraction(w) {
+  if (w.status === "finished") return 1;
+  const within = w.step !== null && w.step !== undefined && w.steps_total ? w.step / w.steps_total : 0;
+  if (w.epoch !== null && w.epoch !== undefined && w.epochs_total) return Math.min(1, (Math.max(w.epoch - 1, 0) + within) / w.epochs_total);
+  if (w.step !== null && w.step !== undefined && w.steps_total) return Math.min(1, within);
+  return null;
+}
+
+function progressWords(w) {
+  const parts = [];
+  if (w.epoch !== null && w.epoch !== undefined) parts.push(w.epochs_total ? `ep ${w.epoch}/${w.epochs_total}` : `ep ${w.epoch}`);
+  if (w.step !== null && w.step !== undefined) parts.push(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`);
+  return parts.join(" · ");
+}
+
+function rangeText(values, fmt) {
+  if (!values.length) return "";
+  const lo = Math.min(...values);
+  const hi = Math.max(...values);
+  return lo === hi ? fmt(lo) : `${fmt(lo)}–${fmt(hi)}`;
+}
+
+// One line over all workers: how many in each status, the progress and steps/s ranges, the shared metrics.
+function renderOverview(workers, compact) {
+  const counts = new Map();
+  for (const w of workers) counts.set(w.status, (counts.get(w.status) || 0) + 1);
+  const line = h("div", { class: "nbw-overview" });
+  for (const [status, n] of [...counts].sort((a, b) => (a[0] === "running" ? -1 : b[0] === "running" ? 1 : 0))) {
+    line.append(h("span", { class: `nbw-count nbw-count-${status}`, "data-status": status }, badge(status, `${n} ${STATUS_LABELS[status] || status}`)));
+  }
+  const fractions = workers.map(progressFraction).filter((f) => f !== null);
+  const rates = workers.map((w) => w.steps_per_sec).filter((r) => typeof r === "number");
+  const facts = [];
+  if (fractions.length) facts.push(`progress ${rangeText(fractions, (f) => `${Math.round(f * 100)}`)} %`);
+  if (rates.length) facts.push(`${rangeText(rates, fmtNumber)} steps/s`);
+  const restarts = workers.reduce((n, w) => n + (w.restarts || 0), 0);
+  if (restarts) facts.push(`${restarts} worker restart${restarts === 1 ? "" : "s"}`);
+  line.append(h("span", { class: "nbw-overview-facts", text: facts.join(" · ") }));
+  const shared = Object.entries((compact && compact.shared) || {});
+  if (shared.length) {
+    const box = h("span", { class: "nbw-shared", title: "the same value on every worker" });
+    box.append(h("span", { class: "nbw-shared-label", text: "every worker:" }));
+    for (const [name, value] of shared) box.append(h("span", { class: "nbw-shared-metric" }, `${name} `, h("b", { text: fmtNumber(value) })));
+    line.append(box);
+  }
+  return line;
+}
+
+function workerTip(w) {
+  const parts = [workerName(w), STATUS_LABELS[w.status] || w.status, progressWords(w)];
+  if (typeof w.steps_per_sec === "number") parts.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
+  if (w.restarts) parts.push(`restarts ${w.restarts}`);
+  return parts.filter(Boolean).join(" · ");
+}
+
+// The heat strip: one cell per worker in index order, its colour the status, its fill the progress.
+function renderHeat(workers, flagged, picked, onPick) {
+  const strip = h("div", { class: "nbw-heat", role: "list", "aria-label": "workers" });
+  for (const w of workers) {
+    const fraction = progressFraction(w);
+    const cell = h("button", { type: "button", class: `nbw-heat-cell nbw-heat-${w.status}${flagged.has(w.index) ? " nbw-flagged" : ""}${w.index === picked ? " nbw-picked" : ""}`, "data-index": w.index, "data-status": w.status, title: workerTip(w) });
+    const fill = h("span", { class: "nbw-heat-fill" });
+    fill.style.height = `${Math.round((fraction === null ? 0 : fraction) * 100)}%`;
+    cell.append(fill);
+    cell.addEventListener("click", () => onPick(w.index));
+    strip.append(cell);
+  }
+  return strip;
+}
+
+// One row per worker, stragglers first (the kernel's order): status, progress bar, steps/s, restarts, its own metrics.
+function renderRows(workers, compact, flagged, picked, onPick) {
+  const byIndex = new Map(workers.map((w) => [w.index, w]));
+  const order = ((compact && compact.order) || []).filter((i) => byIndex.has(i));
+  const table = h("table", { class: "nbw-rows" });
+  table.append(h("thead", {}, h("tr", {}, ...["worker", "status", "progress", "steps/s", "restarts", "own metrics"].map((t) => h("th", { text: t })))));
+  const body = h("tbody");
+  for (const index of order.length ? order : workers.map((w) => w.index)) {
+    const w = byIndex.get(index);
+    const fraction = progressFraction(w);
+    const bar = h("div", { class: "nbw-bar" }, h("div", { class: "nbw-bar-fill" }));
+    bar.firstChild.style.width = `${(fraction === null ? 0 : fraction) * 100}%`;
+    const status = h("td", {}, badge(w.status));
+    if (exitText(w)) status.append(` ${exitText(w)}`);
+    const own = Object.entries(w.metrics || {}).map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ");
+    const row = h("tr", { class: `nbw-row${w.index === picked ? " nbw-picked" : ""}`, "data-index": w.index, "data-status": w.status, title: w.detail || "" },
+      h("td", { class: "nbw-row-name" }, flagged.has(w.index) ? h("span", { class: "nbw-flag", title: "errors or warnings in its log", text: "⚠ " }) : "", workerName(w)),
+      status,
+      h("td", {}, h("div", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: progressWords(w) }))),
+      h("td", { class: "nbw-num", text: typeof w.steps_per_sec === "number" ? fmtNumber(w.steps_per_sec) : "" }),
+      h("td", { class: "nbw-num", text: String(w.restarts || 0) }),
+      h("td", { class: "nbw-row-metrics", text: own }),
+    );
+    row.addEventListener("click", () => onPick(w.index));
+    body.append(row);
+  }
+  table.append(body);
+  return table;
+}
+
+// ------------------------------------------------------------------------------------ the browser tab's title
+// A running run's progress in front of the page's title ("[ep 2/5 · 43%] notebook.ipynb"), gone when the run ends
+// or the view goes away. Every view on the page shares one registry (globalThis: anywidget may load this module
+// once per widget); JupyterLab rewrites the title when the current tab changes, so a MutationObserver puts the
+// prefix back in front of its new title.
+
+function titleProgress(c, chief) {
+  if (!c || DONE.has(c.status)) return null;
+  const w = (c.workers || []).find((x) => x.index === chief) || (c.workers || [])[0];
+  if (!w) return null;
+  const fraction = progressFraction(w);
+  const parts = [];
+  if (w.epoch !== null && w.epoch !== undefined) parts.push(w.epochs_total ? `ep ${w.epoch}/${w.epochs_total}` : `ep ${w.epoch}`);
+  else if (w.step !== null && w.step !== undefined) parts.push(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`);
+  if (fraction !== null) parts.push(`${Math.floor(fraction * 100)}%`);
+  return parts.length ? parts.join(" · ") : STATUS_LABELS[c.status] || c.status || null;
+}
+
+function titleRegistry() {
+  if (!globalThis.__nbworkersTitle) globalThis.__nbworkersTitle = { runs: new Map(), prefix: "", observer: null };
+  return globalThis.__nbworkersTitle;
+}
+
+function applyTitle(reg) {
+  const texts = [...reg.runs.values()];
+  const current = document.title;
+  const base = reg.prefix && current.startsWith(reg.prefix) ? current.slice(reg.prefix.length) : current;
+  reg.prefix = texts.length ? `[${texts[texts.length - 1]}${texts.length > 1 ? ` +${texts.length - 1}` : ""}] ` : "";
+  if (current !== reg.prefix + base) document.title = reg.prefix + base;
+  const node = document.querySelector("title");
+  if (texts.length && !reg.observer && node && typeof MutationObserver === "function") {
+    reg.observer = new MutationObserver(() => {
+      if (reg.prefix && !document.title.startsWith(reg.prefix)) applyTitle(reg);
+    });
+    reg.observer.observe(node, { childList: true, characterData: true, subtree: true });
+  } else if (!texts.length && reg.observer) {
+    reg.observer.disconnect();
+    reg.observer = null;
+  }
+}
+
+// `text`: this view's progress, or null to take it off the title.
+function setTitleProgress(id, text) {
+  if (typeof document === "undefined") return;
+  const reg = titleRegistry();
+  if (text) reg.runs.set(id, text);
+  else if (!reg.runs.delete(id)) return;
+  applyTitle(reg);
 }

@@ -1,4 +1,4 @@
-// nbworkers widget, part 2 of 3: the metrics chart (after widget_cards.js, before widget.js).
+// nbworkers widget, part 2 of 3: the metrics chart, and the compact view's band chart (after widget_cards.js, before widget.js).
 
 // Drawn by uPlot (magics/vendor-uplot, MIT): widget.py puts its script in front of this module, which
 // declares `uPlot` here. The kernel sends each worker's history already bounded (widget.py downsample()).
@@ -115,5 +115,89 @@ function drawChart(box, empty, legend, plot, series, metric, only, workers) {
     item.append(swatch, `${w ? workerName(w) : "#" + line.index}: ${fmtNumber(ly)} @ ${fmtNumber(lx)}`);
     legend.append(item);
   }
+  return plot;
+}
+
+// ------------------------------------------------------------------------------------ compact chart (many workers)
+// The kernel sends one step grid for all (compact.py chart_payload): per metric the min-max band of every worker,
+// and the lines of the chief and of the outliers. Drawn: the band (filled), the chief's line, each outlier of this
+// metric as a line of its own colour.
+
+const BAND_FILL = "rgba(37, 99, 235, 0.16)";
+const BAND_EDGE = "rgba(37, 99, 235, 0.35)";
+const OUTLIER_COLORS = ["#dc2626", "#ea580c", "#9333ea", "#be185d", "#65a30d", "#0891b2"];
+
+function bandOptions(node, width, outlierIndices, chief) {
+  const options = chartOptions(node, [], width);
+  const edge = { stroke: BAND_EDGE, width: 1, spanGaps: true, points: { show: false } };
+  options.series.push({ label: "min", ...edge }, { label: "max", ...edge });
+  options.bands = [{ series: [2, 1], fill: BAND_FILL }];
+  options.series.push({ label: `#${chief}`, stroke: COLORS[0], width: 2, spanGaps: true, points: { show: false } });
+  outlierIndices.forEach((index, k) => {
+    options.series.push({ label: `#${index}`, stroke: OUTLIER_COLORS[k % OUTLIER_COLORS.length], width: 1.6, spanGaps: true, points: { show: false } });
+  });
+  return options;
+}
+
+function lastValue(xs, ys) {
+  for (let i = ys.length - 1; i >= 0; i--) if (typeof ys[i] === "number") return [xs[i], ys[i]];
+  return null;
+}
+
+// Draw `metric` of the compact chart into `box`; returns the uPlot in use (rebuilt when the lines drawn change).
+function drawBandChart(box, empty, legend, plot, chart, metric, outliers, chief, workers) {
+  const width = Math.max(240, Math.floor(box.clientWidth || 600));
+  const xs = (chart && chart.x) || [];
+  const band = ((chart && chart.band) || {})[metric];
+  const lineOf = new Map(((chart && chart.lines) || []).map((l) => [l.index, (l.metrics || {})[metric] || []]));
+  const outlierIndices = ((outliers || {})[metric] || []).filter((i) => i !== chief && lineOf.has(i));
+  const chiefYs = lineOf.get(chief) || xs.map(() => null);
+  const series = [band ? band[0] : [], band ? band[1] : [], chiefYs, ...outlierIndices.map((i) => lineOf.get(i))];
+  const points = series.reduce((n, ys) => n + ys.filter((y) => typeof y === "number").length, 0);
+  box.dataset.points = String(points);
+  box.dataset.lines = String(1 + outlierIndices.length);
+  box.dataset.band = band ? "1" : "";
+  box.dataset.outliers = outlierIndices.join(",");
+  legend.replaceChildren();
+  if (!xs.length || !points) {
+    if (plot) plot.destroy();
+    empty.textContent = metric ? `no ${metric} values yet` : "no metrics reported yet";
+    empty.style.display = "";
+    return null;
+  }
+  empty.style.display = "none";
+  const data = [xs, ...series.map((ys) => xs.map((_, i) => (typeof ys[i] === "number" ? ys[i] : null)))];
+  const shape = `band:${chief}:${outlierIndices.join(",")}`;
+  if (plot && plot.nbwShape === shape) {
+    if (plot.width !== width) plot.setSize({ width, height: CHART_HEIGHT });
+    plot.setData(data);
+  } else {
+    if (plot) plot.destroy();
+    plot = new uPlot(bandOptions(box, width, outlierIndices, chief), data, box);
+    plot.nbwShape = shape;
+  }
+  const name = (index) => {
+    const w = workers.find((x) => x.index === index);
+    return w ? workerName(w) : `#${index}`;
+  };
+  const item = (color, text, attrs = {}, fill = false) => {
+    const swatch = h("span", { class: "nbw-swatch" });
+    swatch.style.background = color;
+    if (fill) swatch.style.border = `1px solid ${BAND_EDGE}`;
+    legend.append(h("span", { class: "nbw-legend-item", ...attrs }, swatch, text));
+  };
+  const chiefLast = lastValue(xs, chiefYs);
+  if (chiefLast) item(COLORS[0], `${name(chief)}: ${fmtNumber(chiefLast[1])} @ ${fmtNumber(chiefLast[0])}`, { "data-worker": chief });
+  if (band) {
+    const lo = lastValue(xs, band[0]);
+    const hi = lastValue(xs, band[1]);
+    const range = lo && hi ? `: ${fmtNumber(lo[1])}–${fmtNumber(hi[1])}` : "";
+    const inBand = workers.length - ((outliers || {})[metric] || []).length;
+    item(BAND_FILL, `min–max of ${inBand} worker${inBand === 1 ? "" : "s"}${range}`, { "data-band": "1" }, true);
+  }
+  outlierIndices.forEach((index, k) => {
+    const last = lastValue(xs, lineOf.get(index));
+    item(OUTLIER_COLORS[k % OUTLIER_COLORS.length], `outlier ${name(index)}${last ? `: ${fmtNumber(last[1])}` : ""}`, { "data-worker": index, "data-outlier": "1" });
+  });
   return plot;
 }

@@ -1,6 +1,6 @@
 """``%%worker --backend ray`` on a real two-node Ray cluster started on this machine.
 
-The cluster (tests/ray_helpers.py, shared with tests/test_sessions_ray.py): a head node and a second node
+The cluster (tests/ray_helpers.py, shared with tests/integration/test_sessions_ray.py): a head node and a second node
 (two raylets, one CPU each, on this machine's address), each ``ray start --block`` in a session of its own.
 ``--spread`` puts one worker on each node. The tests that need Ray are skipped, saying so, when it is not
 installed (the ``ray`` extra); the checks of the errors a user without Ray sees always run.

@@ -1,6 +1,6 @@
 """The sidebar's packaging: the committed build matches its TypeScript sources, and this environment's
 JupyterLab lists it enabled (``make setup`` links the build into ``.venv/share/jupyter/labextensions``; a regular
-``pip install`` copies it there: tests/test_packaging.py)."""
+``pip install`` copies it there: tests/integration/test_packaging.py)."""
 
 from __future__ import annotations
 

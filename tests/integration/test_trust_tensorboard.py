@@ -71,7 +71,7 @@ def test_keras_run_summaries_per_worker_and_tensorboard_dies_with_the_kernel(ker
 
     shown = kernel.run("%workers tensorboard tb", timeout=TENSORBOARD_UP_TIMEOUT + 30)
     assert shown.status == "ok", shown.failure
-    url = "/nbworkers/tensorboard/tb/"  # through the Jupyter server (tests/test_serverext.py serves it for real)
+    url = "/nbworkers/tensorboard/tb/"  # through the Jupyter server (tests/integration/test_serverext.py serves it for real)
     assert url in shown.stdout, shown.stdout
     assert any(f'src="{url}"' in d.get("text/html", "") for d in shown.displays), shown.displays
     # TensorBoard itself: on a Unix socket of ours, no TCP port

@@ -2,7 +2,7 @@
 
 - Every import of a private TensorFlow/Keras module (``tensorflow.python…``, ``tensorflow.core…``, ``keras.src…``,
   ``tf_keras.src…``, ``tensorflow_estimator.python…``), function-level ones and module names given as strings
-  included, is under ``distlib/compat/`` (registered in ``internals``; tests/test_internals.py checks the registry).
+  included, is under ``distlib/compat/`` (registered in ``internals``; tests/unit/test_compat_internals.py checks the registry).
 - The import-cycle check tools/lint.py runs over nbworkers finds a ring closed by a function-level import.
 - The eager-context questions the worker side asks never import TensorFlow.
 """

@@ -27,7 +27,7 @@ def test_classification_of_exits():
     assert isinstance(peer, PeerLost)
     crash = classify_exit(1, -9, "")
     assert root_cause([peer, crash]) is crash
-    # the restart policy's part (every rule: tests/test_supervisor_policy.py)
+    # the restart policy's part (every rule: tests/unit/test_run_core_restart_policy.py)
     raised = classify_exit(0, 1, "ValueError: x")
     assert not RestartPolicy(3, 3, 1.0, 30.0).decide(raised).restart
     assert RestartPolicy(1, 3, 1.0, 30.0).decide(crash).restart

@@ -133,7 +133,7 @@ def test_a_hello_with_pid_0_or_1_is_dropped():
     assert wire.validate("hello", {"worker": 0, "gen": 0, "pid": 4242}) is None
 
 
-# Run directories and their files are private (0700 / 0600, whatever the umask): tests/test_rundir.py,
+# Run directories and their files are private (0700 / 0600, whatever the umask): tests/unit/test_rundir.py,
 # test_a_new_run_dir_is_private_and_holds_cell_push_and_empty_logs.
 
 

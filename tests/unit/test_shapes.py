@@ -1,6 +1,6 @@
 """The declared shapes (magics/shapes.py) are the shapes the parts really pass: the snapshot a cluster makes, the
 state file and what the REST API and attach read back, the backend and worker interfaces; and every status has
-a label. mypy checks the signatures (tests/test_lint.py); these check the running code against the declarations."""
+a label. mypy checks the signatures (tests/integration/test_lint.py); these check the running code against the declarations."""
 
 from __future__ import annotations
 
