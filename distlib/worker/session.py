@@ -10,7 +10,7 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
   ``recv``: an idle session costs no CPU;
 - runs ``run``, ``pull`` and ``push`` commands in the main thread, one at a time, in order; ``pull`` sends the
   value to the kernel's data socket and ``push`` brings values in, both as raw frames (``session_data``: the
-  signature covers a SHA-256 of the frames; arrays as ``.npy``, read in place with ``np.frombuffer``);
+  signature covers a Poly1305 MAC of the frames; arrays as ``.npy``, read in place with ``np.frombuffer``);
 - answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
   (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
   plain ``KeyboardInterrupt``, for cells that do not report), and ``abort`` by aborting this process's pending
@@ -221,14 +221,14 @@ class SessionWorker:
                 raise session_values.PullValueError(
                     f"the value is {size / 2**20:.1f} MiB, more than the pull limit "
                     f"({max_bytes / 2**20:.1f} MiB, setting pull_max_bytes): pull a slice, or save it to a file")
-            frames = session_data.pack(self.signer, "pull", {**fields, "value": tree}, blobs)
+            frames = session_data.pack(self.key, self.signer, "pull", {**fields, "value": tree}, blobs)
             if sum(memoryview(f).nbytes for f in frames[:session_data.SIGNED_FRAMES]) > session_data.MAX_JSON_BYTES:
                 raise session_values.PullValueError(
                     "the value's non-array part is larger than 1 MiB: put large data in numpy arrays")
         except BaseException as error:  # the kernel raises it; the session goes on
             if isinstance(error, (SystemExit, KeyboardInterrupt)):
                 error = RuntimeError(f"{type(error).__name__} while evaluating the pull expression")
-            frames = session_data.pack(self.signer, "pull", {**fields, "value": None,
+            frames = session_data.pack(self.key, self.signer, "pull", {**fields, "value": None,
                                                              "error": f"{type(error).__name__}: {error}"[:2000]}, [])
         socket = self._data_socket(str(content.get("data")))
         socket.send_multipart(frames, copy=False, track=True).wait()  # sent: the value may change after this

@@ -113,7 +113,8 @@ class CommandChannel:
             if worker not in self._peers:
                 return False
             self._seq += 1
-            frames = session_data.pack(self._signer, kind, {"seq": self._seq, "gen": self.gen, **fields}, blobs)
+            fields = {"seq": self._seq, "gen": self.gen, **fields}
+            frames = session_data.pack(self._key, self._signer, kind, fields, blobs)
             try:
                 tracker = self._socket.send_multipart([self._peers[worker], *frames], flags=zmq.NOBLOCK,
                                                       copy=False, track=True)

@@ -1,10 +1,10 @@
 """The kernel side of ``Session.pull``: ask a worker for a value, take its reply off the data socket, decode it
 without running anything.
 
-The reply is one data message (``protocol/session_data.py``: signed JSON with the value's tree and the SHA-256 of
+The reply is one data message (``protocol/session_data.py``: signed JSON with the value's tree and a MAC of
 its blobs, then the ``.npy`` headers and array bytes as raw frames). Arrays are numpy views of the received
 frames (``session_values.read_npy``: the ``.npy`` header checked, ``np.frombuffer``, never pickle). A reply that
-is unsigned, for another request, over ``pull_max_bytes``, whose data does not match its digest, that holds a
+is unsigned, for another request, over ``pull_max_bytes``, whose data does not match its MAC, that holds a
 pickle or an object array raises ``PullError`` or is dropped and counted (``DataChannel.dropped``); nothing is
 executed.
 """

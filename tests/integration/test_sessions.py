@@ -288,28 +288,29 @@ def npy_header(array):
     return buffer.getvalue()
 
 def pickled(signer, fields):  # a pickle where an array's .npy header should be
-    return session_data.pack(signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [pickle.dumps(Evil()), b""])
 
 def pickle_tag(signer, fields):  # a pickle, honestly labelled: the kernel never loads one
-    return session_data.pack(signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
                              [pickle.dumps(Evil())])
 
 def object_array(signer, fields):
     array = np.array([Evil()], dtype=object)
-    return session_data.pack(signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [npy_header(array), pickle.dumps(Evil())])
 
-def tampered(signer, fields):  # the payload changed after signing: its digest no longer matches
-    frames = session_data.pack(signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+def tampered(signer, fields):  # the payload changed after signing: its MAC no longer matches
+    frames = session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                                [npy_header(np.zeros(4)), bytes(32)])
     return frames[:-1] + [b"x" * 32]
 
 def wrong_key(signer, fields):  # not signed with the session's key: dropped and counted
-    return session_data.pack(wire.Signer(wire.new_key()), "pull", {{**fields, "value": "forged"}}, [])
+    other = wire.new_key()
+    return session_data.pack(other, wire.Signer(other), "pull", {{**fields, "value": "forged"}}, [])
 
 def other_request(signer, fields):  # well signed, for no pending request: dropped and counted
-    return session_data.pack(signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
+    return session_data.pack(session._key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
 
 results = {{name: pull_with_forged_reply(fn) for name, fn in [
     ("pickle", pickled), ("pickle_tag", pickle_tag), ("object", object_array),

@@ -103,27 +103,31 @@ def test_pickles_only_with_allow_pickle_and_never_in_the_kernels_decoder():
         decode(tree, blobs)
 
 
-def test_data_messages_check_signature_digest_sizes_and_the_cap():
+def test_data_messages_check_signature_mac_sizes_and_the_cap():
     key = wire.new_key()
     signer = wire.Signer(key)
     payload = [b"header", memoryview(np.arange(1000, dtype=np.float32)).cast("B")]
-    frames = session_data.pack(signer, "pull", {"request": "r"}, payload)
+    frames = session_data.pack(key, signer, "pull", {"request": "r"}, payload)
     kind, content, blobs = session_data.unpack(frames, key, max_bytes=10_000)
     assert kind == "pull" and content["request"] == "r" and [b.tobytes() for b in blobs] == [bytes(p) for p in payload]
     with pytest.raises(session_data.DataError, match="more than the limit"):
         session_data.unpack(frames, key, max_bytes=1000)
-    with pytest.raises(session_data.DataError, match="does not match the signed digest"):
+    with pytest.raises(session_data.DataError, match="does not match the signed MAC"):
         session_data.unpack(frames[:-1] + [bytes(4000)], key, max_bytes=10_000)
     with pytest.raises(session_data.DataError, match="do not match the sizes"):
         session_data.unpack(frames[:-1], key, max_bytes=10_000)
     with pytest.raises(session_data.DataError, match="bad signature"):
         session_data.unpack(frames, wire.new_key(), max_bytes=10_000)
+    other = wire.new_key()  # signed by someone else with their own key: refused as well
+    with pytest.raises(session_data.DataError, match="bad signature"):
+        session_data.unpack(session_data.pack(other, wire.Signer(other), "pull", {}, payload), key, max_bytes=10_000)
+    assert frames[5] != session_data.pack(key, signer, "pull", {"request": "r"}, payload)[5]  # a new nonce each time
     forged = list(frames)
     forged[5] = forged[5].replace(b'"r"', b'"s"')
     with pytest.raises(session_data.DataError, match="bad signature"):
         session_data.unpack(forged, key, max_bytes=10_000)
     with pytest.raises(session_data.DataError, match="JSON is larger"):
-        session_data.unpack(session_data.pack(signer, "pull", {"v": "x" * (2 << 20)}, []), key, max_bytes=10)
+        session_data.unpack(session_data.pack(key, signer, "pull", {"v": "x" * (2 << 20)}, []), key, max_bytes=10)
     with pytest.raises(session_data.DataError, match="not a data message"):
         session_data.unpack(frames[:3], key, max_bytes=10_000)
 
