@@ -105,36 +105,6 @@ def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel)
     assert k.value("'tensorflow' in __import__('sys').modules") is False
 
 
-BOARD_FIT = """%%worker --session train --block
-history = distlib.fit(model, dataset, epochs=2, steps_per_epoch=4, verbose=0, callbacks=[distlib.TensorBoard()])
-"""
-READ_BOARD = """%%worker --session train --block
-import glob
-def summary_steps(folder, tag):
-    found = []
-    for path in glob.glob(os.path.join(distlib.tensorboard_dir(), folder, "*tfevents*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            found += [(event.wall_time, event.step) for v in event.summary.value if v.tag == tag]
-    return [step for _, step in sorted(found)]
-board_steps = {"epochs": summary_steps("train", "epoch_loss"), "reports": summary_steps("report", "loss"),
-               "iterations": int(model.optimizer.iterations.numpy())}
-"""
-
-
-def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
-    k = session_kernel
-    for _ in range(2):
-        fitted = k.run(BOARD_FIT)
-        assert not fitted.error, fitted.text
-    read = k.run(READ_BOARD)
-    assert not read.error, read.text
-    steps = k.value("nbworkers.session('train').pull('board_steps', worker=0)")
-    assert steps["epochs"] == [0, 1, 2, 3]  # the second fit's epochs follow the first's, in one run folder
-    reports = steps["reports"]  # at the optimizer's iterations: increasing across both fits, up to the last
-    assert len(reports) >= 4 and reports == sorted(set(reports)) and reports[-1] == steps["iterations"]
-    assert reports[-1] - reports[0] >= 4  # the second fit's 8 steps continue after the first's
-
-
 def test_flags_a_session_cannot_take_are_refused_before_anything_starts(session_kernel):
     k = session_kernel
     for flags, words in (("--chief", "not available with --session"), ("--ps 1", "not available with --session"),
@@ -377,18 +347,57 @@ def test_push_of_an_object_needs_allow_pickle(session_kernel):
     assert k.value("nbworkers.session('train').pull('str(half * 4)')") == "2"
 
 
+BOARD_BUILD = BUILD.replace("%%worker -n 2 --session train --block", "%%worker --session train --block") + """
+import time
+board_t0 = time.time()  # the event files of earlier processes of this session are older
+"""
+BOARD_FIT = """%%worker --session train --block
+history = distlib.fit(model, dataset, epochs=2, steps_per_epoch=4, verbose=0, callbacks=[distlib.TensorBoard()])
+"""
+READ_BOARD = """%%worker --session train --block
+import glob
+def summary_steps(folder, tag):
+    found = []
+    for path in glob.glob(os.path.join(distlib.tensorboard_dir(), folder, "*tfevents*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            found += [(event.wall_time, event.step) for v in event.summary.value
+                      if v.tag == tag and event.wall_time >= board_t0]
+    return [step for _, step in sorted(found)]
+board_steps = {"epochs": summary_steps("train", "epoch_loss"), "reports": summary_steps("report", "loss"),
+               "iterations": int(model.optimizer.iterations.numpy())}
+"""
+
+
+def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
+    k = session_kernel
+    built = k.run(BOARD_BUILD)  # (the processes restarted since the first cells: a model of their own)
+    assert not built.error, built.text
+    for _ in range(2):
+        fitted = k.run(BOARD_FIT)
+        assert not fitted.error, fitted.text
+    read = k.run(READ_BOARD)
+    assert not read.error, read.text
+    steps = k.value("nbworkers.session('train').pull('board_steps', worker=0)")
+    assert steps["epochs"] == [0, 1, 2, 3]  # the second fit's epochs follow the first's, in one run folder
+    reports = steps["reports"]  # at the optimizer's iterations: increasing across both fits, up to the last
+    assert len(reports) >= 4 and reports == sorted(set(reports)) and reports[-1] == steps["iterations"]
+    assert reports[-1] - reports[0] >= 4  # the second fit's 8 steps continue after the first's
+
+
 def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_kernel):
     k = session_kernel
+    first = k.value("nbworkers.session('train').snapshot()['session']['alive_from']")
     k.run("%%worker --session train --block\nkept = 'before the kill'")
+    last = k.value("len(nbworkers.session('train').cells)")
     pid = k.value("nbworkers.session('train').snapshot()['workers'][1]['pid']")
     restarts = k.value("nbworkers.session('train').restarts")
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: k.value("nbworkers.session('train').restarts") > restarts, 60, interval=0.5)
     note = k.value("nbworkers.session('train').lost_note")
-    assert "state of cells 11-12 is gone" in note, note
+    assert f"state of cells {first}-{last} is gone" in note, note
     after = k.run("%%worker --session train --block\nprint('KEPT', 'kept' in globals())")
     assert not after.error, after.text
-    assert "KEPT False" in cell_log(k, 13, 1)
+    assert "KEPT False" in cell_log(k, last + 1, 1)
     stop = k.run("%workers stop train")
     assert not stop.error
     assert k.value("nbworkers.session('train').status") == "stopped"
