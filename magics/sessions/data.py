@@ -6,7 +6,9 @@ for local runs; CurveZMQ with the relay's keys on ``--backend ray``). What it ca
 a frame over ``pull_max_bytes`` plus the JSON allowance cuts the sender's connection before it is buffered
 (``MAXMSGSIZE``), at most ``data_receive_hwm`` messages wait per connection, and a message of more frames or bytes
 than a value may have is released frame by frame and counted (``receive``). Only the notebook's ``pull`` call
-reads it (one at a time, under ``lock``), so nothing accumulates between pulls beyond those few messages.
+reads it (one at a time, under ``lock``), so nothing accumulates between pulls beyond those few messages. As
+for the relay (``run/sockets.py``), libzmq queues a message whole before its first frame can be read: that
+queue only the user's own processes (ipc) or the run's authenticated nodes (CurveZMQ) can fill.
 Frames are received without copying (``recv(copy=False)``); ``session_data.unpack`` checks them.
 """
 
