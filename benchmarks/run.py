@@ -64,14 +64,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
-                        help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,zygote,isolation")
+                        help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
-                                                        "keras_fit", "sessions", "zygote", "isolation"}
+                                                        "keras_fit", "sessions", "data", "zygote", "isolation"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -118,6 +118,10 @@ def main() -> int:
                 results["sessions"] = sessions.bench(
                     kernel, run_root, handdir, env, 1 if args.quick else args.reps, workload=WORKLOAD,
                     hand_launch=hand_launch, first_steps=first_steps, wait_first_steps=wait_first_steps, log=log)
+            if "data" in only:  # a session's push and pull of a 64 MiB array (benchmarks/data.py)
+                import data
+
+                results["data"] = data.bench(kernel, 3 if args.quick else 2 * args.reps + 1, log)
             if "zygote" in only:  # fork server start-up, warm, recovery, memory (benchmarks/zygote.py)
                 import zygote
 

@@ -117,6 +117,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import sessions
 
         rows += sessions.rows(results["sessions"])
+    if results.get("data"):
+        import data
+
+        rows += data.rows(results["data"])
     rss = results.get("rss")
     if rss:
         rows.append(("kernel resident memory: idle with nbworkers / first cluster running / most seen",

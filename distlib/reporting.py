@@ -105,7 +105,7 @@ class Reporter:
         if self._summaries is None:
             self._summaries = ReportSummaries()
         self._summaries.write(metrics, _to_int(fields.get("step")), _to_int(fields.get("epoch")),
-                              _to_int(fields.get("steps_total")))
+                              _to_int(fields.get("steps_total")), iterations=fields.get("iterations"))
 
 
 _reporter: Reporter | None = None
@@ -176,6 +176,8 @@ class ReportCallback(TfKerasProtocol):
             "epoch": epoch,
             "steps_total": self.params.get("steps"),
             "epochs_total": self.params.get("epochs"),
+            # the TensorBoard step (read only when a report is sent): continues across fit calls
+            "iterations": getattr(getattr(self.model, "optimizer", None), "iterations", None),
         }
         reporter().report(fields, force=force)
 

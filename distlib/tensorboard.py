@@ -6,15 +6,24 @@
 ``TensorBoard(**kwargs)`` is the Keras callback of the model's own Keras (tf_keras when ``TF_USE_LEGACY_KERAS=1``,
 else Keras 3) writing there; custom loops use ``tf.summary.create_file_writer(distlib.tensorboard_dir())``.
 
+One timeline per session: a session's worker is one process for all its cells, so every ``fit`` cell writes into
+the same run folders, and the steps continue instead of starting again at each ``fit``: ``TensorBoard``'s epoch
+summaries are numbered after the epochs this process already wrote there (unless the fit starts at a later
+``initial_epoch`` itself), and the reports' summaries are at the optimizer's ``iterations`` (its update count,
+which every ``fit`` on the same model continues).
+
 ``report()``'s metrics are written there too (``<task>/report``), through ``ReportSummaries``: only once
 TensorFlow is imported by the cell (a cell without TensorFlow never pays its import), only for the reports that
-are sent (throttled), at the global step, in eager mode only (an Estimator writes its own summaries).
+are sent (throttled), at the optimizer's iterations when the report comes from a Keras callback
+(``ReportCallback``, ``distlib.fit``), else at the global step, in eager mode only (an Estimator writes its own
+summaries).
 ``NBWORKERS_TENSORBOARD=0`` turns that off. A sent report costs about 1-2 ms more this way (2 metrics, measured
 on this project's machine), at most 4 a second.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -43,15 +52,45 @@ def tensorboard_dir(*parts: str) -> str:
 
 
 def TensorBoard(**kwargs: Any):  # noqa: N802 (a callback class in the user's eyes)
-    """``keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), **kwargs)`` of the Keras the cell uses."""
+    """``keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), **kwargs)`` of the Keras the cell uses, its epochs
+    continuing across the process's ``fit`` calls (a session's cells)."""
     kwargs.setdefault("log_dir", tensorboard_dir())
     if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"):
         import tf_keras
 
-        return tf_keras.callbacks.TensorBoard(**kwargs)
+        return _continuing(tf_keras.callbacks.TensorBoard)(**kwargs)
     import keras
 
-    return keras.callbacks.TensorBoard(**kwargs)
+    return _continuing(keras.callbacks.TensorBoard)(**kwargs)
+
+
+_epochs_written: dict[str, int] = {}  # log_dir -> epochs this process's fits wrote there (a session's cells)
+
+
+@functools.cache
+def _continuing(base: type) -> type:
+    """``base`` (a Keras TensorBoard class) numbering its epoch summaries after those already written."""
+
+    class ContinuingTensorBoard(base):  # type: ignore[valid-type, misc]
+        _offset: int | None = None
+
+        def on_train_begin(self, logs=None):
+            self._offset = None
+            super().on_train_begin(logs)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self._offset is None:  # a fit from initial_epoch=k past what was written continues as it is
+                self._offset = max(0, _epochs_written.get(str(self.log_dir), 0) - epoch)
+            super().on_epoch_begin(epoch + self._offset, logs)
+
+        def on_epoch_end(self, epoch, logs=None):
+            offset = self._offset or 0
+            super().on_epoch_end(epoch + offset, logs)
+            key = str(self.log_dir)
+            _epochs_written[key] = max(_epochs_written.get(key, 0), epoch + offset + 1)
+
+    ContinuingTensorBoard.__name__ = ContinuingTensorBoard.__qualname__ = "TensorBoard"
+    return ContinuingTensorBoard
 
 
 class ReportSummaries:
@@ -62,7 +101,8 @@ class ReportSummaries:
         self._writer: Any = None
         self._last_step = 0
 
-    def write(self, metrics: dict[str, float], step: int | None, epoch: int | None, steps_total: int | None) -> None:
+    def write(self, metrics: dict[str, float], step: int | None, epoch: int | None, steps_total: int | None,
+              iterations: Any = None) -> None:
         if not self.enabled or not metrics or "tensorflow" not in sys.modules:
             return
         try:
@@ -71,7 +111,8 @@ class ReportSummaries:
                 return
             if self._writer is None:
                 self._writer = tf.summary.create_file_writer(tensorboard_dir(REPORT_RUN))
-            x = _global_step(step, epoch, steps_total)
+            x = _count(iterations)  # the optimizer's updates: continues across fit calls
+            x = _global_step(step, epoch, steps_total) if x is None else x
             x = self._last_step + 1 if x is None else x
             self._last_step = x
             with self._writer.as_default():
@@ -81,6 +122,18 @@ class ReportSummaries:
         except Exception as error:  # summaries are a convenience: never break the training they describe
             self.enabled = False
             print(f"nbworkers: report() stopped writing TensorBoard summaries: {error!r}", file=sys.stderr)
+
+
+def _count(variable: Any) -> int | None:
+    """An optimizer's ``iterations`` (a tf / Keras variable) as an int; None when there is none (or it is 0)."""
+    if variable is None:
+        return None
+    try:
+        value = variable.numpy() if hasattr(variable, "numpy") else variable
+        count = int(value)
+    except (TypeError, ValueError):
+        return None
+    return count if count > 0 else None
 
 
 def _global_step(step: int | None, epoch: int | None, steps_total: int | None) -> int | None:

@@ -120,7 +120,10 @@ class WorkerSettings(Configurable):
                                      config=True)
     pull_timeout = Float(120.0, help="Seconds Session.pull waits for a worker's reply.").tag(config=True)
     pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
-    pull_chunk_bytes = Int(2**20, help="Raw bytes per pull reply message (sent base64 in JSON).").tag(config=True)
+    push_max_bytes = Int(2**30, help="Largest value (bytes of array or pickled data) Session.push or scatter sends to "
+                         "one worker.").tag(config=True)
+    data_receive_hwm = Int(2, help="Pull replies (each up to pull_max_bytes) queued per worker in the kernel before "
+                           "the worker waits.").tag(config=True)
     # what a blocking wait leaves in the cell, and how the widget notices a dead kernel
     echo_lines = Int(200, help="Lines per worker a blocking wait (--block, %workers wait) writes into the cell as "
                      "they come, prefixed [i]; then only a count, and the last echo_tail_lines at the end. "
@@ -138,7 +141,7 @@ class WorkerSettings(Configurable):
         config=True)
     # every limit on what workers (or anyone who reaches the relay) can make the kernel hold
     relay_max_message_bytes = Int(8 * 2**20, help="Largest relay message (bytes) the kernel accepts; a bigger frame "
-                                  "closes the sender's connection. Room for `pull` chunks (1 MiB base64 in JSON).").tag(
+                                  "closes the sender's connection.").tag(
                                       config=True)
     relay_receive_hwm = Int(100, help="Relay messages queued per sender in the kernel before senders wait.").tag(
         config=True)

@@ -13,20 +13,21 @@ sender (``client_curve``), so only the run's nodes can connect and nobody on the
 Commands (``msg_type``; content fields):
 
 - ``run``        seq, gen, cell (int), code (str)
-- ``pull``       seq, gen, request (str), expression (str), max_bytes (int), chunk_bytes (int)
+- ``pull``       seq, gen, request (str), expression (str), max_bytes (int), data (the address of the kernel's
+                 data socket): the worker sends the value there as a ``pull`` data message (``session_data``:
+                 request, worker, gen, value (the tree), error (str or None); the blobs as raw frames)
+- ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
 - ``shutdown``   seq, gen: leave the cell loop; the worker exits
 
-Relay kinds added to ``wire.KINDS``:
+The relay kind added to ``wire.KINDS``:
 
 - ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
   (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
   were aborted in this process), step (optional int: the last training step it reported in the cell)
-- ``pull``  request (str), index, count, size (ints: chunk number, number of chunks, total payload bytes),
-  data (base64 of at most ``chunk_bytes`` raw bytes), meta (chunk 0: the JSON value tree), error (str or None)
 
 Cell output is split by marker lines the worker prints around each cell (``marker``), so the kernel gives
 every line of output to the cell that printed it.
@@ -45,11 +46,10 @@ from nbworkers.protocol import env_settings
 ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
 ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
 
-COMMANDS = ("ready", "run", "pull", "interrupt", "pause", "resume", "abort", "shutdown")
+COMMANDS = ("ready", "run", "pull", "push", "interrupt", "pause", "resume", "abort", "shutdown")
 CELL_EVENTS = ("start", "end", "paused")
 CELL_STATUSES = ("ok", "error", "interrupted")
 MAX_TRACEBACK_CHARS = 20_000  # of a failed cell's traceback sent to the kernel (the log keeps it whole)
-MAX_PULL_CHUNKS = 100_000
 MARKER = re.compile(r"^--- nbworkers: cell (\d+) (start|end) ---\r?\n", re.M)
 
 
@@ -73,7 +73,7 @@ def _is_int(value: Any) -> bool:
 
 
 def validate(kind: str, content: dict[str, Any]) -> str | None:
-    """The ``cell`` and ``pull`` relay kinds' own fields (``wire.validate`` checked worker and gen)."""
+    """The ``cell`` relay kind's own fields (``wire.validate`` checked worker and gen)."""
     if kind == "cell":
         if content.get("event") not in CELL_EVENTS:
             return f"unknown cell event {content.get('event')!r}"
@@ -92,21 +92,6 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
             if content.get("step") is not None and not _is_int(content["step"]):
                 return "step is not an int"
         return None
-    if kind == "pull":
-        if not isinstance(content.get("request"), str) or not 0 < len(content["request"]) <= 64:
-            return "request is not a short str"
-        for name in ("index", "count", "size"):
-            if not _is_int(content.get(name)) or content[name] < 0:
-                return f"{name} is not a non-negative int"
-        if not 0 < content["count"] <= MAX_PULL_CHUNKS or content["index"] >= content["count"]:
-            return "index/count out of range"
-        if not isinstance(content.get("data", ""), str):
-            return "data is not a str"
-        if content.get("error") is not None and not isinstance(content["error"], str):
-            return "error is not a str"
-        if content.get("meta") is not None and not isinstance(content["meta"], dict):
-            return "meta is not an object"
-        return None
     return f"not a session kind: {kind!r}"
 
 
@@ -118,9 +103,9 @@ def verify(frames: list[bytes], key: str | bytes) -> tuple[str, dict[str, Any]] 
     except ValueError:
         return None
     parts = frames[at + 1:]
-    if len(parts) != 5:
+    if len(parts) < 5:  # a data message's blobs follow (session_data checks them)
         return None
-    signature, header, parent, metadata, content = parts
+    signature, header, parent, metadata, content = parts[:5]
     digest = hmac.new(key.encode("ascii") if isinstance(key, str) else key, digestmod=hashlib.sha256)
     for part in (header, parent, metadata, content):
         digest.update(part)

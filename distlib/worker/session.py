@@ -8,7 +8,9 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
 - listens for the kernel's commands on a DEALER socket in a thread of its own (``session_wire``: signed,
   generation- and sequence-checked; CurveZMQ with the relay's keys on ``--backend ray``) that blocks in
   ``recv``: an idle session costs no CPU;
-- runs ``run`` and ``pull`` commands in the main thread, one at a time, in order;
+- runs ``run``, ``pull`` and ``push`` commands in the main thread, one at a time, in order; ``pull`` sends the
+  value to the kernel's data socket and ``push`` brings values in, both as raw frames (``session_data``: the
+  signature covers a Poly1305 MAC of the frames; arrays as ``.npy``, read in place with ``np.frombuffer``);
 - answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
   (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
   plain ``KeyboardInterrupt``, for cells that do not report), and ``abort`` by aborting this process's pending
@@ -23,8 +25,6 @@ its status and traceback. A cell's last expression is printed (``repr``) as IPyt
 from __future__ import annotations
 
 import ast
-import base64
-import json
 import linecache
 import os
 import queue
@@ -34,10 +34,11 @@ import threading
 import traceback
 import types
 import uuid
+from typing import Any
 
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
-from nbworkers.protocol import session_wire, wire
+from nbworkers.protocol import session_data, session_wire, wire
 
 
 class SessionWorker:
@@ -47,6 +48,8 @@ class SessionWorker:
         self.index = int(os.environ.get(wire.ENV_WORKER, "0"))
         self.gen = int(os.environ.get(wire.ENV_GENERATION, "0"))
         self.sender = wire.process_sender()
+        self.signer = wire.Signer(self.key)
+        self._data: tuple[str, Any] | None = None  # the kernel's data socket: (address, PUSH socket)
         self.commands: queue.Queue = queue.Queue()
         self.in_cell = False
         self.cell = 0
@@ -76,8 +79,8 @@ class SessionWorker:
         socket.send_multipart(signer.frames("ready", {"worker": self.index, "gen": self.gen}))
         last_seq = 0
         while True:
-            frames = socket.recv_multipart()  # blocks: no polling while idle
-            message = session_wire.verify(frames, self.key)
+            frames = socket.recv_multipart(copy=False)  # blocks: no polling while idle; blobs are not copied
+            message = session_wire.verify([f.bytes for f in frames[:session_data.SIGNED_FRAMES]], self.key)
             if message is None:
                 self.dropped += 1
                 continue
@@ -89,6 +92,8 @@ class SessionWorker:
             last_seq = seq
             if kind in ("run", "pull", "shutdown"):
                 self.commands.put((kind, content))
+            elif kind == "push":
+                self.commands.put((kind, frames))
             elif kind == "interrupt" and content.get("cell") == self.cell:
                 self.interrupt()
             elif kind == "pause" and content.get("cell") == self.cell and self.in_cell:
@@ -146,6 +151,8 @@ class SessionWorker:
                 self.run_cell(int(content["cell"]), str(content["code"]))
             elif kind == "pull":
                 self.pull(content)
+            elif kind == "push":
+                self.push(content)
 
     def run_cell(self, cell: int, code: str) -> None:
         filename = f"<session cell {cell}>"
@@ -201,35 +208,60 @@ class SessionWorker:
         sys.stderr.flush()
 
     def pull(self, content: dict) -> None:
+        """Evaluate the expression and send its value to the kernel's data socket (or the error, as text)."""
         from nbworkers.protocol import session_values  # lazily: NumPy, only when the kernel pulls a value
 
-        request = str(content.get("request"))
+        fields = {"request": str(content.get("request")), "worker": self.index, "gen": self.gen, "error": None}
         max_bytes = int(content.get("max_bytes") or 0)
-        chunk = max(1, int(content.get("chunk_bytes") or 1 << 20))
         try:
             value = eval(compile(str(content.get("expression")), "<pull>", "eval"), self.namespace)
             tree, blobs = session_values.encode(value)
-            sizes = [len(b) for b in blobs]
-            meta = {"value": tree, "blobs": sizes}
-            if len(json.dumps(meta, allow_nan=False)) > chunk:
+            size = sum(memoryview(b).nbytes for b in blobs)
+            if max_bytes and size > max_bytes:
                 raise session_values.PullValueError(
-                    "the value's non-array part is larger than one message: put large data in numpy arrays")
-            payload = b"".join(blobs)
-            if max_bytes and len(payload) > max_bytes:
-                raise session_values.PullValueError(
-                    f"the value is {len(payload) / 2**20:.1f} MiB, more than the pull limit "
+                    f"the value is {size / 2**20:.1f} MiB, more than the pull limit "
                     f"({max_bytes / 2**20:.1f} MiB, setting pull_max_bytes): pull a slice, or save it to a file")
+            frames = session_data.pack(self.key, self.signer, "pull", {**fields, "value": tree}, blobs)
+            if sum(memoryview(f).nbytes for f in frames[:session_data.SIGNED_FRAMES]) > session_data.MAX_JSON_BYTES:
+                raise session_values.PullValueError(
+                    "the value's non-array part is larger than 1 MiB: put large data in numpy arrays")
         except BaseException as error:  # the kernel raises it; the session goes on
             if isinstance(error, (SystemExit, KeyboardInterrupt)):
                 error = RuntimeError(f"{type(error).__name__} while evaluating the pull expression")
-            self._send("pull", request=request, index=0, count=1, size=0, data="", meta=None,
-                       error=f"{type(error).__name__}: {error}"[:2000])
-            return
-        count = max(1, -(-len(payload) // chunk))
-        for i in range(count):
-            piece = payload[i * chunk:(i + 1) * chunk]
-            self._send("pull", request=request, index=i, count=count, size=len(payload),
-                       data=base64.b64encode(piece).decode("ascii"), meta=meta if i == 0 else None, error=None)
+            frames = session_data.pack(self.key, self.signer, "pull", {**fields, "value": None,
+                                                             "error": f"{type(error).__name__}: {error}"[:2000]}, [])
+        socket = self._data_socket(str(content.get("data")))
+        socket.send_multipart(frames, copy=False, track=True).wait()  # sent: the value may change after this
+
+    def push(self, frames: list) -> None:
+        """Assign the pushed values in the namespace (the kernel signed them; pickles only if it sent some)."""
+        from nbworkers.protocol import session_values
+
+        try:
+            _, content, blobs = session_data.unpack(frames, self.key, max_bytes=1 << 62)
+            values = session_values.decode(content.get("values"), blobs, allow_pickle=True, source="the push")
+            if not isinstance(values, dict):
+                raise session_data.DataError("the pushed values are not a dict")
+            self.namespace.update(values)
+        except Exception as error:
+            print(f"nbworkers: a push was refused: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+    def _data_socket(self, address: str):
+        """A PUSH socket to the kernel's data socket, connected on the first pull (CurveZMQ on ``--backend ray``)."""
+        if self._data is None or self._data[0] != address:
+            import zmq
+
+            if self._data is not None:
+                self._data[1].close(linger=0)
+            socket: Any = zmq.Context.instance().socket(zmq.PUSH)
+            socket.setsockopt(zmq.LINGER, 0)
+            curve = session_wire.client_curve(os.environ)
+            if curve is not None:
+                socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = (
+                    k.encode("ascii") for k in curve)
+            socket.connect(address)
+            self._data = (address, socket)
+        return self._data[1]
 
     def _send(self, kind: str, **fields) -> None:
         if self.sender is not None:

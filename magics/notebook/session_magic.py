@@ -48,7 +48,8 @@ def check_session_args(args: Namespace) -> None:
     used = [flag for attr, flag in LAUNCH_ONLY if getattr(args, attr, None)]
     if used:
         raise LaunchError(f"{', '.join(used)}: not available with --session (a session's workers are all "
-                          "'worker' tasks running the same cells; --push: assign the values in a cell).")
+                          "'worker' tasks running the same cells; --push: use "
+                          "nbworkers.session(NAME).push(name=value)).")
 
 
 def run_session_cell(magics: Any, args: Namespace, cell: str):

@@ -25,7 +25,7 @@ import zmq
 
 from nbworkers.magics.run import sockets
 from nbworkers.magics.settings import settings
-from nbworkers.protocol import session_wire, wire
+from nbworkers.protocol import session_data, session_wire, wire
 from nbworkers.protocol.relay_curve import CurveServer
 
 MAX_FRAMES = 8  # routing id, <IDS|MSG>, signature, header, parent, metadata, content (a worker's `ready`)
@@ -103,6 +103,29 @@ class CommandChannel:
                 except (zmq.Again, zmq.ZMQError):  # gone (killed): the supervisor sees its exit
                     pass
         return reached
+
+    def send_data(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any],
+                  timeout: float = 120.0) -> bool:
+        """Send one data message (``session_data.pack``: ``fields`` signed, ``blobs`` as raw frames sent from their
+        own memory) to ``worker``; returns once libzmq is done with the blobs' memory (so the caller may change
+        them), False when the worker was not reached."""
+        with self._lock:
+            if worker not in self._peers:
+                return False
+            self._seq += 1
+            fields = {"seq": self._seq, "gen": self.gen, **fields}
+            frames = session_data.pack(self._key, self._signer, kind, fields, blobs)
+            try:
+                tracker = self._socket.send_multipart([self._peers[worker], *frames], flags=zmq.NOBLOCK,
+                                                      copy=False, track=True)
+            except (zmq.Again, zmq.ZMQError):
+                return False
+        try:
+            if tracker is not None:
+                tracker.wait(timeout)
+        except zmq.NotDone:
+            return False
+        return True
 
     def close(self) -> None:
         with self._lock:

@@ -1,26 +1,22 @@
-"""The kernel side of ``Session.pull``: reassemble a worker's reply and decode it without running anything.
+"""The kernel side of ``Session.pull``: ask a worker for a value, take its reply off the data socket, decode it
+without running anything.
 
-A reply is JSON (the value tree, validated by ``session_wire``) plus ``.npy`` bytes in base64 chunks. Arrays are
-read with ``numpy.lib.format.read_array(..., allow_pickle=False)`` after checking the ``.npy`` magic: a pickle,
-an ``.npz``, an object array, a reply larger than announced or than ``pull_max_bytes``, chunks out of order,
-bad base64 or a tree naming a blob that does not exist all raise ``PullError`` and nothing is executed.
+The reply is one data message (``protocol/session_data.py``: signed JSON with the value's tree and a MAC of
+its blobs, then the ``.npy`` headers and array bytes as raw frames). Arrays are numpy views of the received
+frames (``session_values.read_npy``: the ``.npy`` header checked, ``np.frombuffer``, never pickle). A reply that
+is unsigned, for another request, over ``pull_max_bytes``, whose data does not match its MAC, that holds a
+pickle or an object array raises ``PullError`` or is dropped and counted (``DataChannel.dropped``); nothing is
+executed.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
-import math
 import threading
 import time
 import uuid
 from typing import Any
 
-from nbworkers.protocol.session_values import TAG
-
-NPY_MAGIC = b"\x93NUMPY"
-FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+from nbworkers.protocol import session_data, session_values
 
 
 class PullError(RuntimeError):
@@ -28,105 +24,43 @@ class PullError(RuntimeError):
 
 
 class PullRequest:
-    """One pending pull: chunks are fed from the supervisor thread, ``result()`` waits in the caller's."""
+    """One pending pull: the session fails it (``fail``) when its processes restart or it ends."""
 
-    def __init__(self, request: str, worker: int, gen: int, max_bytes: int):
-        self.request, self.worker, self.gen, self.max_bytes = request, worker, gen, max_bytes
-        self._chunks: list[bytes] = []
-        self._meta: dict | None = None
-        self._size = 0
-        self._error: str | None = None
-        self._done = threading.Event()
+    def __init__(self, request: str, worker: int, gen: int):
+        self.request, self.worker, self.gen = request, worker, gen
+        self.error: str | None = None
+        self._failed = threading.Event()
 
     @property
-    def done(self) -> bool:
-        return self._done.is_set()
+    def failed(self) -> bool:
+        return self._failed.is_set()
 
     def fail(self, message: str) -> None:
-        if not self._done.is_set():
-            self._error = message
-            self._done.set()
-
-    def feed(self, content: dict[str, Any]) -> None:
-        """One ``pull`` relay message (already signature- and schema-checked) for this request."""
-        if self._done.is_set():
-            return
-        index, count, size = content["index"], content["count"], content["size"]
-        if content.get("error"):
-            return self.fail(f"worker {self.worker}: {content['error']}")
-        if index != len(self._chunks):
-            return self.fail(f"refused worker {self.worker}'s reply: chunk {index} arrived out of order")
-        if size > self.max_bytes:
-            return self.fail(f"refused worker {self.worker}'s reply: {size} bytes, more than the pull limit "
-                             f"({self.max_bytes} bytes, setting pull_max_bytes)")
-        if index == 0:
-            if not isinstance(content.get("meta"), dict):
-                return self.fail(f"refused worker {self.worker}'s reply: its first chunk has no value")
-            self._meta, self._size = content["meta"], size
-        elif size != self._size or content.get("meta") is not None:
-            return self.fail(f"refused worker {self.worker}'s reply: chunks disagree about its size")
-        try:
-            data = base64.b64decode(content.get("data") or "", validate=True)
-        except (binascii.Error, ValueError):
-            return self.fail(f"refused worker {self.worker}'s reply: chunk {index} is not base64")
-        self._chunks.append(data)
-        received = sum(len(c) for c in self._chunks)
-        if received > size:
-            return self.fail(f"refused worker {self.worker}'s reply: more bytes than announced")
-        if index + 1 == count:
-            if received != size:
-                return self.fail(f"refused worker {self.worker}'s reply: {received} bytes of {size} announced")
-            self._done.set()
-
-    def result(self, timeout: float) -> Any:
-        if not self._done.wait(timeout):
-            raise PullError(f"no reply from worker {self.worker} in {timeout:g} s (setting pull_timeout)")
-        if self._error is not None:
-            raise PullError(self._error)
-        return decode(self._meta or {}, b"".join(self._chunks), self.worker)
+        if not self._failed.is_set():
+            self.error = message
+            self._failed.set()
 
 
-def decode(meta: dict[str, Any], payload: bytes, worker: int = 0) -> Any:
-    """The value of a reply: JSON values as they are, ``{TAG: "array"}`` as numpy arrays (never pickle)."""
-    sizes = meta.get("blobs")
-    if (not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes)
-            or sum(sizes) != len(payload)):
-        raise PullError(f"refused worker {worker}'s reply: its array sizes do not add up")
-    blobs, at = [], 0
-    for n in sizes:
-        blobs.append(payload[at:at + n])
-        at += n
-
-    def walk(item: Any, depth: int) -> Any:
-        if depth > 200:
-            raise PullError(f"refused worker {worker}'s reply: nested too deep")
-        if isinstance(item, list):
-            return [walk(x, depth + 1) for x in item]
-        if isinstance(item, dict):
-            if TAG not in item:
-                return {str(k): walk(v, depth + 1) for k, v in item.items()}
-            if item[TAG] == "float" and item.get("value") in FLOATS:
-                return FLOATS[item["value"]]
-            if item[TAG] == "array" and isinstance(item.get("blob"), int) and 0 <= item["blob"] < len(blobs):
-                return read_npy(blobs[item["blob"]], worker)
-            raise PullError(f"refused worker {worker}'s reply: unknown encoded value {str(item)[:80]}")
-        if item is None or isinstance(item, (bool, int, float, str)):
-            return item
-        raise PullError(f"refused worker {worker}'s reply: a {type(item).__name__} in the value")
-
-    return walk(meta.get("value"), 0)
-
-
-def read_npy(blob: bytes, worker: int = 0) -> Any:
-    """One ``.npy`` file's array; anything else (a pickle, an ``.npz``, an object array) is refused."""
-    if not blob.startswith(NPY_MAGIC):
-        raise PullError(f"refused worker {worker}'s reply: an array that is not .npy data (pickles are never loaded)")
-    import numpy as np
-
-    try:
-        return np.lib.format.read_array(io.BytesIO(blob), allow_pickle=False)
-    except Exception as error:  # object arrays raise ValueError with allow_pickle=False; truncated data too
-        raise PullError(f"refused worker {worker}'s reply: bad .npy data ({type(error).__name__}: {error})") from None
+def wait_for_worker(session, worker: int, what: str) -> None:
+    """Return once ``worker`` can take a command: after the cells submitted before the call (an Interrupt in
+    the notebook stops waiting), and once the workers are (re)started; ``PullError`` when the session ended."""
+    session._check_index(worker)
+    while True:
+        cell = session.last_pending_cell()
+        if cell is None:
+            break
+        cell.wait(raise_on_failure=False)
+    deadline = time.monotonic() + session.settings.pull_timeout
+    while True:  # the workers may still be starting (or restarting)
+        with session._lock:
+            if session._done.is_set() or session._core.stopping:
+                raise PullError(f"session {session.name!r} is {session.status}: nothing to {what}")
+            if not session._core.restart_pending and worker in session._channel.ready_workers():
+                return
+        if time.monotonic() > deadline:
+            raise PullError(f"worker {worker} of session {session.name!r} was not ready in "
+                            f"{session.settings.pull_timeout:g} s (setting pull_timeout)")
+        time.sleep(0.05)
 
 
 def pull(session, expression: str, worker: int = 0, timeout: float | None = None) -> Any:
@@ -140,35 +74,55 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
     except SyntaxError as error:
         raise PullError(f"pull({expression!r}): not an expression ({error.msg}); use a name or an "
                         "expression such as model.get_weights(), not a statement") from None
-    session._check_index(worker)
-    while True:  # after the cells submitted before it (an Interrupt in the notebook stops waiting)
-        cell = session.last_pending_cell()
-        if cell is None:
-            break
-        cell.wait(raise_on_failure=False)
-    deadline = time.monotonic() + session.settings.pull_timeout
-    while True:  # the workers may still be starting (or restarting)
+    wait_for_worker(session, worker, "pull from")
+    data = session.data_channel
+    with data.lock:
         with session._lock:
-            if session._done.is_set() or session._core.stopping:
-                raise PullError(f"session {session.name!r} is {session.status}: nothing to pull from")
-            ready = not session._core.restart_pending and worker in session._channel.ready_workers()
-            if ready:
-                request = PullRequest(uuid.uuid4().hex, worker, session.state.generation,
-                                      session.settings.pull_max_bytes)
-                session._pulls[request.request] = request
-                reached = session._channel.send(
-                    "pull", workers=[worker], request=request.request, expression=expression,
-                    max_bytes=session.settings.pull_max_bytes, chunk_bytes=session.settings.pull_chunk_bytes,
-                )
-                if not reached:
-                    request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")
-                break
-        if time.monotonic() > deadline:
-            raise PullError(f"worker {worker} of session {session.name!r} was not ready in "
-                            f"{session.settings.pull_timeout:g} s (setting pull_timeout)")
-        time.sleep(0.05)
-    try:
-        return request.result(timeout or session.settings.pull_timeout)
-    finally:
-        with session._lock:
-            session._pulls.pop(request.request, None)
+            request = PullRequest(uuid.uuid4().hex, worker, session.state.generation)
+            session._pulls[request.request] = request
+            reached = session._channel.send(
+                "pull", workers=[worker], request=request.request, expression=expression,
+                max_bytes=session.settings.pull_max_bytes, data=data.address,
+            )
+        if not reached:
+            request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")
+        try:
+            return _receive(session, data, request, timeout or session.settings.pull_timeout)
+        finally:
+            with session._lock:
+                session._pulls.pop(request.request, None)
+
+
+def _receive(session, data, request: PullRequest, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    source = f"worker {request.worker}'s reply"
+    while not request.failed:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise PullError(f"no reply from worker {request.worker} in {timeout:g} s (setting pull_timeout)")
+        frames = data.receive(min(remaining, 0.2))
+        if frames is None:
+            continue
+        try:
+            kind, content, blobs = session_data.unpack(frames, session._key, session.settings.pull_max_bytes)
+        except session_data.DataError as error:
+            if "more than the limit" in str(error) and _is_for(frames, request):
+                raise PullError(f"refused {source}: {error} (setting pull_max_bytes)") from None
+            data.dropped += 1
+            continue
+        if (kind != "pull" or content.get("request") != request.request or content.get("worker") != request.worker
+                or content.get("gen") != request.gen):
+            data.dropped += 1  # another (earlier, abandoned) request's reply, or a confused sender
+            continue
+        if content.get("error"):
+            raise PullError(f"worker {request.worker}: {str(content['error'])[:2000]}")
+        try:
+            return session_values.decode(content.get("value"), blobs, allow_pickle=False, source=source)
+        except session_values.ValueDecodeError as error:
+            raise PullError(str(error)) from None
+    raise PullError(request.error or "the pull was abandoned")
+
+
+def _is_for(frames: list[Any], request: PullRequest) -> bool:
+    """Whether an over-limit reply names this request (its JSON only; the signature was checked first)."""
+    return request.request.encode("ascii") in bytes(frames[session_data.SIGNED_FRAMES - 1])

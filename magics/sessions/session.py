@@ -17,7 +17,9 @@ IPython's execution queue); a failed cell cancels the queued ones.
   restarts the processes (state gone).
 - A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
 - ``pull(expression, worker)`` (``magics/sessions/pull.py``): the value of an expression in a worker's namespace,
-  as JSON and ``.npy`` only; it runs after the cells submitted before it.
+  as JSON and ``.npy`` only, on the session's data socket (``data.py``); ``push(name=value)`` and
+  ``scatter(name, array)`` (``push.py``) the other way, on the command socket. Both run after the cells submitted
+  before them and move arrays as raw frames (``protocol/session_data.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings
+from nbworkers.magics.sessions.data import DataChannel
 from nbworkers.magics.sessions.events import Group, WorkerEnd
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.shapes import ClusterSnapshot
@@ -48,6 +51,7 @@ class Session(Cluster):
     def _new_run(self) -> None:  # Cluster.__init__, and restart() of a session that ended
         super()._new_run()
         self._channel: CommandChannel | None = None
+        self._data: DataChannel | None = None
         self.cells: list[SessionCell] = []
         self._cells = SessionCore(self.name, len(self.state.workers), self._timings, clock=time.monotonic)
         self._to_end: list[SessionCell] = []  # concluded under the lock, ended (views, waiters) outside it
@@ -117,6 +121,34 @@ class Session(Cluster):
         from nbworkers.magics.sessions.pull import pull
 
         return pull(self, expression, worker, timeout)
+
+    def push(self, workers: list[int] | None = None, allow_pickle: bool = False, **values: Any) -> list[int]:
+        """Assign each ``name=value`` in the namespaces of ``workers`` (default: every worker), after the cells
+        submitted before this call: numbers, strings, None, lists, dicts, numpy arrays (as ``.npy``). Other
+        objects only with ``allow_pickle=True`` (pickled here, unpickled in the workers). Returns the workers.
+        Raises ``PushError`` (a ``PullError``) when a value cannot travel or a worker cannot be reached."""
+        from nbworkers.magics.sessions.push import push
+
+        return push(self, values, workers, allow_pickle)
+
+    def scatter(self, name: str, array: Any, workers: list[int] | None = None) -> list[tuple[int, int]]:
+        """Give each of ``workers`` (default: all) its shard of ``array`` along axis 0 as ``name`` (as
+        ipyparallel's scatter: ``numpy.array_split``). Returns each worker's (start, stop) rows."""
+        from nbworkers.magics.sessions.push import scatter
+
+        return scatter(self, name, array, workers)
+
+    def _drop_counts(self) -> dict[str, int]:
+        counts = super()._drop_counts()
+        if self._data is not None:
+            counts["data"] = self._data.dropped  # data messages refused (unsigned, oversized, not for a pull)
+        return counts
+
+    @property
+    def data_channel(self) -> DataChannel:
+        """The socket pull replies arrive on (bound with the command socket)."""
+        assert self._data is not None, f"session {self.name!r} was not started"
+        return self._data
 
     def last_pending_cell(self) -> SessionCell | None:
         """The cell a call made now runs after (the last queued, else the running one); None: idle."""
@@ -214,10 +246,14 @@ class Session(Cluster):
         try:
             super().start()
         except BaseException:
-            if self._channel is not None:
-                self._channel.close()
+            self._close_channels()
             raise
         return self
+
+    def _close_channels(self) -> None:
+        for channel in (self._channel, self._data):
+            if channel is not None:
+                channel.close()
 
     def _extra_env(self) -> dict[str, str]:
         return {session_wire.ENV_SESSION: self.name, session_wire.ENV_COMMANDS: self.channel.address}
@@ -226,6 +262,7 @@ class Session(Cluster):
         if self._channel is None:  # bound where the relay is, encrypted as it is (--backend ray: CurveZMQ)
             curve = getattr(self._relay, "curve", None)
             self._channel = CommandChannel(self._key, *self.backend.relay_hosts(), curve=curve)
+            self._data = DataChannel(*self.backend.relay_hosts(), curve=curve)
         self._channel.new_generation(self.state.generation)
         self._logs = LogRouter()
         super()._launch_group()
@@ -240,8 +277,7 @@ class Session(Cluster):
                 for request in self._pulls.values():
                     request.fail(f"session {self.name!r} ended before worker {request.worker} replied")
             self._end_cells()
-            if self._channel is not None:
-                self._channel.close()
+            self._close_channels()
 
     def _periodic(self) -> None:
         self._end_cells()
@@ -284,13 +320,6 @@ class Session(Cluster):
             self._route_log(index, "".join(content["lines"]))
         elif kind == "cell":
             self._on_cell(index, content)
-            return
-        elif kind == "pull":
-            request = self._pulls.get(content["request"])
-            if request is None or request.worker != index or request.gen != content["gen"]:
-                self.relay.drops.note("stale", f"pull reply for no pending request from worker {index}")
-            else:
-                request.feed(content)
             return
         elif kind == "metrics" and current is not None:
             current.workers[index].apply_metrics(content, time.time())

@@ -220,8 +220,9 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
 
 
 HOSTILE = """
-import base64, pickle, threading, time
-from nbworkers.protocol import wire
+import io, pickle, threading, time
+import zmq
+from nbworkers.protocol import session_data, wire
 from nbworkers.magics.sessions.pull import PullError
 session = nbworkers.session("train")
 MARK = {mark!r}
@@ -243,43 +244,47 @@ def pull_with_forged_reply(send):
     while not session._pulls:
         time.sleep(0.01)
     request = next(iter(session._pulls))
-    sender = wire.Sender(session._relay.address, session._key, 0, session.state.generation)
-    send(sender, request)
+    socket = zmq.Context.instance().socket(zmq.PUSH)
+    socket.connect(session.data_channel.address)
+    fields = {{"request": request, "worker": 0, "gen": session.state.generation, "error": None}}
+    socket.send_multipart(send(wire.Signer(session._key), fields))
     thread.join(60)
-    sender.close()
+    socket.close(linger=0)
     return out
 
-def npy_of_pickle(sender, request):
-    data = pickle.dumps(Evil())
-    sender.send("pull", request=request, index=0, count=1, size=len(data), data=base64.b64encode(data).decode(),
-                meta={{"value": {{"__nbw__": "array", "blob": 0}}, "blobs": [len(data)]}}, error=None)
-
-def object_array(sender, request):
-    import io
+def npy_header(array):
     buffer = io.BytesIO()
-    np.save(buffer, np.array([Evil()], dtype=object), allow_pickle=True)
-    data = buffer.getvalue()
-    sender.send("pull", request=request, index=0, count=1, size=len(data), data=base64.b64encode(data).decode(),
-                meta={{"value": {{"__nbw__": "array", "blob": 0}}, "blobs": [len(data)]}}, error=None)
+    np.lib.format.write_array_header_1_0(buffer, np.lib.format.header_data_from_array_1_0(array))
+    return buffer.getvalue()
 
-def oversized(sender, request):
-    sender.send("pull", request=request, index=0, count=2, size=10 * 2**30, data="", meta={{"value": 1, "blobs": []}},
-                error=None)
+def pickled(signer, fields):  # a pickle where an array's .npy header should be
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+                             [pickle.dumps(Evil()), b""])
 
-def bad_base64(sender, request):
-    sender.send("pull", request=request, index=0, count=1, size=3, data="!!!not base64", meta={{"value": 1, "blobs": [3]}},
-                error=None)
+def pickle_tag(signer, fields):  # a pickle, honestly labelled: the kernel never loads one
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
+                             [pickle.dumps(Evil())])
 
-def malformed(sender, request):  # fails the schema: dropped and counted, the genuine reply still arrives
-    sender.send("pull", request=request, index=5, count=1, size=0, data="", meta=None, error=None)
+def object_array(signer, fields):
+    array = np.array([Evil()], dtype=object)
+    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+                             [npy_header(array), pickle.dumps(Evil())])
 
-def wrong_key(sender, request):  # not signed with the session's key: dropped and counted
-    other = wire.Sender(session._relay.address, wire.new_key(), 0, session.state.generation)
-    other.send("pull", request=request, index=0, count=1, size=0, data="", meta={{"value": "forged", "blobs": []}}, error=None)
-    other.close()
+def tampered(signer, fields):  # the payload changed after signing: its MAC no longer matches
+    frames = session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+                               [npy_header(np.zeros(4)), bytes(32)])
+    return frames[:-1] + [b"x" * 32]
 
-results = {{name: pull_with_forged_reply(fn) for name, fn in [("pickle", npy_of_pickle), ("object", object_array),
-           ("oversized", oversized), ("base64", bad_base64), ("malformed", malformed), ("wrong_key", wrong_key)]}}
+def wrong_key(signer, fields):  # not signed with the session's key: dropped and counted
+    other = wire.new_key()
+    return session_data.pack(other, wire.Signer(other), "pull", {{**fields, "value": "forged"}}, [])
+
+def other_request(signer, fields):  # well signed, for no pending request: dropped and counted
+    return session_data.pack(session._key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
+
+results = {{name: pull_with_forged_reply(fn) for name, fn in [
+    ("pickle", pickled), ("pickle_tag", pickle_tag), ("object", object_array),
+    ("tampered", tampered), ("wrong_key", wrong_key), ("other_request", other_request)]}}
 """
 
 
@@ -291,28 +296,108 @@ def test_hostile_pull_replies_are_refused_without_executing_anything(session_ker
     assert not result.error, result.text
     results = k.value("results")
     assert "pickles are never loaded" in results["pickle"]["error"]
+    assert "pickles are never loaded" in results["pickle_tag"]["error"]
     assert "bad .npy data" in results["object"]["error"]
-    assert "pull_max_bytes" in results["oversized"]["error"]
-    assert "not base64" in results["base64"]["error"]
-    assert results["malformed"] == {"value": "genuine"} and results["wrong_key"] == {"value": "genuine"}
+    for name in ("tampered", "wrong_key", "other_request"):  # dropped and counted; the genuine reply arrives
+        assert results[name] == {"value": "genuine"}, name
     assert not mark.exists()  # the pickle's payload never ran
     drops = k.value("dict(nbworkers.session('train')._drop_counts())")
-    assert drops["malformed"] > drops_before["malformed"] and drops["bad_signature"] > drops_before["bad_signature"]
+    assert drops["data"] >= drops_before["data"] + 3
     assert k.value("nbworkers.session('train').pull('1 + 1')") == 2  # the session goes on
+
+
+PUSH_PULL = """
+session = nbworkers.session("train")
+big = np.random.default_rng(0).random(16 * 2**20, dtype=np.float32)  # 64 MiB
+session.push(big=big, config={"lr": 0.01, "layers": [16, 2], "name": "run"})
+back = session.pull("big", worker=1)
+config_back = session.pull("config", worker=0)
+"""
+
+
+def test_push_a_64_mib_array_and_pull_it_back_equal(session_kernel):
+    k = session_kernel
+    result = k.run(PUSH_PULL)
+    assert not result.error, result.text
+    assert k.value("bool(np.array_equal(back, big)) and back.dtype == np.float32 and back.shape == big.shape")
+    assert k.value("config_back") == {"lr": 0.01, "layers": [16, 2], "name": "run"}
+    # the workers' cells see the pushed values
+    cell = k.run("%%worker --session train --block\nprint('PUSHED', big.dtype, big.shape, float(big[:10].sum()))")
+    assert not cell.error, cell.text
+    expected = k.value("float(big[:10].sum())")
+    count = k.value("len(nbworkers.session('train').cells)")
+    for worker in (0, 1):
+        assert f"PUSHED float32 (16777216,) {expected!r}" in "".join(cell_log(k, count, worker))
+
+
+def test_scatter_gives_each_worker_its_shard(session_kernel):
+    k = session_kernel
+    rows = k.value("nbworkers.session('train').scatter('shard', np.arange(10 * 3).reshape(10, 3))")
+    assert [list(r) for r in rows] == [[0, 5], [5, 10]]
+    assert k.value("nbworkers.session('train').pull('shard.tolist()', worker=0)") == [
+        [3 * i, 3 * i + 1, 3 * i + 2] for i in range(5)]
+    assert k.value("nbworkers.session('train').pull('shard[:, 0].tolist()', worker=1)") == [15, 18, 21, 24, 27]
+
+
+def test_push_of_an_object_needs_allow_pickle(session_kernel):
+    k = session_kernel
+    refused = k.run("import fractions\nnbworkers.session('train').push(half=fractions.Fraction(1, 2))")
+    assert "PushError" in refused.error and "allow_pickle=True" in refused.error
+    assert not k.run("nbworkers.session('train').push(half=fractions.Fraction(1, 2), allow_pickle=True)").error
+    assert k.value("nbworkers.session('train').pull('str(half * 4)')") == "2"
+
+
+BOARD_BUILD = BUILD.replace("%%worker -n 2 --session train --block", "%%worker --session train --block") + """
+import time
+board_t0 = time.time()  # the event files of earlier processes of this session are older
+"""
+BOARD_FIT = """%%worker --session train --block
+history = distlib.fit(model, dataset, epochs=2, steps_per_epoch=4, verbose=0, callbacks=[distlib.TensorBoard()])
+"""
+READ_BOARD = """%%worker --session train --block
+import glob
+def summary_steps(folder, tag):
+    found = []
+    for path in glob.glob(os.path.join(distlib.tensorboard_dir(), folder, "*tfevents*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            found += [(event.wall_time, event.step) for v in event.summary.value
+                      if v.tag == tag and event.wall_time >= board_t0]
+    return [step for _, step in sorted(found)]
+board_steps = {"epochs": summary_steps("train", "epoch_loss"), "reports": summary_steps("report", "loss"),
+               "iterations": int(model.optimizer.iterations.numpy())}
+"""
+
+
+def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
+    k = session_kernel
+    built = k.run(BOARD_BUILD)  # (the processes restarted since the first cells: a model of their own)
+    assert not built.error, built.text
+    for _ in range(2):
+        fitted = k.run(BOARD_FIT)
+        assert not fitted.error, fitted.text
+    read = k.run(READ_BOARD)
+    assert not read.error, read.text
+    steps = k.value("nbworkers.session('train').pull('board_steps', worker=0)")
+    assert steps["epochs"] == [0, 1, 2, 3]  # the second fit's epochs follow the first's, in one run folder
+    reports = steps["reports"]  # at the optimizer's iterations: increasing across both fits, up to the last
+    assert len(reports) >= 4 and reports == sorted(set(reports)) and reports[-1] == steps["iterations"]
+    assert reports[-1] - reports[0] >= 4  # the second fit's 8 steps continue after the first's
 
 
 def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_kernel):
     k = session_kernel
+    first = k.value("nbworkers.session('train').snapshot()['session']['alive_from']")
     k.run("%%worker --session train --block\nkept = 'before the kill'")
+    last = k.value("len(nbworkers.session('train').cells)")
     pid = k.value("nbworkers.session('train').snapshot()['workers'][1]['pid']")
     restarts = k.value("nbworkers.session('train').restarts")
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: k.value("nbworkers.session('train').restarts") > restarts, 60, interval=0.5)
     note = k.value("nbworkers.session('train').lost_note")
-    assert "state of cells 11-12 is gone" in note, note
+    assert f"state of cells {first}-{last} is gone" in note, note
     after = k.run("%%worker --session train --block\nprint('KEPT', 'kept' in globals())")
     assert not after.error, after.text
-    assert "KEPT False" in cell_log(k, 13, 1)
+    assert "KEPT False" in cell_log(k, last + 1, 1)
     stop = k.run("%workers stop train")
     assert not stop.error
     assert k.value("nbworkers.session('train').status") == "stopped"

@@ -5,7 +5,6 @@ tests/integration/test_sessions_plain_python.py."""
 
 from __future__ import annotations
 
-import base64
 import io
 import pickle
 import sys
@@ -16,8 +15,10 @@ import pytest
 import zmq
 
 from nbworkers.magics.sessions.channel import CommandChannel
-from nbworkers.magics.sessions.pull import PullError, PullRequest, decode, read_npy
-from nbworkers.protocol import session_values, session_wire, wire
+from nbworkers.magics.sessions.data import DataChannel
+from nbworkers.magics.settings import settings
+from nbworkers.protocol import session_data, session_values, session_wire, wire
+from nbworkers.protocol.session_values import ValueDecodeError, decode, read_npy
 
 
 def test_commands_verify_only_with_the_right_key_and_untouched():
@@ -74,12 +75,87 @@ def test_values_encode_to_json_and_npy_and_decode_back():
     value = {"a": np.arange(6).reshape(2, 3), "h": History(), "n": [1, None, "s", float("inf")],
              "t": (np.float32(1.5), np.bool_(True))}
     tree, blobs = session_values.encode(value)
-    out = decode({"value": tree, "blobs": [len(b) for b in blobs]}, b"".join(blobs))
+    out = decode(tree, [bytes(b) for b in blobs])
     assert out["a"].tolist() == [[0, 1, 2], [3, 4, 5]] and out["h"] == {"loss": [0.5, 0.25]}
     assert out["n"] == [1, None, "s", float("inf")] and out["t"] == [1.5, True]
     for bad in (object(), {1: "int key"}, np.array([object()], dtype=object), {session_values.TAG: 1}):
         with pytest.raises(session_values.PullValueError):
             session_values.encode(bad)
+
+
+def test_arrays_of_every_layout_come_back_equal_as_views_of_the_received_memory():
+    arrays = [np.arange(12.0).reshape(3, 4), np.asfortranarray(np.arange(12).reshape(3, 4)), np.arange(10)[::3],
+              np.array(["ab", "c"]), np.zeros((0, 3), np.float32), np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8")])]
+    tree, blobs = session_values.encode(arrays)
+    received = [bytearray(b) for b in blobs]  # writable, as a zmq frame's memory is
+    out = decode(tree, received)
+    for sent, back in zip(arrays, out):
+        assert back.dtype == sent.dtype and back.shape == sent.shape and np.array_equal(back, sent)
+    assert np.shares_memory(out[0], np.frombuffer(received[1], np.uint8))  # no copy on the way in
+
+
+def test_pickles_only_with_allow_pickle_and_never_in_the_kernels_decoder():
+    with pytest.raises(session_values.PullValueError, match="cannot be pulled"):
+        session_values.encode({"f": complex(1, 2)})
+    tree, blobs = session_values.encode({"f": complex(1, 2)}, allow_pickle=True)
+    assert decode(tree, blobs, allow_pickle=True) == {"f": complex(1, 2)}
+    with pytest.raises(ValueDecodeError, match="pickles are never loaded"):
+        decode(tree, blobs)
+
+
+def test_data_messages_check_signature_mac_sizes_and_the_cap():
+    key = wire.new_key()
+    signer = wire.Signer(key)
+    payload = [b"header", memoryview(np.arange(1000, dtype=np.float32)).cast("B")]
+    frames = session_data.pack(key, signer, "pull", {"request": "r"}, payload)
+    kind, content, blobs = session_data.unpack(frames, key, max_bytes=10_000)
+    assert kind == "pull" and content["request"] == "r" and [b.tobytes() for b in blobs] == [bytes(p) for p in payload]
+    with pytest.raises(session_data.DataError, match="more than the limit"):
+        session_data.unpack(frames, key, max_bytes=1000)
+    with pytest.raises(session_data.DataError, match="does not match the signed MAC"):
+        session_data.unpack(frames[:-1] + [bytes(4000)], key, max_bytes=10_000)
+    with pytest.raises(session_data.DataError, match="do not match the sizes"):
+        session_data.unpack(frames[:-1], key, max_bytes=10_000)
+    with pytest.raises(session_data.DataError, match="bad signature"):
+        session_data.unpack(frames, wire.new_key(), max_bytes=10_000)
+    other = wire.new_key()  # signed by someone else with their own key: refused as well
+    with pytest.raises(session_data.DataError, match="bad signature"):
+        session_data.unpack(session_data.pack(other, wire.Signer(other), "pull", {}, payload), key, max_bytes=10_000)
+    assert frames[5] != session_data.pack(key, signer, "pull", {"request": "r"}, payload)[5]  # a new nonce each time
+    forged = list(frames)
+    forged[5] = forged[5].replace(b'"r"', b'"s"')
+    with pytest.raises(session_data.DataError, match="bad signature"):
+        session_data.unpack(forged, key, max_bytes=10_000)
+    with pytest.raises(session_data.DataError, match="JSON is larger"):
+        session_data.unpack(session_data.pack(key, signer, "pull", {"v": "x" * (2 << 20)}, []), key, max_bytes=10)
+    with pytest.raises(session_data.DataError, match="not a data message"):
+        session_data.unpack(frames[:3], key, max_bytes=10_000)
+
+
+def test_the_data_socket_cuts_a_frame_over_the_pull_limit_and_keeps_taking_replies():
+    config = settings()
+    saved = config.pull_max_bytes
+    config.pull_max_bytes = 1 << 20
+    channel = DataChannel("127.0.0.1")
+    context = zmq.Context()
+    big, small = context.socket(zmq.PUSH), context.socket(zmq.PUSH)
+    try:
+        big.connect(channel.address)
+        big.send_multipart([b"<IDS|MSG>", bytes(3 << 20)])  # over pull_max_bytes + the JSON allowance
+        assert channel.receive(0.5) is None and channel.dropped == 0  # libzmq cut it before it was buffered
+        many = [b"x"] * (session_data.SIGNED_FRAMES + session_data.MAX_BLOBS + 1)
+        small.connect(channel.address)
+        small.send_multipart(many)
+        assert channel.receive(2) is None and channel.dropped == 1  # too many frames: released and counted
+        small.send_multipart([b"a", b"b"])
+        frames = channel.receive(2)
+        assert frames is not None and [f.bytes for f in frames] == [b"a", b"b"]
+    finally:
+        big.close(linger=0)
+        small.close(linger=0)
+        context.term()
+        channel.close()
+        config.pull_max_bytes = saved
 
 
 def _npy(array, allow_pickle=False) -> bytes:
@@ -88,41 +164,19 @@ def _npy(array, allow_pickle=False) -> bytes:
     return buffer.getvalue()
 
 
-def test_the_decoder_refuses_pickles_and_malformed_replies():
-    with pytest.raises(PullError, match="pickles are never loaded"):
-        read_npy(pickle.dumps([1, 2]))
-    with pytest.raises(PullError, match="bad .npy data"):
-        read_npy(_npy(np.array([{"a": 1}], dtype=object), allow_pickle=True))
-    with pytest.raises(PullError, match="do not add up"):
-        decode({"value": 1, "blobs": [5]}, b"abc")
-    with pytest.raises(PullError, match="unknown encoded value"):
-        decode({"value": {session_values.TAG: "array", "blob": 3}, "blobs": []}, b"")
-
-    def reply(**fields):
-        content = {"request": "r", "index": 0, "count": 1, "size": 0, "data": "", "meta": {"value": 1, "blobs": []},
-                   "error": None, "worker": 0, "gen": 0}
-        content.update(fields)
-        return content
-
-    def fed(*contents, max_bytes=1000):
-        request = PullRequest("r", 0, 0, max_bytes)
-        for content in contents:
-            request.feed(content)
-        return request
-
-    assert fed(reply()).result(1) == 1
-    with pytest.raises(PullError, match="pull limit"):
-        fed(reply(size=10**9, count=2)).result(1)
-    with pytest.raises(PullError, match="out of order"):
-        fed(reply(index=1, count=2)).result(1)
-    with pytest.raises(PullError, match="not base64"):
-        fed(reply(size=3, data="@@@@", meta={"value": 1, "blobs": [3]})).result(1)
-    with pytest.raises(PullError, match="more bytes than announced"):
-        fed(reply(size=1, data=base64.b64encode(b"abcd").decode(), count=2)).result(1)
-    with pytest.raises(PullError, match="no reply"):
-        fed().result(0.05)
-    assert session_wire.validate("pull", reply(count=0)) is not None
-    assert session_wire.validate("pull", reply(meta="x")) is not None
+def test_the_decoder_refuses_pickles_and_malformed_values():
+    with pytest.raises(ValueDecodeError, match="pickles are never loaded"):
+        read_npy(pickle.dumps([1, 2]), b"")
+    obj = _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueDecodeError, match="bad .npy data"):
+        read_npy(obj[:128], obj[128:])
+    whole = _npy(np.arange(4))
+    with pytest.raises(ValueDecodeError, match="bad .npy data"):
+        read_npy(whole[:128], whole[128:-1])  # data shorter than the header says
+    with pytest.raises(ValueDecodeError, match="unknown encoded value"):
+        decode({session_values.TAG: "array", "blob": 3}, [])
+    with pytest.raises(ValueDecodeError, match="unknown encoded value"):
+        decode({session_values.TAG: "exec", "blob": 0}, [b"x"])
     assert session_wire.validate("cell", {"event": "end", "cell": 1, "status": "exploded"}) is not None
 
 
