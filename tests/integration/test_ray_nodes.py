@@ -9,10 +9,12 @@ shared by the nodes, as they are one machine.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import pytest
-from cells import CHECKSUM, IMPORTS, KERAS_MODEL, worker_cell
+from cells import CHECKSUM, IMPORTS, KERAS_MODEL, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT,
@@ -124,3 +126,17 @@ def test_spread_workers_get_their_nodes_address_and_a_lost_node_restarts_the_gro
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
     assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
     ray_nodes.add_node(lost)  # the cluster as it was, for the next test
+
+
+def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_the_kernels_kill_9(
+        kernel, run_root, ray_nodes):
+    name = "raythree"
+    cell = worker_cell(f"-n 3 --backend ray --address {ray_nodes.address} --spread --name {name}", SLEEP)
+    assert not kernel.run(cell).error
+    assert wait_until(lambda: logs(kernel, name).count("worker up") == 3, WORKERS_UP_TIMEOUT, interval=1)
+    assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
+    assert len(ray_nodes.actor_processes()) == 3
+    assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
+    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
+    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
