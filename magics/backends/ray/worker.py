@@ -1,6 +1,10 @@
 """One Ray-hosted worker as the cluster sees it (``RayWorkerProcess``, the interface of ``local.WorkerProcess``):
 its exit code from the actor, stop/kill/stack requests sent to the actor, and the node's log copied back into
-the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files."""
+the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files.
+
+When the actor dies, the worker is gone (exit code -SIGKILL). If Ray has declared its node dead, the log's last
+line says so (``failures.NODE_LOST_MARKER``): the supervisor then classifies the exit as ``NodeLost``. An actor
+Ray calls unavailable (its connection broke) is asked again until Ray knows whether it or its node died."""
 
 from __future__ import annotations
 
@@ -109,8 +113,8 @@ class RayWorkerProcess:
             self._last_check = now + self._settings.unavailable_retry_interval
             return None
         except Exception as error:  # the actor died: its node went away, or Ray killed it
-            self._mirror_rest()
             self._code = -signal.SIGKILL
+            self._mirror_rest()  # what the node's log holds, if it can still be read, before the note
             reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             if self._node_alive():
                 self._note(f"--- nbworkers: the Ray actor hosting worker {self.index} on {self.node_label} died:"
