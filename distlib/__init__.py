@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "distributed_dataset": "custom_loop",
     "scale_loss": "custom_loop",
     "TrainingCheckpoint": "checkpoint",
+    "check_shared": "shared_dir",
+    "CheckpointDirNotShared": "shared_dir",
     "shard_for_worker": "data",
     "auto_shard": "data",
     "mnist": "data",

@@ -4,7 +4,8 @@ It tracks the epoch and the step inside the epoch next to the user's objects (mo
 Every worker saves (saving runs collectives under MultiWorkerMirroredStrategy); the chief writes the real
 checkpoint directory, the others write private temporary directories that are removed after each save. On
 start, ``restore_or_initialize()`` loads the latest checkpoint from the real directory (shared by the
-workers: same machine or a shared filesystem), so a restarted cluster resumes where it saved::
+workers: same machine or a shared filesystem, checked on creation: ``shared_dir.py``), so a restarted cluster
+resumes where it saved::
 
     ckpt = distlib.TrainingCheckpoint(checkpoint_dir, model=model, optimizer=optimizer)
     ckpt.restore_or_initialize()
@@ -23,6 +24,7 @@ from typing import Any, Iterator
 
 from nbworkers.distlib.cluster import TaskInfo, task
 from nbworkers.distlib.dirs import write_dir
+from nbworkers.distlib.shared_dir import check_shared
 from nbworkers.distlib.worker import preemption
 
 
@@ -40,6 +42,7 @@ class TrainingCheckpoint:
             raise ValueError(f"{', '.join(sorted(reserved))} are tracked by TrainingCheckpoint itself; rename yours.")
         self.directory = os.fspath(directory)
         self.info = info or task()
+        check_shared(self.directory, self.info)  # fail now, not at the first restart, when a worker cannot see it
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
         self.checkpoint = tf.train.Checkpoint(epoch=self.epoch, step_in_epoch=self.step_in_epoch, **trackables)

@@ -29,6 +29,7 @@ from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat import keras3_model, tf_keras_callbacks
 from nbworkers.distlib.compat.keras3_mwms import global_means
 from nbworkers.distlib.reporting import ReportCallback, flush_reports
+from nbworkers.distlib.shared_dir import check_shared
 from nbworkers.distlib.worker import preemption
 
 
@@ -218,6 +219,7 @@ def _with_backup_and_restore(model, callbacks: list, checkpoint_dir: str, steps_
     ``save_before_preemption`` on only on Google Cloud)."""
     import importlib
 
+    check_shared(checkpoint_dir)  # every worker must read the chief's backup: fail before training otherwise
     keras_module = importlib.import_module(type(model).__module__.split(".")[0])  # tf_keras, or keras 2.x
     backup_class = keras_module.callbacks.BackupAndRestore
     if any(isinstance(c, backup_class) for c in callbacks):

@@ -1,10 +1,18 @@
-"""A real two-node Ray cluster on this machine for the Ray tests (``ray_cluster``, module-scoped), shared by
-tests/integration/test_ray_backend.py and tests/integration/test_sessions_ray.py (``yield from running_cluster()``
-in a fixture).
+"""Real Ray clusters on this machine for the Ray tests.
 
-The cluster: a head node and a second node (two raylets, one CPU each, on this machine's address — Ray
-replaces 127.0.0.1 by it), each ``ray start --block`` in a session of its own so that teardown ends exactly
-what it started. Tests that need Ray are skipped, saying so, when it is not installed (the ``ray`` extra).
+``running_cluster()``: a head node and a second node (two raylets, one CPU each, on this machine's address —
+Ray replaces 127.0.0.1 by it), shared by tests/integration/test_ray_backend.py and test_sessions_ray.py
+(``yield from running_cluster()`` in a module-scoped fixture).
+
+``running_cluster(MULTI_NODE_IPS)``: a multi-node cluster as on many machines. Every 127.x.y.z address is
+this machine's loopback, so a head with no CPUs of its own and worker nodes started with ``--node-ip-address
+127.0.0.2`` (.3, .4), one CPU each, are distinct Ray nodes with distinct addresses: a worker placed on one
+binds and is reached at its node's address, and ``kill_node`` ends one node (its ``ray start`` session,
+raylet included, ``kill -9``) as when a machine vanishes. The head's health checks are quick
+(``FAST_NODE_DEATH_ENV``) so that Ray declares a killed node dead within seconds.
+
+Each node is ``ray start --block`` in a session of its own so that teardown ends exactly what it started.
+Tests that need Ray are skipped, saying so, when it is not installed (the ``ray`` extra).
 """
 
 from __future__ import annotations
@@ -41,6 +49,12 @@ RAY_BIN = Path(sys.executable).with_name("ray")
 # Hermetic: a token in ~/.ray/auth_token (Ray writes one when ray.init() starts a local cluster) would
 # otherwise switch `ray start` to token authentication.
 RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
+# Worker nodes of the multi-node cluster: loopback addresses, each a Ray node of its own (one CPU each).
+MULTI_NODE_IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+# Ray's GCS declares a node dead after this many missed health checks, one a second (default: 5 every 3 s
+# after 5 s): the multi-node cluster's head uses it so that a killed node is noticed within seconds.
+FAST_NODE_DEATH_ENV = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
+                       "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 
 
 def free_port() -> int:
@@ -65,34 +79,42 @@ def wait_for_line(path: Path, pattern: str, proc: subprocess.Popen, timeout: flo
 
 
 class RayTestCluster:
-    """Two Ray nodes on this machine, started and ended by this test module only."""
+    """Ray nodes on this machine, started and ended by the tests only. ``node_ips``: one worker node per entry
+    (None: this machine's address, as Ray picks it; else that ``--node-ip-address``), the head with
+    ``head_cpus``."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_ips: tuple[str | None, ...] = (None,), head_cpus: int = 1) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nbw-ray-"))  # short: Ray's socket paths must fit 107 bytes
         self.procs: list[subprocess.Popen] = []
+        self.node_ips = node_ips
+        self.head_cpus = head_cpus
+        self.nodes: dict[str, subprocess.Popen] = {}  # a worker node's --node-ip-address -> its `ray start`
+        self.last_started: subprocess.Popen | None = None
         self.address = ""
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV)
         env.pop("RAY_ADDRESS", None)
         self.env = env
 
-    def _start(self, name: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(
             [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
              "--object-store-memory", str(100 * 1024 * 1024), "--block"],
-            stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+            stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or self.env,
             start_new_session=True,
         )
         self.procs.append(proc)
         return proc, out
 
-    def _start_node(self, name: str, args: list[str], pattern: str) -> re.Match:
+    def _start_node(self, name: str, args: list[str], pattern: str, env: dict[str, str] | None = None) -> re.Match:
         """`ray start`, tried again when it fails: its raylet must register within a fixed 30 s, which a
         loaded machine can miss ("The current node timed out during startup")."""
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            proc, out = self._start(f"{name}{attempt}", args)
+            proc, out = self._start(f"{name}{attempt}", args, env)
             try:
-                return wait_for_line(out, pattern, proc, RAY_START_TIMEOUT)
+                found = wait_for_line(out, pattern, proc, RAY_START_TIMEOUT)
+                self.last_started = proc
+                return found
             except RuntimeError:
                 if attempt == RAY_START_ATTEMPTS:
                     raise
@@ -108,20 +130,42 @@ class RayTestCluster:
         proc.wait(timeout=10)
 
     def start(self) -> "RayTestCluster":
+        head_env = dict(self.env, **FAST_NODE_DEATH_ENV) if any(self.node_ips) else self.env
         self.address = self._start_node("head", [
-            "--head", "--node-ip-address", "127.0.0.1", "--port", str(free_port()), "--num-cpus", "1",
-            "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
-        ], r"ray start --address='([^']+)'").group(1)
-        self._start_node("node", ["--address", self.address, "--num-cpus", "1"], r"Ray runtime started")
-        joined = wait_until(lambda: self.alive_nodes() == 2, RAY_NODES_TIMEOUT, interval=2)
-        assert joined, "the second node never joined"
+            "--head", "--node-ip-address", "127.0.0.1", "--port", str(free_port()), "--num-cpus",
+            str(self.head_cpus), "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
+        ], r"ray start --address='([^']+)'", head_env).group(1)
+        for ip in self.node_ips:
+            self.add_node(ip, wait=False)
+        joined = wait_until(lambda: self.alive_nodes() == 1 + len(self.node_ips), RAY_NODES_TIMEOUT, interval=2)
+        assert joined, f"not all {len(self.node_ips)} worker nodes joined"
         return self
+
+    def add_node(self, ip: str | None, wait: bool = True) -> None:
+        """Start a worker node (again, after ``kill_node``: a fresh raylet at the same address)."""
+        before = self.alive_nodes() if wait else 0
+        name = f"node-{ip or 'host'}-{len(self.procs)}"
+        self._start_node(name, ["--address", self.address, "--num-cpus", "1",
+                                *(["--node-ip-address", ip] if ip else [])], r"Ray runtime started")
+        if ip:
+            self.nodes[ip] = self.last_started
+        if wait:
+            assert wait_until(lambda: self.alive_nodes() == before + 1, RAY_NODES_TIMEOUT, interval=2), \
+                f"the node at {ip} never joined"
+
+    def kill_node(self, ip: str) -> None:
+        """``kill -9`` one worker node as when its machine vanishes: its raylet's process group (the node's `ray
+        start` session: raylet, agents and Ray's worker processes, the actors included)."""
+        proc = self.nodes.pop(ip)
+        os.killpg(proc.pid, signal.SIGKILL)
+        self._end_session(proc)  # any member in a group of its own
 
     def alive_nodes(self) -> int:
         code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); " \
-               "print(sum(1 for n in ray.nodes() if n['Alive']))"
+               "print('ALIVE_NODES', sum(1 for n in ray.nodes() if n['Alive']))"
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=self.env, timeout=120)
-        return int(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 and result.stdout.strip() else 0
+        found = re.search(r"^ALIVE_NODES (\d+)$", result.stdout, re.M)  # Ray may print warnings too
+        return int(found.group(1)) if result.returncode == 0 and found else 0
 
     def session_processes(self) -> list[psutil.Process]:
         """Every live process in the sessions of the `ray start` commands started here (Ray's own and its
@@ -169,11 +213,12 @@ class RayTestCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def running_cluster():
-    """The body of a module's ``ray_cluster`` fixture: ``yield from running_cluster()`` (skips without Ray)."""
+def running_cluster(node_ips: tuple[str | None, ...] = (None,)):
+    """The body of a ``ray_cluster`` fixture: ``yield from running_cluster()`` (skips without Ray); with
+    ``MULTI_NODE_IPS``, a head without CPUs and a worker node at each of those addresses."""
     if not RAY_INSTALLED:
         pytest.skip(NO_RAY)
-    cluster = RayTestCluster()
+    cluster = RayTestCluster(node_ips, head_cpus=0 if any(node_ips) else 1)
     try:
         yield cluster.start()
     finally:

@@ -309,7 +309,9 @@ class Cluster:
         elif message.kind == "status":
             self._handle(ev.StatusReported(index, content["state"], content.get("detail") or ""))
         elif message.kind == "hello":
-            self._handle(ev.Hello(index, content["pid"], content.get("host") or ""))
+            # a remote backend knows the worker's machine better than the worker's host name (simulated nodes)
+            host = getattr(self._procs[index], "node_label", "") or content.get("host") or ""
+            self._handle(ev.Hello(index, content["pid"], host))
             self._procs[index].note_worker(content["pid"], zygote_pids())  # recorded with its create time
 
     def _check_requests(self) -> None:

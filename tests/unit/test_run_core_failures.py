@@ -4,6 +4,8 @@ kind, its cause and where the group resumed. No processes."""
 from __future__ import annotations
 
 from nbworkers.magics.run.core.failures import (
+    NODE_LOST_MARKER,
+    NodeLost,
     PeerLost,
     PortCollision,
     RestartsExhausted,
@@ -35,6 +37,21 @@ def test_classification_of_exits():
     policy = RestartPolicy(3, 3, 1.0, 30.0)
     assert policy.decide(crash).restart
     assert not policy.decide(classify_exit(1, -9, "")).restart, "the same error twice is permanent"
+
+
+def test_a_lost_node_is_its_own_restartable_failure_and_the_root_cause():
+    tail = f"epoch 2\n{NODE_LOST_MARKER} Ray node 127.0.0.3 node 0a1b2c3d (hosting worker 1) is dead (ActorDiedError)\n"
+    lost = classify_exit(1, -9, tail)
+    assert isinstance(lost, NodeLost) and lost.retryable and lost.worker == 1
+    assert "127.0.0.3" in str(lost) and "is dead" in str(lost)
+    peer = classify_exit(0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed")
+    assert root_cause([peer, classify_exit(0, -9, ""), lost]) is lost
+    # an old note, followed by a later run's output, is not this exit's cause
+    assert isinstance(classify_exit(1, -9, tail + "restarting\nepoch 3\nepoch 4\n"), WorkerCrashed)
+    # each node lost is a new failure (a second node's loss is no repeat of the first)
+    policy = RestartPolicy(3, 3, 1.0, 30.0)
+    assert policy.decide(lost).restart
+    assert policy.decide(classify_exit(0, -9, tail.replace("127.0.0.3", "127.0.0.2"))).restart
 
 
 def test_views_show_each_restart_its_kind_cause_and_where_it_resumed():

@@ -107,6 +107,18 @@ def test_a_crash_restarts_the_whole_group_after_its_back_off():
     assert run.statuses == [C.STARTING, C.RUNNING, C.RESTARTING, C.STARTING, C.RUNNING, C.FINISHED]
 
 
+def test_a_node_lost_late_becomes_the_restarts_cause():
+    """Ray declares a node dead seconds after its loss; the peer on a live node often fails first."""
+    run = Run(backoff=0.0)
+    actions = run.exit((0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"))
+    assert actions[1].cause.kind == "PeerLost"
+    run.exit((1, -signal.SIGKILL, "--- nbworkers: node lost: Ray node 127.0.0.3 node 0a1b2c3d is dead"))
+    actions = run.tick(0.1)
+    assert kinds(actions) == ["Relaunch"] and actions[0].attempt.cause.kind == "NodeLost"
+    entry = run.state.restart_history[0]
+    assert entry["kind"] == "NodeLost" and entry["worker"] == 1 and "127.0.0.3" in entry["cause"]
+
+
 def test_the_second_restart_waits_twice_as_long():
     run = Run(backoff=1.0)
     run.exit((1, -9, ""), (0, -15, ""))

@@ -80,6 +80,9 @@ class RaySettings(Configurable):
     ).tag(config=True)
     log_mirror_chunk = Int(1 << 20, help="Bytes of a node's log copied per request.").tag(config=True)
     poll_interval = Float(0.05, help="Seconds between checks of a worker's exit with its actor.").tag(config=True)
+    unavailable_retry_interval = Float(
+        0.5, help="Seconds between asks of an actor Ray calls unavailable, until Ray says whether it (or its node)"
+        " died or it answers again.").tag(config=True)
     relay_host = Unicode(
         "", help="Address the workers use to reach the kernel's relay (default: the kernel node's Ray address)."
     ).tag(config=True)

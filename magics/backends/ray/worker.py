@@ -1,6 +1,10 @@
 """One Ray-hosted worker as the cluster sees it (``RayWorkerProcess``, the interface of ``local.WorkerProcess``):
 its exit code from the actor, stop/kill/stack requests sent to the actor, and the node's log copied back into
-the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files."""
+the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files.
+
+When the actor dies, the worker is gone (exit code -SIGKILL). If Ray has declared its node dead, the log's last
+line says so (``failures.NODE_LOST_MARKER``): the supervisor then classifies the exit as ``NodeLost``. An actor
+Ray calls unavailable (its connection broke) is asked again until Ray knows whether it or its node died."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from nbworkers.magics.run.core.failures import NODE_LOST_MARKER
 
 
 @dataclass
@@ -19,6 +25,12 @@ class RemoteHost:
     node_ip: str
     node_pid: int
     pid: None = None
+
+
+def node_label(where: dict[str, Any]) -> str:
+    """``IP node ABCDEF12``: a Ray node as the views show it (several nodes may share a host name)."""
+    node_id = str(where.get("node_id") or "")
+    return f"{where['ip']} node {node_id[:8]}" if node_id else str(where["ip"])
 
 
 class ActorOwner(Protocol):
@@ -46,6 +58,8 @@ class RayWorkerProcess:
         self.log_path = log_path
         self.node = where
         self.host = RemoteHost(node_ip=where["ip"], node_pid=started["host_pid"])
+        # what %workers and the widget show as the worker's host: its node's address and short id
+        self.node_label = node_label(where)
         self.node_log = started["log"]
         self.remote_worker_pid: int | None = None
         self._mirrored = started["shared"]  # the node writes the kernel's log file itself: nothing to copy
@@ -92,13 +106,36 @@ class RayWorkerProcess:
         try:
             raw = self._ray.get(self._wait_ref, timeout=self._settings.call_timeout)
             code = -(raw - 128) if raw > 128 else raw
+        except self._ray.exceptions.ActorUnavailableError:
+            # The connection to the actor broke (its process or its node is gone, or the network hiccuped):
+            # Ray tells which once its GCS knows (a dead node: after its missed health checks). Ask again.
+            self._wait_ref = self.actor.wait.remote()
+            self._last_check = now + self._settings.unavailable_retry_interval
+            return None
         except Exception as error:  # the actor died: its node went away, or Ray killed it
-            code = -signal.SIGKILL
-            self._note(f"--- nbworkers: the Ray actor hosting worker {self.index} on {self.node['ip']} died:"
-                       f" {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}\n")
+            self._code = -signal.SIGKILL
+            self._mirror_rest()  # what the node's log holds, if it can still be read, before the note
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            if self._node_alive():
+                self._note(f"--- nbworkers: the Ray actor hosting worker {self.index} on {self.node_label} died:"
+                           f" {reason}\n")
+            else:  # the last line of the log: the supervisor's classification reads it (failures.NodeLost)
+                self._note(f"{NODE_LOST_MARKER} Ray node {self.node_label} (hosting worker {self.index}) is dead"
+                           f" ({reason})\n")
+            return self._code
         self._mirror_rest()
         self._code = code
         return code
+
+    def _node_alive(self) -> bool:
+        """Does Ray still count this worker's node among its live nodes? (True when it cannot tell.)"""
+        try:
+            for node in self._ray.nodes():
+                if node.get("NodeID") == self.node.get("node_id"):
+                    return bool(node.get("Alive"))
+        except Exception:
+            pass
+        return True
 
     def alive(self) -> bool:
         return self.poll() is None

@@ -19,6 +19,10 @@ PREEMPTION_EXIT_CODES = (PREEMPTION_EXIT_CODE,)  # tf.distribute PreemptionCheck
 # What a surviving worker says when a peer vanished under it: the peer's failure is the cause, not this one.
 # (Upstream log texts, with where they come from: protocol/tf_messages.py.)
 PEER_LOST_MARKERS = tf_messages.PEER_LOST_MARKERS
+# The line a backend writes at the end of a worker's log when the machine (Ray node) hosting it went away
+# (magics/backends/ray/worker.py); followed by the node and Ray's reason.
+NODE_LOST_MARKER = "--- nbworkers: node lost:"
+NODE_LOST_LINES = 3  # the marker counts only among the log's last lines (an older run's note stays in the file)
 
 
 class WorkerFailure(Exception):
@@ -62,6 +66,15 @@ class PeerLost(WorkerFailure):
     retryable = True
 
 
+class NodeLost(WorkerFailure):
+    """The machine (Ray node) hosting a worker went away: the code is fine, the group restarts on the nodes left."""
+
+    retryable = True
+
+    def signature(self) -> str:
+        return f"{self.kind}:{self}"  # another node lost is another failure, not a repeat
+
+
 class PortCollision(WorkerFailure):
     """A TensorFlow server could not bind the port it was given: another process took it meanwhile."""
 
@@ -99,8 +112,19 @@ def _last_error_line(log_tail: str) -> str:
     return ""
 
 
+def node_lost_line(log_tail: str) -> str:
+    """What the backend said about the lost node (the rest of its ``NODE_LOST_MARKER`` line), or ""."""
+    for line in [x for x in log_tail.splitlines() if x.strip()][-NODE_LOST_LINES:]:
+        if line.startswith(NODE_LOST_MARKER):
+            return line[len(NODE_LOST_MARKER):].strip()
+    return ""
+
+
 def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
     """The failure a worker's non-zero exit means, from its exit code and the end of its log."""
+    lost = node_lost_line(log_tail)
+    if lost:
+        return NodeLost(f"worker {worker}'s node was lost: {lost}", worker, log_tail)
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -125,7 +149,7 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
 
 def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
     """Of the failures seen together, the one that explains the others: a crash before a lost peer."""
-    order = (PortCollision, WorkerCrashed, WorkerPreempted, GroupStalled, WorkerRaised, PeerLost)
+    order = (NodeLost, PortCollision, WorkerCrashed, WorkerPreempted, GroupStalled, WorkerRaised, PeerLost)
     for kind in order:
         for failure in failures:
             if type(failure) is kind:

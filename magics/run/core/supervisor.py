@@ -29,6 +29,7 @@ from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.events import Attempt
 from nbworkers.magics.run.core.failures import (
     GroupStalled,
+    NodeLost,
     RelaunchFailed,
     RunTimedOut,
     WorkerFailure,
@@ -183,6 +184,7 @@ class Supervisor:
             worker.exit_code = code
             if self.pending is not None:
                 worker.status = WorkerStatus.RESTARTING.value
+                self._note_lost_node(index, code, log_tail)
             elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
                 worker.status = WorkerStatus.FINISHED.value
             elif self.stopping:
@@ -193,6 +195,14 @@ class Supervisor:
                 failures.append(classify_exit(index, code, log_tail))
                 worker.detail = worker.detail or str(failures[-1])
         return self._on_failure(root_cause(failures)) if failures else []
+
+    def _note_lost_node(self, index: int, code: int, log_tail: str) -> None:
+        """A node's loss is noticed late (Ray declares a node dead after missed health checks), often after a
+        peer on a live node failed because of it: the lost node is then the restart's cause."""
+        if code and not isinstance(self.pending, NodeLost):
+            late = classify_exit(index, code, log_tail)
+            if isinstance(late, NodeLost):
+                self.pending = late
 
     def _on_tick(self, event: ev.Tick) -> list[ev.Action]:
         now = self.clock()

@@ -1,0 +1,142 @@
+"""``%%worker --backend ray`` on a multi-node Ray cluster simulated on this machine (tests/ray_helpers.py,
+``running_cluster(MULTI_NODE_IPS)``): a head without CPUs on 127.0.0.1 and three worker nodes at 127.0.0.2,
+.3 and .4, one CPU each, each its own raylet. Workers on different nodes get their node's own address in
+``TF_CONFIG``; a node killed with ``kill -9`` (its raylet's process group) is lost as a machine is, and the
+group restarts on the nodes left, from its last checkpoint. The run directory (and the checkpoint in it) is
+shared by the nodes, as they are one machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+import pytest
+from cells import CHECKSUM, IMPORTS, KERAS_MODEL, SLEEP, worker_cell
+from conftest import processes_of_run_root, wait_until
+from ray_helpers import (
+    ACTORS_GONE_TIMEOUT,
+    MULTI_NODE_IPS,
+    RAY_TEST_ENV,
+    RUN_TIMEOUT,
+    WORKERS_UP_TIMEOUT,
+    running_cluster,
+)
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(autouse=True)
+def ray_test_environment(kernel_env):
+    """The test kernel (the Ray driver) sees the same Ray settings as the test cluster."""
+    kernel_env.update(RAY_TEST_ENV)
+
+
+@pytest.fixture(scope="session")
+def ray_nodes():
+    """The simulated multi-node cluster, shared by the tests of this session that use it (started once)."""
+    yield from running_cluster(MULTI_NODE_IPS)
+
+
+# Two workers, one per node (--spread), train a tf_keras model under MWMS. Generation 0 holds after epoch 2
+# (its checkpoint written by BackupAndRestore) until the test kills worker 1's node; the group restarts on
+# the two nodes left, resumes from that checkpoint and runs epochs 3 and 4.
+TRAIN_CELL = worker_cell(
+    "-n 2 --backend ray --address {address} --spread --name {name} --max-restarts 2 --env TF_USE_LEGACY_KERAS=1",
+    "import json, time\n", IMPORTS, "from nbworkers import distlib\n\n",
+    'generation = os.environ["NBWORKERS_GENERATION"]\n',
+    'print("TF_CONFIG", json.dumps(json.loads(os.environ["TF_CONFIG"])), flush=True)\n', KERAS_MODEL, """
+class HoldUntilKilled(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if generation == "0" and epoch == 1:
+            print("HOLDING", flush=True)
+            time.sleep(600)
+
+backup = os.path.join(os.environ["NBWORKERS_RUN_DIR"], "backup")
+history = model.fit(dataset, epochs=4, steps_per_epoch=4, verbose=2, callbacks=[
+    tf.keras.callbacks.BackupAndRestore(backup), distlib.ReportCallback(), HoldUntilKilled()])
+print("EPOCHS_RUN", len(history.history["loss"]), "GENERATION", generation)
+""", CHECKSUM)
+
+
+def snapshot(kernel, name: str) -> dict:
+    return kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
+
+
+def logs(kernel, name: str) -> str:
+    return kernel.run(f"%workers logs {name}").stdout
+
+
+def placements(kernel, name: str) -> list[dict]:
+    return kernel.value(f"[{{k: p[k] for k in ('ip', 'port', 'node_id')}}"
+                        f" for p in nbworkers.get_cluster({name!r}).backend.placements]")
+
+
+def tf_configs(text: str) -> list[dict]:
+    return [json.loads(found) for found in re.findall(r"^TF_CONFIG (.+)$", text, re.M)]
+
+
+def test_spread_workers_get_their_nodes_address_and_a_lost_node_restarts_the_group_on_the_nodes_left(
+        kernel, run_root, ray_nodes):
+    name = "raynodes"
+    launched = kernel.run(TRAIN_CELL.format(address=ray_nodes.address, name=name))
+    assert not launched.error, launched.text
+    assert wait_until(lambda: logs(kernel, name).count("HOLDING") == 2, WORKERS_UP_TIMEOUT, interval=1), \
+        logs(kernel, name)
+
+    # --spread: one worker per node, each reached at its own node's address
+    first = placements(kernel, name)
+    assert len({p["node_id"] for p in first}) == 2 and {p["ip"] for p in first} <= set(MULTI_NODE_IPS), first
+    addresses = [f"{p['ip']}:{p['port']}" for p in first]
+    texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(2)]
+    for index, text in enumerate(texts):
+        config = tf_configs(text)[0]
+        assert config["cluster"]["worker"] == addresses and config["task"]["index"] == index, config
+    # the views show each worker's node: its address and short id
+    snap = snapshot(kernel, name)
+    assert [w["host"] for w in snap["workers"]] == [f"{p['ip']} node {p['node_id'][:8]}" for p in first], snap
+    shown = kernel.value(f"__import__('nbworkers.magics.views.summary', fromlist=['_']).render_text("
+                         f"nbworkers.get_cluster({name!r}).snapshot())")  # the widget's text/plain
+    assert all(f"on {p['ip']} node {p['node_id'][:8]}" in shown for p in first), shown
+
+    lost = first[1]["ip"]
+    ray_nodes.kill_node(lost)  # kill -9: the node's raylet and everything Ray runs there
+    waited = kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT}", timeout=RUN_TIMEOUT + 30)
+    assert not waited.error, waited.text
+    snap = snapshot(kernel, name)
+    assert snap["status"] == "finished", snap["error"]
+    assert snap["restarts"] == 1 and snap["generation"] == 1, snap["restart_history"]
+    entry = snap["restart_history"][0]
+    assert entry["kind"] == "NodeLost" and entry["worker"] == 1 and lost in entry["cause"], entry
+    assert entry["resumed_from"] and entry["resumed_from"]["epoch"] == 3, entry  # the first after the checkpoint
+
+    # the restarted group runs on the nodes left, again one per node
+    second = placements(kernel, name)
+    assert lost not in {p["ip"] for p in second} and len({p["node_id"] for p in second}) == 2, second
+    texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(2)]
+    assert [tf_configs(t)[-1]["cluster"]["worker"] for t in texts] == [[f"{p['ip']}:{p['port']}" for p in second]] * 2
+    sums = [re.findall(r"CHECKSUM (\S+)", text) for text in texts]
+    assert all(len(s) == 1 for s in sums) and sums[0] == sums[1], f"workers ended with different weights: {sums}"
+    # resumed from the checkpoint of epoch 2: the restarted group ran the last two epochs only
+    assert all("EPOCHS_RUN 2 GENERATION 1" in text for text in texts), texts
+    assert "node lost" in texts[1], texts[1]
+    assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+    ray_nodes.add_node(lost)  # the cluster as it was, for the next test
+
+
+def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_the_kernels_kill_9(
+        kernel, run_root, ray_nodes):
+    name = "raythree"
+    cell = worker_cell(f"-n 3 --backend ray --address {ray_nodes.address} --spread --name {name}", SLEEP)
+    assert not kernel.run(cell).error
+    assert wait_until(lambda: logs(kernel, name).count("worker up") == 3, WORKERS_UP_TIMEOUT, interval=1)
+    assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
+    assert len(ray_nodes.actor_processes()) == 3
+    assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
+    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
+    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
