@@ -14,6 +14,8 @@ directory is on ``sys.path``. So:
 - ``runtime_dir(name)`` is the directory ``name`` under ``$XDG_RUNTIME_DIR`` (per-user by definition) when
   that is set and private, else ``<tempdir>/<name>-<uid>``; when that one is unsafe it falls back to a fresh
   ``tempfile.mkdtemp`` (private by construction) and warns once.
+- ``socket_path(name, file_name)``: a Unix socket's path in ``runtime_dir(name)``, short enough for a socket
+  (107 bytes), else under ``/tmp``.
 - ``module_command(python, module, ...)`` starts ``python -m module`` so that no working or temp directory
   lands on ``sys.path`` ahead of the standard library: ``-P`` when the interpreter is this one (3.11+),
   else a ``-c`` prelude that drops the ``''`` entry before anything but ``sys`` is imported (any version).
@@ -146,6 +148,18 @@ def runtime_dir(name: str, base: str | os.PathLike | None = None) -> Path:
                 _fallbacks[key] = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
                 log.warning("nbworkers: not using %s (%s); using %s instead", wanted, error, _fallbacks[key])
             return _fallbacks[key]
+
+
+UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (Linux sockaddr_un.sun_path, less its NUL)
+
+
+def socket_path(name: str, file_name: str) -> Path:
+    """Where a Unix socket ``file_name`` goes: in ``runtime_dir(name)``, or in a private directory under /tmp when
+    that one's path is too long for a socket (a deep ``$TMPDIR`` or ``$XDG_RUNTIME_DIR``)."""
+    path = runtime_dir(name) / file_name
+    if len(os.fsencode(path)) > UNIX_SOCKET_PATH_MAX:
+        path = runtime_dir(name, base="/tmp") / file_name
+    return path
 
 
 def module_command(python: str, module: str, *args: str, unbuffered: bool = False) -> list[str]:

@@ -148,9 +148,10 @@ class FakeCluster:
             with self._lock:
                 for w in self.state.workers:
                     loss = 2.0 * math.exp(-global_step / (total / 3)) + 0.05 * w.index + 0.02 * math.sin(global_step)
+                    w.status = "running"  # as the supervisor does at a worker's first metrics
                     w.apply_metrics({"epoch": epoch + 1, "epochs_total": self.epochs, "step": step + 1,
-                                     "steps_total": self.steps,
-                                     "metrics": {"loss": loss, "accuracy": 1 - loss / 2.2}})  # fmt: skip
+                                     "steps_total": self.steps, "metrics": {"loss": loss, "accuracy": 1 - loss / 2.2}},
+                                    time.time())  # fmt: skip
                     line = f"\repoch {epoch + 1} step {step + 1}/{self.steps} loss={loss:.4f}\n"
                     bar = f"\r{step + 1}/{self.steps} [{'=' * ((step + 1) * 20 // self.steps):<20}]"
                     w.log_tail.feed([line] * self.lines_per_step + [bar + ("\n" if step + 1 == self.steps else "")])

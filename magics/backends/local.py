@@ -179,9 +179,11 @@ class LocalBackend:
         return proc
 
     def close(self) -> None:
-        """The run ended: its namespace holder goes (the namespace itself with its last worker)."""
+        """The run ended: its namespace holder goes (the namespace itself with its last worker). A Restart of the
+        ended run plans again and gets a new namespace (the old holder may still be exiting: never joined)."""
         if self._namespace is not None:
             self._namespace.close()
+        self._namespace, self._namespace_checked = None, False
 
     def _launch_forked(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                        grace: float, role: str) -> WorkerProcess | None:

@@ -49,7 +49,7 @@ from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.cell_scan import CellScan
-from nbworkers.protocol.private_dirs import module_command, runtime_dir
+from nbworkers.protocol.private_dirs import module_command, runtime_dir, socket_path
 from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
 
 ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"
@@ -208,10 +208,9 @@ class ZygotePool:
             oldest = min(self._zygotes.values(), key=lambda z: z.started)
             del self._zygotes[oldest.key]
             oldest.release()  # the workers it forked for a running cluster finish first
-        directory = runtime_dir(ZYGOTE_DIR_NAME)
         name = f"{key[:8]}-{os.getpid()}-{secrets.token_hex(4)}"
-        socket_path = str(directory / f"{name}.sock")
-        log_path = str(directory / f"{name}.log")
+        socket_file = socket_path(ZYGOTE_DIR_NAME, f"{name}.sock")
+        socket_path_text, log_path = str(socket_file), str(socket_file.with_suffix(".log"))
         zygote_env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
         zygote_env[ZYGOTE_MARKER_ENV] = str(config.run_root)
         zygote_env[RUN_ID_ENV] = RUN_ID_PLACEHOLDER  # a forked worker writes its run's id over it (proc_marker.py)
@@ -219,12 +218,13 @@ class ZygotePool:
         with open(log_path, "ab") as log:
             os.chmod(log_path, 0o600)
             proc = subprocess.Popen(
-                module_command(python, ZYGOTE_MODULE, "--socket", socket_path,
+                module_command(python, ZYGOTE_MODULE, "--socket", socket_path_text,
                                "--idle-timeout", str(config.zygote_idle_timeout), unbuffered=True),
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=zygote_env, cwd=str(directory),
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=zygote_env,
+                cwd=str(socket_file.parent),
                 start_new_session=True, close_fds=True,
             )
-        zygote = Zygote(key, python, proc, socket_path, log_path, zygote_env[ZYGOTE_MARKER_ENV])
+        zygote = Zygote(key, python, proc, socket_path_text, log_path, zygote_env[ZYGOTE_MARKER_ENV])
         self._zygotes[key] = zygote
         return zygote
 

@@ -27,7 +27,7 @@ from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.notebook.tensorboard_server import SERVING_LINE
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.protocol.own_files import open_own
-from nbworkers.protocol.private_dirs import module_command, runtime_dir, write_private
+from nbworkers.protocol.private_dirs import module_command, socket_path, write_private
 
 LOG_FILE = rundir.TENSORBOARD_LOG_FILE
 SOCKET_DIR_NAME = "nbworkers-tensorboard"  # under the user's private runtime directory
@@ -68,7 +68,7 @@ def tensorboard_available() -> bool:
 def socket_path_for(run_dir: Path) -> Path:
     """The Unix socket of a run's TensorBoard: short (a socket path has at most 107 bytes), in a private dir."""
     digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
-    return runtime_dir(SOCKET_DIR_NAME) / f"{digest}.sock"
+    return socket_path(SOCKET_DIR_NAME, f"{digest}.sock")
 
 
 def proxy_url(name: str) -> str:

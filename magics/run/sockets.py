@@ -2,7 +2,7 @@
 message is received within bounds.
 
 - ``bind(socket, host, advertise, name)``: ``host == "ipc"`` (local runs) binds a Unix socket in the kernel's
-  private runtime directory (``private_dirs.runtime_dir``, mode 0700; the socket file 0600): no TCP port, and
+  private runtime directory (``private_dirs.socket_path``, mode 0700; the socket file 0600): no TCP port, and
   no other user can even open it. Otherwise a TCP port ZMQ picks atomically on ``host`` (``--backend ray``,
   with CurveZMQ on top: ``relay_curve.py``).
 - ``receive(socket, max_frames, max_bytes)``: one whole message, frame by frame (``copy=False``, ``RCVMORE``),
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from nbworkers.protocol.private_dirs import runtime_dir
+from nbworkers.protocol.private_dirs import socket_path
 
 IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
 IPC_DIR_NAME = "nbworkers-ipc"
@@ -38,7 +38,7 @@ class TooBig:
 def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str:
     """Bind ``socket`` as described above; returns the address the workers connect to."""
     if host == IPC:
-        path = runtime_dir(IPC_DIR_NAME) / f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock"
+        path = socket_path(IPC_DIR_NAME, f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock")
         socket.bind(f"ipc://{path}")
         os.chmod(path, 0o600)
         return f"ipc://{path}"

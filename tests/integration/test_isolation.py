@@ -242,19 +242,20 @@ def test_a_port_another_program_holds_on_the_machine_is_free_in_the_runs_namespa
     held.listen(1)
     try:
         kernel.run(f"""
+from nbworkers.magics.backends import local as _local
 from nbworkers.magics.launch import ports as _ports
 _real_pick = _ports.pick_free_ports
 def _pick_taken(count, bind_host="0.0.0.0"):
     chosen = _real_pick(count, bind_host)
     chosen[1] = {held.getsockname()[1]}
     return chosen
-_ports.pick_free_ports = _pick_taken
+_local.pick_free_ports = _pick_taken  # the name the local backend plans with
 """)
         result = kernel.run("%%worker -n 2 --block --name held-port\nfrom nbworkers import distlib\n"
                             "strategy = distlib.strategy()\nprint('replicas', strategy.num_replicas_in_sync)\n")
         assert not result.error, result.error
     finally:
-        kernel.run("_ports.pick_free_ports = _real_pick")
+        kernel.run("_local.pick_free_ports = _real_pick")
         held.close()
     snap = kernel.value("nbworkers.get_cluster('held-port').snapshot()")
     assert snap["status"] == "finished" and snap["restarts"] == 0, snap

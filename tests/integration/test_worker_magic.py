@@ -233,6 +233,7 @@ def test_port_collision_relaunches_on_fresh_ports(kernel, run_root):
     a run's private network namespace a port another program holds on the machine is free, so no race is lost.)"""
     occupy = """
 import socket
+from nbworkers.magics.backends import local as _local
 from nbworkers.magics.launch import ports as _ports
 nbworkers.settings().isolation = "off"
 _held = socket.socket(); _held.bind(("0.0.0.0", 0)); _held.listen(1)
@@ -244,7 +245,7 @@ def _pick_taken_first(count, bind_host="0.0.0.0"):
     if len(_calls) == 1:
         chosen[1] = _held.getsockname()[1]   # worker 1 gets a port someone else holds
     return chosen
-_ports.pick_free_ports = _pick_taken_first
+_local.pick_free_ports = _pick_taken_first  # the name the local backend plans with
 """
     assert not kernel.run(occupy).error
     cell = """%%worker -n 2 --block --name collide --env TF_USE_LEGACY_KERAS=1
@@ -258,4 +259,4 @@ print("replicas", strategy.num_replicas_in_sync)
     assert snap["status"] == "finished", snap["error"]
     assert snap["restarts"] == 1 and "could not bind its port" in snap["restart_causes"][0]
     assert "replicas 2" in kernel.run("%workers logs collide -w 1").stdout
-    kernel.run("_ports.pick_free_ports = _real_pick; _held.close(); nbworkers.settings().isolation = 'auto'")
+    kernel.run("_local.pick_free_ports = _real_pick; _held.close(); nbworkers.settings().isolation = 'auto'")

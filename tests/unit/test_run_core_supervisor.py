@@ -119,6 +119,38 @@ def test_a_node_lost_late_becomes_the_restarts_cause():
     assert entry["kind"] == "NodeLost" and entry["worker"] == 1 and "127.0.0.3" in entry["cause"]
 
 
+def test_a_kill_seen_a_loop_after_its_peers_loss_becomes_the_restarts_cause():
+    """kill -9 of worker 1: worker 0's "lost a peer" exit may reach the kernel first; the crash explains it."""
+    run = Run(backoff=0.5)
+    actions = run.exit((0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"))
+    assert actions[1].cause.kind == "PeerLost"
+    run.clock.now += 0.2
+    run.exit((1, -signal.SIGKILL, ""))
+    assert kinds(run.tick(0.5)) == ["Relaunch"]
+    entry = run.state.restart_history[0]
+    assert entry["kind"] == "WorkerCrashed" and entry["worker"] == 1 and "SIGKILL" in entry["cause"]
+
+
+def test_a_kill_after_the_stops_grace_was_ours_and_changes_no_cause():
+    run = Run(backoff=0.5, stop_grace=1.0)
+    run.exit((0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"))
+    run.clock.now += 1.5  # past the stop's grace: the host's own SIGKILL of a worker that ignored SIGTERM
+    run.exit((1, -signal.SIGKILL, ""))
+    run.exit()
+    assert kinds(run.tick(0.0)) == ["Relaunch"] and run.state.restart_history[0]["kind"] == "PeerLost"
+
+
+def test_our_own_sigterm_and_a_users_restart_keep_their_cause():
+    run = Run(backoff=0.5)
+    run.exit((0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"))
+    run.exit((1, -signal.SIGTERM, ""))  # the stop for the restart
+    assert kinds(run.tick(0.5)) == ["Relaunch"] and run.state.restart_history[0]["kind"] == "PeerLost"
+    user = Run(backoff=0.5)
+    user.send(ev.RestartRequested(UserRestart("restart requested")))
+    user.exit((0, -signal.SIGKILL, ""), (1, -signal.SIGTERM, ""))
+    assert kinds(user.tick(0.5)) == ["Relaunch"] and user.state.restart_history[0]["kind"] == "UserRestart"
+
+
 def test_the_second_restart_waits_twice_as_long():
     run = Run(backoff=1.0)
     run.exit((1, -9, ""), (0, -15, ""))

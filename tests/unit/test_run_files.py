@@ -111,3 +111,19 @@ def test_a_signed_push_round_trips_and_any_change_is_refused():
 
 def test_the_run_directory_layout_names_the_tensorboard_socket_file(tmp_path):
     assert rundir.tensorboard_socket_file(tmp_path) == Path(tmp_path) / "tensorboard.socket"
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_goes_under_tmp(tmp_path, monkeypatch):
+    """A deep $TMPDIR (pytest's, macOS's) left no room for the relay's socket name: ZMQ refused to bind it."""
+    from nbworkers.protocol import private_dirs
+
+    deep = tmp_path / ("d" * 60) / ("e" * 40)
+    deep.mkdir(parents=True, mode=0o700)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(private_dirs.tempfile, "gettempdir", lambda: str(deep))
+    name = "relay-123456-0123456789ab.sock"
+    assert len(str(private_dirs.runtime_dir("nbworkers-test-ipc") / name)) > private_dirs.UNIX_SOCKET_PATH_MAX
+    path = private_dirs.socket_path("nbworkers-test-ipc", name)
+    assert len(str(path)) <= private_dirs.UNIX_SOCKET_PATH_MAX and str(path).startswith("/tmp/")
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    path.parent.rmdir()

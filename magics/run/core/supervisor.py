@@ -32,6 +32,8 @@ from nbworkers.magics.run.core.failures import (
     NodeLost,
     RelaunchFailed,
     RunTimedOut,
+    UserRestart,
+    WorkerCrashed,
     WorkerFailure,
     classify_exit,
     root_cause,
@@ -81,6 +83,7 @@ class Supervisor:
         self.kill_deadline: float | None = None
         self.pending: WorkerFailure | None = None  # a restart is due once the group is gone
         self.restart_due = 0.0
+        self.restart_stop_at = 0.0  # clock: when the group was stopped for the pending restart
 
     # ------------------------------------------------------------------------------------- queries
     @property
@@ -184,7 +187,7 @@ class Supervisor:
             worker.exit_code = code
             if self.pending is not None:
                 worker.status = WorkerStatus.RESTARTING.value
-                self._note_lost_node(index, code, log_tail)
+                self._amend_cause(index, code, log_tail)
             elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
                 worker.status = WorkerStatus.FINISHED.value
             elif self.stopping:
@@ -196,13 +199,18 @@ class Supervisor:
                 worker.detail = worker.detail or str(failures[-1])
         return self._on_failure(root_cause(failures)) if failures else []
 
-    def _note_lost_node(self, index: int, code: int, log_tail: str) -> None:
-        """A node's loss is noticed late (Ray declares a node dead after missed health checks), often after a
-        peer on a live node failed because of it: the lost node is then the restart's cause."""
-        if code and not isinstance(self.pending, NodeLost):
-            late = classify_exit(index, code, log_tail)
-            if isinstance(late, NodeLost):
-                self.pending = late
+    def _amend_cause(self, index: int, code: int, log_tail: str) -> None:
+        """An exit seen after the restart was decided. A peer's loss is often noticed first: a kill -9'd worker's
+        exit can reach the kernel a loop after its peer's "lost a peer" exit, and Ray declares a node dead only
+        after missed health checks. A crash or a lost node seen then is the restart's cause (it explains the peer's
+        failure). What our own stop did is not: SIGTERM, a preemption exit (42), a SIGKILL after the stop's grace,
+        and anything once the user asked for the restart."""
+        if not code or self.pending is None or isinstance(self.pending, UserRestart):
+            return
+        late = classify_exit(index, code, log_tail)
+        before_our_kill = self.clock() - self.restart_stop_at < self.timings.stop_grace
+        if isinstance(late, NodeLost) or (isinstance(late, WorkerCrashed) and before_our_kill):
+            self.pending = root_cause([self.pending, late])
 
     def _on_tick(self, event: ev.Tick) -> list[ev.Action]:
         now = self.clock()
@@ -246,6 +254,7 @@ class Supervisor:
         if not decision.restart:
             return self._fail(decision.failure)
         self.pending = failure
+        self.restart_stop_at = self.clock()
         self.restart_due = self.clock() + decision.backoff
         self.state.status = ClusterStatus.RESTARTING.value
         for worker in self.state.workers:
