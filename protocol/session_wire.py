@@ -12,7 +12,8 @@ sender (``client_curve``), so only the run's nodes can connect and nobody on the
 
 Commands (``msg_type``; content fields):
 
-- ``run``        seq, gen, cell (int), code (str)
+- ``run``        seq, gen, cell (int), code (str), display (``"0"``: rich output from worker 0 only, or
+  ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note)
 - ``pull``       seq, gen, request (str), expression (str), max_bytes (int), chunk_bytes (int)
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
@@ -27,6 +28,8 @@ Relay kinds added to ``wire.KINDS``:
   were aborted in this process), step (optional int: the last training step it reported in the cell)
 - ``pull``  request (str), index, count, size (ints: chunk number, number of chunks, total payload bytes),
   data (base64 of at most ``chunk_bytes`` raw bytes), meta (chunk 0: the JSON value tree), error (str or None)
+- ``display`` cell (int), source (``display``: ``display(...)``/``plt.show()``; ``result``: the cell's last
+  expression), data (a MIME bundle, ``protocol/mime.py``), metadata (object)
 
 Cell output is split by marker lines the worker prints around each cell (``marker``), so the kernel gives
 every line of output to the cell that printed it.
@@ -40,7 +43,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from nbworkers.protocol import env_settings
+from nbworkers.protocol import env_settings, mime
 
 ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
 ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
@@ -73,7 +76,7 @@ def _is_int(value: Any) -> bool:
 
 
 def validate(kind: str, content: dict[str, Any]) -> str | None:
-    """The ``cell`` and ``pull`` relay kinds' own fields (``wire.validate`` checked worker and gen)."""
+    """The ``cell``, ``pull`` and ``display`` relay kinds' own fields (``wire.validate`` checked worker and gen)."""
     if kind == "cell":
         if content.get("event") not in CELL_EVENTS:
             return f"unknown cell event {content.get('event')!r}"
@@ -106,6 +109,16 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
             return "error is not a str"
         if content.get("meta") is not None and not isinstance(content["meta"], dict):
             return "meta is not an object"
+        return None
+    if kind == "display":
+        if not _is_int(content.get("cell")) or content["cell"] < 1:
+            return "cell is not a positive int"
+        if content.get("source") not in mime.SOURCES:
+            return f"unknown display source {content.get('source')!r}"
+        try:
+            mime.check_bundle(content.get("data"), content.get("metadata"))
+        except mime.BundleError as error:
+            return str(error)
         return None
     return f"not a session kind: {kind!r}"
 

@@ -71,6 +71,9 @@ class WorkerMagics(Magics):
     @argument("--spread", action="store_true", help="ray: at most one worker per node")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
+    @argument("--display", choices=("0", "all"), default="0",
+              help="session cells: whose rich output (display(...), plt.show()) the cell shows: worker 0's "
+                   "(default) or every worker's")
     @argument("--session", default=None, metavar="NAME",
               help="run the cell in the live session NAME (its workers and variables stay between cells); "
                    "start it (with -n and the other flags) when there is none")

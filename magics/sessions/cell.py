@@ -21,12 +21,17 @@ from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.views.rich import RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
 
 
 class SessionCell:
-    def __init__(self, session: Any, record: CellRecord, code: str):
+    def __init__(self, session: Any, record: CellRecord, code: str, display: str = "0"):
         self.session = session
+        self.display = display  # "0": rich output from worker 0; "all": from every worker (--display)
+        self.outputs: list[RichItem] = []  # display(...), plt.show(): what the notebook cell shows
+        self.results: dict[int, RichItem] = {}  # worker -> the bundle of the cell's last expression
+        self.outputs_dropped = 0  # over display_max_outputs
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
         self.name = f"{session.name} cell {record.number}"
@@ -128,11 +133,15 @@ class SessionCell:
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
         from nbworkers.magics.run.outputs import wait_for
 
+        publisher = RichPublisher(label_workers=self.display == "all") if echo is not None else None
+
         def tick() -> None:
             if self.dirty:
                 self.refresh_views()
             if echo is not None:
                 echo.tick(self.snapshot())
+            if publisher is not None:
+                publisher.tick(self.outputs)
 
         with self.session._lock:
             self._waiters += 1
@@ -141,14 +150,39 @@ class SessionCell:
             ended = self._done.is_set()
             if echo is not None:
                 echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+            if publisher is not None:
+                publisher.tick(self.outputs)
             if ended:
-                self.finish_views()
+                self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
         finally:
             with self.session._lock:
                 self._waiters -= 1
         if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
+
+    @property
+    def value(self) -> WorkersValue | None:
+        """The cell's last expression (worker 0's, the others' where they differ), or None when it had none."""
+        with self.session._lock:
+            return WorkersValue(self.results) if self.results else None
+
+    def show_outputs(self) -> None:
+        """Publish the rich outputs the workers sent (``display``, ``plt.show()``) into the current notebook cell:
+        a cell run without ``--block`` keeps them here."""
+        RichPublisher(label_workers=self.display == "all").tick(list(self.outputs))
+
+    def add_rich(self, worker: int, source: str, data: dict[str, Any], metadata: dict[str, Any], limit: int) -> bool:
+        """A worker's bundle for this cell (lock held); False when over ``limit`` outputs (dropped, counted)."""
+        item = RichItem(worker, data, metadata)
+        if source == "result":
+            self.results[worker] = item
+            return True
+        if len(self.outputs) >= limit:
+            self.outputs_dropped += 1
+            return False
+        self.outputs.append(item)
+        return True
 
     def failure_text(self) -> str:
         return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
@@ -242,9 +276,13 @@ class SessionCell:
                 except Exception:
                     traceback.print_exc(file=sys.__stderr__)
 
-    def finish_views(self) -> None:
+    def finish_views(self, error_below: bool = False, echoed: bool = False) -> None:
+        """The views' final summary; ``error_below``: a ``RunFailed`` with the traceback is raised under it (the
+        summary leaves the traceback to it); ``echoed``: the workers' output is in the cell already."""
+        from nbworkers.magics.run.outputs import final_snapshot
+
         with self._views_lock:
-            snapshot = self.snapshot()
+            snapshot = final_snapshot(self.snapshot(), error_below, echoed)
             for view in self._views:
                 try:
                     view.finish(snapshot)

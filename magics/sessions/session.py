@@ -37,7 +37,7 @@ from nbworkers.magics.sessions.core import SessionCore, SessionTimings
 from nbworkers.magics.sessions.events import Group, WorkerEnd
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.shapes import ClusterSnapshot
-from nbworkers.protocol import session_wire
+from nbworkers.protocol import mime, session_wire
 
 
 class SessionEnded(RuntimeError):
@@ -70,15 +70,16 @@ class Session(Cluster):
         return self._cells.lost_note
 
     # ------------------------------------------------------------------------------ user-facing
-    def submit(self, code: str, timeout: float | None = None) -> SessionCell:
-        """Queue a cell; it runs once the cells before it have ended (returns at once)."""
+    def submit(self, code: str, timeout: float | None = None, display: str = "0") -> SessionCell:
+        """Queue a cell; it runs once the cells before it have ended (returns at once). ``display``: whose rich
+        output (``display(...)``, ``plt.show()``) the cell shows, worker 0's (``"0"``) or every worker's (``"all"``)."""
         with self._lock:
             if self._done.is_set() or self._core.stopping:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
             number = len(self.cells) + 1
             actions = self._cells.handle(ev.Submitted(number, timeout, self._group()))
-            cell = SessionCell(self, self._cells.record(number), code)
+            cell = SessionCell(self, self._cells.record(number), code, display)
             self.cells.append(cell)
             self._dirty = True
             self._carry_out(actions)  # an idle session starts it now, not at the supervisor's next round
@@ -174,7 +175,8 @@ class Session(Cluster):
                 case ev.Dispatch():
                     cell = self.cells[action.cell - 1]
                     cell.begin()
-                    self.channel.send("run", cell=action.cell, code=cell.code)
+                    self.channel.send("run", cell=action.cell, code=cell.code, display=cell.display,
+                                      display_max_bytes=self.settings.display_max_bytes)
                 case ev.SendPause():
                     self.channel.send("pause", workers=list(action.workers), cell=action.cell)
                 case ev.SendResume():
@@ -285,6 +287,9 @@ class Session(Cluster):
         elif kind == "cell":
             self._on_cell(index, content)
             return
+        elif kind == "display":
+            self._on_display(index, content)
+            return
         elif kind == "pull":
             request = self._pulls.get(content["request"])
             if request is None or request.worker != index or request.gen != content["gen"]:
@@ -312,6 +317,24 @@ class Session(Cluster):
                             bool(content.get("aborted")), content.get("t"), content.get("step"))
             self._tell(ev.WorkerEnded(index, content["cell"], end))
         self._dirty = True
+
+    def _on_display(self, index: int, content: dict[str, Any]) -> None:
+        """A worker's rich output (``protocol/session_wire.py`` checked its shape) to its cell, within the limits."""
+        number = content["cell"]
+        if not 0 < number <= len(self.cells):
+            self.relay.drops.note("stale", f"display for no cell {number} from worker {index}")
+            return
+        try:
+            mime.check_bundle(content["data"], content.get("metadata"), self.settings.display_max_bytes)
+        except mime.BundleError as error:
+            self.relay.drops.note("oversized", f"display from worker {index}: {error}")
+            return
+        cell = self.cells[number - 1]
+        if not cell.add_rich(index, content["source"], content["data"], content.get("metadata") or {},
+                             self.settings.display_max_outputs):
+            self.relay.drops.note("oversized", f"cell {number}: more than {self.settings.display_max_outputs} "
+                                  "outputs (setting display_max_outputs)")
+        cell.dirty = True
 
     def _route_log(self, index: int, text: str) -> None:
         for number in self._logs.route(self.cells, index, text):
