@@ -29,6 +29,7 @@ from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.core import events as run_ev
 from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
 from nbworkers.magics.run.core.statuses import CellEnd, WorkerStatus
+from nbworkers.magics.run.noise import NoiseFilter
 from nbworkers.magics.run.relay import Message
 from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
@@ -53,6 +54,7 @@ class Session(Cluster):
         self._to_end: list[SessionCell] = []  # concluded under the lock, ended (views, waiters) outside it
         self._pulls: dict[str, PullRequest] = {}  # request id -> its pending pull
         self._logs = LogRouter()  # each worker's output to the cell that printed it
+        self._cell_noise = self._noise_filters()  # TensorFlow's chatter stays out of the cells (the log keeps it)
 
     def _timings(self) -> SessionTimings:
         """The grace periods as the settings say now (a user may change them while the session runs)."""
@@ -230,6 +232,7 @@ class Session(Cluster):
             self._channel = CommandChannel(self._key, *self.backend.relay_hosts(), curve=curve)
         self._channel.new_generation(self.state.generation)
         self._logs = LogRouter()
+        self._cell_noise = self._noise_filters()
         super()._launch_group()
 
     # ------------------------------------------------------------------------------ supervisor hooks
@@ -283,7 +286,7 @@ class Session(Cluster):
         number = self._cells.current
         current = self.cells[number - 1] if number else None
         if kind == "log":
-            self._route_log(index, "".join(content["lines"]))
+            self._route_log(index, "".join(self._cell_noise[index].filter(content["lines"])))
         elif kind == "cell":
             self._on_cell(index, content)
             return
@@ -335,6 +338,10 @@ class Session(Cluster):
             self.relay.drops.note("oversized", f"cell {number}: more than {self.settings.display_max_outputs} "
                                   "outputs (setting display_max_outputs)")
         cell.dirty = True
+
+    def _noise_filters(self) -> list[NoiseFilter]:
+        """One filter per worker, apart from the cluster's (each keeps its own place in a line)."""
+        return [NoiseFilter(noise.level) for noise in self._noise]
 
     def _route_log(self, index: int, text: str) -> None:
         for number in self._logs.route(self.cells, index, text):

@@ -175,7 +175,12 @@ def test_the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps
     msg_id = k.send(LONG_FIT_BLOCK)
     seen = ""
     deadline = time.monotonic() + 120
-    while not ("[0] STEPPING" in seen and "[1] STEPPING" in seen):  # the echo: both workers are training
+    worker_1_log = k.run_root / "train" / "worker-1.log"  # the echo shows worker 1's lines only where they differ
+
+    def both_training() -> bool:
+        return "[0] STEPPING" in seen and "STEPPING" in worker_1_log.read_text(errors="replace")
+
+    while not both_training():  # both workers are training
         assert time.monotonic() < deadline, f"the workers did not start training:\n{seen}"
         try:
             msg = k.client.get_iopub_msg(timeout=1)
