@@ -74,8 +74,9 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
         raise UsageError(str(error)) from None
     if not args.block:
         return cell_handle
-    cell_handle.show()
     echo = _echo()
+    cell_handle.echoed = echo is not None  # the lines are in the cell: the widget shows no second copy of them
+    cell_handle.show()
     try:
         cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=echo)
     except KeyboardInterrupt:

@@ -20,9 +20,11 @@ from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
-from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.rich import RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
+
+QUEUED = CellState.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
 
 
 class SessionCell:
@@ -32,6 +34,7 @@ class SessionCell:
         self.outputs: list[RichItem] = []  # display(...), plt.show(): what the notebook cell shows
         self.results: dict[int, RichItem] = {}  # worker -> the bundle of the cell's last expression
         self.outputs_dropped = 0  # over display_max_outputs
+        self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
         self.name = f"{session.name} cell {record.number}"
@@ -94,10 +97,15 @@ class SessionCell:
     def _snapshot(self) -> ClusterSnapshot:
         first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
         end = self.ended or time.time()
+        queued = self.record.state == CellState.QUEUED  # says "queued", not "starting": it waits for others
+        workers: list[WorkerSnapshot] = [{**w.snapshot(), "pid": p.pid, "host": p.host}
+                                         for w, p in zip(self.workers, self.session.state.workers)]
+        for worker in workers if queued else []:
+            worker["status"] = QUEUED
         return {
             "name": self.name,
             "backend": self.session.state.backend,
-            "status": self.status,
+            "status": QUEUED if queued else self.status,
             "error": self.error,
             "started": self.started or self.submitted,
             "ended": self.ended,
@@ -111,11 +119,10 @@ class SessionCell:
             "dropped": {},
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
-            "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
-                        for w, p in zip(self.workers, self.session.state.workers)],
+            "workers": workers,
             "session": {"name": self.session.name, "cell": self.number, "state": self.state,
                         "cells": len(self.session.cells), "running": first_line[:120],
-                        "live_cells": self.session.live_cells()},
+                        "live_cells": self.session.live_cells(), "echoed": self.echoed},
         }
 
     # ------------------------------------------------------------------------------ user-facing
