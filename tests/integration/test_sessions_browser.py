@@ -107,3 +107,41 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
             assert "RESTARTS 1" in output, output
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+
+
+DETACH_CELLS = [
+    "%load_ext nbworkers\nimport nbworkers",
+    "%%worker -n 2 --session gone\nimport time\ntime.sleep(600)",
+    "%%worker --session gone\nprint('queued behind the sleep')",
+    "%load_ext nbworkers\n%workers attach gone",
+]
+CARD_STATUSES = "(i) => [...document.querySelectorAll('.nbw')[i].querySelectorAll('.nbw-card')].map(n => n.dataset.status)"
+
+
+def test_a_queued_cell_says_queued_and_a_detached_session_widget_hints_a_command_that_works(tmp_path):
+    """A cell behind a running one says "queued" (not "starting"); after a kernel restart the session cell's widget
+    suggests `%workers attach SESSION` (which then works in the new kernel) and its cards stop saying running."""
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    with lab_server(tmp_path / "lab", env_extra={"NBWORKERS_RUN_ROOT": str(run_root)}) as lab:
+        write_notebook(lab.root / "detach.ipynb", DETACH_CELLS)
+        with chromium_page() as page:
+            open_and_run_two_cells(page, lab, "detach.ipynb")
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
+            run_cell(page, 2)
+            page.wait_for_function(f"() => ({SESSION_LINE})(1).includes('cell 2 · queued')", timeout=30_000)
+            assert page.evaluate("() => document.querySelectorAll('.nbw')[1].dataset.status") == "queued"
+            assert set(page.evaluate(CARD_STATUSES, 1)) == {"queued"}
+            page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+            page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=30_000)
+            header = page.inner_text(".nbw-header")
+            assert "%workers attach gone`" in header or "%workers attach gone " in header, header
+            assert "running" not in page.evaluate(CARD_STATUSES, 0)  # the cards no longer hear from the workers
+            page.wait_for_function(f"() => ({CARD_STATUSES})(0).every(s => ['lost', 'stopped', 'failed'].includes(s))",
+                                   timeout=60_000)  # then the run's end, as the server sees it
+            screenshot(page, "session-detached.png")
+            run_cell(page, 3)
+            cell_executed(page, 3, timeout_ms=60_000)
+            output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].node.innerText")
+            assert "nbworkers cluster gone: " in output and "UsageError" not in output, output  # the run, found
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
