@@ -336,6 +336,8 @@ plt.show()
 display(HTML("<b>bold from a worker</b>"))
 print("SAME ON EVERY WORKER")
 print("WORKER", os.environ["NBWORKERS_WORKER"])
+import keras
+keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="only_layer")], name="small").summary()
 {"answer": 42}
 """
 
@@ -354,6 +356,7 @@ def test_a_session_cell_shows_plots_html_its_value_and_each_line_once(session_ke
     assert result.displays[-1]["text/plain"] == "{'answer': 42}", result.displays[-1]
     shown = result.stdout
     assert shown.count("SAME ON EVERY WORKER") == 1, shown
+    assert shown.count("only_layer") == 1 and shown.count("Total params") == 1, shown  # model.summary() once
     assert "[0] WORKER 0" in shown and "[1] WORKER 1" in shown, shown  # lines that differ: both
     for noise in ("--- nbworkers:", "cuInit", "absl::InitializeLog"):
         assert noise not in shown, shown
