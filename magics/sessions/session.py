@@ -16,6 +16,9 @@ IPython's execution queue); a failed cell cancels the queued ones.
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
 - A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
+- Rich output: a worker's ``display`` message (a MIME bundle, ``protocol/mime.py``) goes to the running cell
+  (``SessionCell.outputs``, its last expression to ``SessionCell.results``) when it passes the checks and limits
+  (``display_max_bytes``, ``display_max_outputs``); else it is dropped and counted.
 - ``pull(expression, worker)`` (``magics/sessions/pull.py``): the value of an expression in a worker's namespace,
   as JSON and ``.npy`` only; it runs after the cells submitted before it.
 """
@@ -324,8 +327,8 @@ class Session(Cluster):
     def _on_display(self, index: int, content: dict[str, Any]) -> None:
         """A worker's rich output (``protocol/session_wire.py`` checked its shape) to its cell, within the limits."""
         number = content["cell"]
-        if not 0 < number <= len(self.cells):
-            self.relay.drops.note("stale", f"display for no cell {number} from worker {index}")
+        if number != self._cells.current:  # a cell's outputs come while it runs, before its worker's end
+            self.relay.drops.note("stale", f"display for cell {number}, not the running one, from worker {index}")
             return
         try:
             mime.check_bundle(content["data"], content.get("metadata"), self.settings.display_max_bytes)

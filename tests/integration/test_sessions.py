@@ -373,6 +373,31 @@ def test_a_session_cells_value_shows_every_worker_where_they_differ_and_display_
     assert "execute_result" not in both.msg_types  # an assignment has no Out
 
 
+FORGED_DISPLAYS = """%%worker --session rich --block
+from nbworkers.protocol import wire
+sender = wire.process_sender()
+for data in ({{"application/x-python-pickle": "gASVAAAAAAAAAAB9lC4="}}, {{"image/png": "%%% not base64"}},
+             {{"text/html": "x" * (5 * 2**20)}}, {{"text/plain": "an old cell's"}}):
+    sender.send("display", cell={cell} if "old" not in str(data) else 1, source="display", data=data, metadata={{}})
+display({{"text/plain": "the genuine one"}}, raw=True)
+"""
+
+
+def test_rich_outputs_that_are_not_what_they_claim_are_dropped_and_counted(session_kernel):
+    """A pickle's MIME type, bad base64, more than display_max_bytes, a bundle for another cell: none is shown,
+    each is counted; the genuine output of the same cell still is."""
+    k = session_kernel
+    before = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    number = k.value("len(nbworkers.session('rich').cells)") + 1
+    result = k.run(FORGED_DISPLAYS.format(cell=number))
+    assert result.status == "ok", result.text
+    assert [d for d in result.displays if "nbworkers cluster" not in d.get("text/plain", "")] \
+        == [{"text/plain": "the genuine one"}], result.displays
+    drops = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    assert drops["malformed"] - before["malformed"] == 2 * 2, (before, drops)  # on each of the 2 workers
+    assert drops["oversized"] - before["oversized"] == 2 and drops["stale"] - before["stale"] == 2, (before, drops)
+
+
 def test_a_failed_session_cell_shows_its_traceback_once(session_kernel):
     k = session_kernel
     failed = k.run("%%worker --session rich --block\nraise KeyError('on every worker')")
