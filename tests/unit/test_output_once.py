@@ -155,3 +155,20 @@ def test_the_value_is_worker_0s_and_the_others_where_they_differ():
     assert same._repr_mimebundle_()[0] == {"text/plain": "20", "text/html": "<b>20</b>"}
     differ = WorkersValue({0: RichItem(0, {"text/plain": "0"}), 1: RichItem(1, {"text/plain": "10"})})
     assert repr(differ) == "[0] 0\n[1] 10"
+
+
+def test_ipythons_display_functions_become_the_workers_where_they_are_bound(monkeypatch):
+    import sys
+    import types
+
+    for name in ("IPython.core.display", "IPython.display"):  # this process's IPython stays as it is
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    sent = []
+    output = RichOutput(lambda kind, **f: sent.append(f), 0)
+    output.begin(1, "0", 10_000)
+    module = types.SimpleNamespace(display=print, publish_display_data=print)
+    output.patch_ipython(module)
+    module.display(Rich())
+    module.publish_display_data({"text/markdown": "*m*"})
+    assert [f["data"].get("text/html") or f["data"].get("text/markdown") for f in sent] == ["<b>rich</b>", "*m*"]
