@@ -121,7 +121,8 @@ class RichOutput:
     def patch_ipython(self, module: Any) -> None:
         """Post-import hook of ``IPython.core.display_functions``: its display functions become this one's (and
         those of the modules that re-export them, when they were imported before: their names are bound)."""
-        for owner in (module, sys.modules.get("IPython.core.display"), sys.modules.get("IPython.display")):
+        owners: list[Any] = [module, sys.modules.get("IPython.core.display"), sys.modules.get("IPython.display")]
+        for owner in owners:
             if owner is not None:
                 owner.display = self.display
                 owner.publish_display_data = self.publish_display_data
