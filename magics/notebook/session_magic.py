@@ -3,7 +3,8 @@
 ``%%worker -n 2 --session train`` starts session ``train`` with this cell as its cell 1 (run again while the
 session lives, it runs the cell in it: the launch flags then do not apply); ``%%worker --session train``
 runs the next cell in the same processes (``--backend ray`` too: the session's workers are Ray-hosted, its
-command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view), or with
+command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view, the
+workers' rich outputs and then the cell's value under it), or with
 ``--block`` waits, leaves the final summary, shows the workers' rich output (``display``, ``plt.show()``) as it
 comes, raises ``RunFailed`` when the cell failed, and returns the cell's last expression (its ``Out``).
 
@@ -74,6 +75,7 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
         raise UsageError(str(error)) from None
     if not args.block:
         return cell_handle
+    cell_handle.blocking = True
     echo = _echo()
     cell_handle.echoed = echo is not None  # the lines are in the cell: the widget shows no second copy of them
     cell_handle.show()

@@ -21,7 +21,7 @@ from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
-from nbworkers.magics.views.rich import RichItem, RichPublisher, WorkersValue
+from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
 
 QUEUED = CellState.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
@@ -34,6 +34,8 @@ class SessionCell:
         self.outputs: list[RichItem] = []  # display(...), plt.show(): what the notebook cell shows
         self.results: dict[int, RichItem] = {}  # worker -> the bundle of the cell's last expression
         self.outputs_dropped = 0  # over display_max_outputs
+        self.blocking = False  # run with --block: the wait publishes the rich outputs into the notebook cell
+        self._live: LiveOutputs | None = None  # else: they go to an Output widget under the cell's view
         self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
@@ -140,7 +142,9 @@ class SessionCell:
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
         from nbworkers.magics.run.outputs import wait_for
 
-        publisher = RichPublisher(label_workers=self.display == "all") if echo is not None else None
+        publisher = None  # the rich outputs: into the waiting notebook cell, unless the cell's view has its own
+        if echo is not None and self._live is None:
+            publisher = RichPublisher(label_workers=self.display == "all")
 
         def tick() -> None:
             if self.dirty:
@@ -189,6 +193,8 @@ class SessionCell:
             self.outputs_dropped += 1
             return False
         self.outputs.append(item)
+        if self._live is not None:
+            self._live.add(self.outputs)
         return True
 
     def failure_text(self) -> str:
@@ -207,9 +213,23 @@ class SessionCell:
         with self._views_lock:
             self._views.append(view)
         view.show()
+        if not self.blocking and self._live is None:
+            self._show_live_outputs()
         if self._done.is_set():
             view.finish(self.snapshot())
         return view
+
+    def _show_live_outputs(self) -> None:
+        try:
+            live = LiveOutputs(label_workers=self.display == "all")
+        except ImportError:  # no ipywidgets: cell.show_outputs() still shows them
+            return
+        live.show()
+        with self.session._lock:
+            self._live = live
+            live.add(self.outputs)
+            if self.record.state.is_terminal and self.results:
+                live.add_value(WorkersValue(self.results))
 
     # ------------------------------------------------------------------------------ fed by the session (lock held)
     def begin(self) -> None:
@@ -244,6 +264,8 @@ class SessionCell:
     def conclude(self) -> None:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
         self.ended = time.time()
+        if self._live is not None and self.results:  # a cell run without --block: its value under its view
+            self._live.add_value(WorkersValue(self.results))
         self._show_held_stops()
         status = {CellState.FINISHED: WorkerStatus.FINISHED, CellState.FAILED: WorkerStatus.FAILED}.get(
             self.record.state, WorkerStatus.STOPPED)

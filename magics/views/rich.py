@@ -57,3 +57,38 @@ class WorkersValue:
 
     def __repr__(self) -> str:
         return str(self._repr_mimebundle_()[0]["text/plain"])
+
+
+class LiveOutputs:
+    """The rich outputs of a cell run without ``--block``, as they come: an ipywidgets ``Output`` shown under the
+    cell's view when the cell is shown (empty, it takes no room), filled from the session's thread. A blocking
+    wait publishes into its own cell instead (``RichPublisher``)."""
+
+    def __init__(self, label_workers: bool = False) -> None:
+        import ipywidgets
+
+        self.widget = ipywidgets.Output()
+        self.label_workers = label_workers
+        self.added = 0
+
+    def show(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def add(self, items: list[RichItem]) -> None:
+        """Append the items not added yet."""
+        new, self.added = items[self.added:], len(items)
+        if new:
+            self.widget.outputs += tuple(part for item in new for part in self._parts(item))
+
+    def add_value(self, value: WorkersValue) -> None:
+        data, metadata = value._repr_mimebundle_()
+        self.widget.outputs += ({"output_type": "display_data", "data": data, "metadata": metadata},)
+
+    def _parts(self, item: RichItem) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        if self.label_workers:
+            parts.append({"output_type": "stream", "name": "stdout", "text": f"[{item.worker}]\n"})
+        parts.append({"output_type": "display_data", "data": item.data, "metadata": item.metadata})
+        return parts

@@ -24,8 +24,10 @@ CELLS = [
     "%load_ext nbworkers\nimport nbworkers",
     "%%worker -n 2 --session web\nimport time\ncounted = 0\nfor counted in range(6000):\n    time.sleep(0.1)",
     "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
+    "%%worker --session web\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'the value ' * 2",
     "%workers stop web",
 ]
+OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
 SESSION_LINE = "(i) => { const n = document.querySelectorAll('.nbw-session')[i]; return n ? n.textContent : ''; }"
 
 
@@ -50,8 +52,14 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             assert "[0] AFTER STOP True" in output  # same processes, same state
             visible = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText")
             assert visible.count("AFTER STOP True") == 1, visible  # every worker prints it: shown once, no log panel
-            run_cell(page, 3)
-            cell_executed(page, 3)
+            run_cell(page, 3)  # without --block: the plot and the value come under the cell's widget as they come
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).querySelector('img[src^=\"data:image/png\"]')", arg=3,
+                                   timeout=60_000)
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=3,
+                                   timeout=30_000)
+            screenshot(page, "session-cell-plot.png")
+            run_cell(page, 4)
+            cell_executed(page, 4)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 
