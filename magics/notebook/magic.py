@@ -100,6 +100,9 @@ class WorkerMagics(Magics):
         if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
 
             return run_session_cell(self, args, cell)
+        if args.display != "0":
+            raise UsageError("--display: only for session cells (`%%worker --session NAME --display all`); a run "
+                             "without --session shows no rich output.")
         try:
             user_ns = self.shell.user_ns if self.shell is not None else {}
             spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())

@@ -114,6 +114,8 @@ def test_flags_a_session_cannot_take_are_refused_before_anything_starts(session_
         result = k.run(f"%%worker -n 2 --session other {flags}\nx = 1")
         assert words in result.failure, (flags, result.text)
     assert k.value("'other' in [c.name for c in nbworkers.clusters()]") is False
+    plain = k.run("%%worker -n 2 --display all\nx = 1")  # rich output is a session's: a plain run refuses it
+    assert "only for session cells" in plain.failure, plain.text
 
 
 def test_pull_arrays_nested_dicts_and_a_history(session_kernel):
