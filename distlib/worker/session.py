@@ -19,7 +19,7 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
 Each cell's output is framed by marker lines (``session_wire.marker``) and its end reported on the relay with
 its status and traceback. A cell's last expression is evaluated apart (as IPython's ``ast`` handling of the last
 expression) and its MIME bundle sent as the cell's result; ``display(...)`` and ``plt.show()`` send theirs
-(``rich_output.py``): the kernel shows them in the notebook cell.
+(``rich/output.py``): the kernel shows them in the notebook cell.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import uuid
 
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
-from nbworkers.distlib.worker.rich_output import RichOutput
+from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import session_wire, wire
 
 
@@ -280,10 +280,8 @@ def _user_traceback(filename: str) -> str:
 
 def main(module: types.ModuleType) -> int:
     """Serve cells until the kernel says ``shutdown`` (or the host stops this process)."""
-    from nbworkers.distlib.worker import rich_output
-
     worker = SessionWorker(module)
-    rich_output.install(worker.rich)
+    install_rich_output(worker.rich)
     _hook_reports(worker)
     thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),
                               name="nbworkers-session-commands", daemon=True)

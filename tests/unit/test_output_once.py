@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from nbworkers.distlib.worker.rich_output import RichOutput, bundle_of
+from nbworkers.distlib.worker.rich.output import RichOutput, bundle_of
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.views.dedupe import LineDeduper
 from nbworkers.magics.views.echo import WorkerEcho

@@ -1,5 +1,5 @@
-"""matplotlib's backend in a session worker (``MPLBACKEND=module://nbworkers.distlib.worker.mpl_backend``):
-Agg drawing, and ``plt.show()`` sends the open figures to the notebook as PNG (``rich_output.RichOutput``),
+"""matplotlib's backend in a session worker (``MPLBACKEND=module://nbworkers.distlib.worker.rich.mpl_backend``):
+Agg drawing, and ``plt.show()`` sends the open figures to the notebook as PNG (``output.RichOutput``),
 as ipykernel's inline backend shows them in the cell."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ FigureManager = FigureManagerBase
 
 
 def show(*args: Any, **kwargs: Any) -> None:
-    from nbworkers.distlib.worker import rich_output
+    from nbworkers.distlib.worker.rich import output
 
-    if rich_output.current is not None:
-        rich_output.current.figures()
+    if output.current is not None:
+        output.current.figures()

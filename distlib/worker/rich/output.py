@@ -6,7 +6,7 @@ kernel as MIME bundles (``protocol/mime.py``) on the relay (kind ``display``): d
   display`` does), they are replaced by ``display`` here, which makes the bundle from the object's
   ``_repr_mimebundle_`` / ``_repr_png_`` / ``_repr_html_`` ... methods (as IPython's formatter does, without its
   shell) and sends it. IPython is never imported here: a worker without it works as before.
-- matplotlib: the worker's backend is ``module://nbworkers.distlib.worker.mpl_backend`` (Agg), whose ``show()``
+- matplotlib: the worker's backend is ``module://nbworkers.distlib.worker.rich.mpl_backend`` (Agg), whose ``show()``
   sends every open figure as PNG and closes it; figures still open when the cell ends are sent then (as
   ipykernel's inline backend does).
 - The last expression: its bundle goes with source ``result``; the kernel shows it as the cell's ``Out``.
@@ -30,7 +30,7 @@ REPR_METHODS = (  # IPython's formatter's order
     ("_repr_html_", "text/html"), ("_repr_markdown_", "text/markdown"), ("_repr_latex_", "text/latex"),
     ("_repr_json_", "application/json"),
 )
-MPL_BACKEND = "module://nbworkers.distlib.worker.mpl_backend"
+MPL_BACKEND = "module://nbworkers.distlib.worker.rich.mpl_backend"
 
 Send = Callable[..., Any]
 
@@ -153,7 +153,7 @@ class RichOutput:
 current: RichOutput | None = None  # the session worker's (the matplotlib backend's show() sends through it)
 
 
-def install(output: RichOutput) -> None:
+def install_rich_output(output: RichOutput) -> None:
     """Make ``display`` and matplotlib send through ``output`` in this process."""
     import os
 
