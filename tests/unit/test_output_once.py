@@ -140,6 +140,7 @@ def test_the_worker_sends_display_from_worker_0_only_unless_all_and_drops_oversi
         output.display(Rich())
         output.show(42, source="result")  # every worker's value: the kernel compares them
     assert [(w, f["source"]) for w, f in sent] == [(0, "display"), (0, "result"), (1, "result")]
+    assert sent[2][1]["data"] == {"text/plain": "42"}  # another worker's value: its text, to compare
     assert sent[0][1]["cell"] == 3
     sent.clear()
     other.begin(4, "all", 100)

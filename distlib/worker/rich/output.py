@@ -13,8 +13,8 @@ kernel as MIME bundles (``protocol/mime.py``) on the relay (kind ``display``): d
 
 By default only worker 0 sends ``display`` outputs (every worker runs the same code: N copies of one plot);
 ``%%worker --display all`` sends them from every worker. Every worker sends its ``result`` (the kernel shows
-worker 0's, and the others' where they differ). A bundle over the cell's size limit is not sent: one line on
-stderr says so.
+worker 0's, and the others' where they differ; the other workers send only its ``text/plain``, unless ``all``).
+A bundle over the cell's size limit is not sent: one line on stderr says so.
 """
 
 from __future__ import annotations
@@ -86,8 +86,10 @@ class RichOutput:
         self.cell, self.everyone, self.max_bytes = cell, display == "all", max_bytes
 
     def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None, source: str = "display") -> None:
-        if source == "display" and not (self.index == 0 or self.everyone):
-            return
+        if not (self.index == 0 or self.everyone):
+            if source == "display":
+                return
+            data, metadata = {"text/plain": str(data.get("text/plain", ""))}, {}  # compared with worker 0's only
         try:
             mime.check_bundle(data, metadata, self.max_bytes)
         except mime.BundleError as error:
