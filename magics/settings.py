@@ -135,6 +135,16 @@ class WorkerSettings(Configurable):
     echo_traceback_hold = Float(3.0, help="Seconds a blocking wait holds back a worker's traceback while that worker "
                                 "has not failed (a failed worker's traceback is shown once, in the run's error; one "
                                 "it logged and went on from is written after this).").tag(config=True)
+    echo_dedupe_hold = Float(2.0, help="Seconds a blocking wait holds a line of worker 1..N-1 back, waiting for "
+                             "worker 0 to print the same line (then it is not shown: the cell shows worker 0's output, "
+                             "the others' lines only where they differ).").tag(config=True)
+    echo_all_workers = Bool(False, help="A blocking wait writes every worker's lines into the cell, not only worker "
+                            "0's and the others' where they differ.").tag(config=True)
+    display_max_bytes = Int(4 * 2**20, help="Largest rich output (a MIME bundle from display(), plt.show() or a "
+                            "cell's last expression, bytes of JSON) a session worker sends and the kernel accepts; "
+                            "bigger ones are dropped and counted.").tag(config=True)
+    display_max_outputs = Int(50, help="Rich outputs (display(), plt.show()) one session cell keeps and shows; the "
+                              "rest are dropped and counted.").tag(config=True)
     tensorboard_start_timeout = Float(90.0, help="Seconds `%workers tensorboard NAME` waits for TensorBoard to "
                                       "serve.").tag(config=True)
     tensorboard_reload_interval = Float(5.0, help="Seconds between TensorBoard's reads of new event files.").tag(

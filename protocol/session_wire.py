@@ -12,7 +12,8 @@ sender (``client_curve``), so only the run's nodes can connect and nobody on the
 
 Commands (``msg_type``; content fields):
 
-- ``run``        seq, gen, cell (int), code (str)
+- ``run``        seq, gen, cell (int), code (str), display (``"0"``: rich output from worker 0 only, or
+  ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note)
 - ``pull``       seq, gen, request (str), expression (str), max_bytes (int), data (the address of the kernel's
                  data socket): the worker sends the value there as a ``pull`` data message (``session_data``:
                  request, worker, gen, value (the tree), error (str or None); the blobs as raw frames)
@@ -28,6 +29,8 @@ The relay kind added to ``wire.KINDS``:
 - ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
   (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
   were aborted in this process), step (optional int: the last training step it reported in the cell)
+- ``display`` cell (int), source (``display``: ``display(...)``/``plt.show()``; ``result``: the cell's last
+  expression), data (a MIME bundle, ``protocol/mime.py``), metadata (object)
 
 Cell output is split by marker lines the worker prints around each cell (``marker``), so the kernel gives
 every line of output to the cell that printed it.
@@ -41,7 +44,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from nbworkers.protocol import env_settings
+from nbworkers.protocol import env_settings, mime
 
 ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
 ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
@@ -73,7 +76,7 @@ def _is_int(value: Any) -> bool:
 
 
 def validate(kind: str, content: dict[str, Any]) -> str | None:
-    """The ``cell`` relay kind's own fields (``wire.validate`` checked worker and gen)."""
+    """The ``cell`` and ``display`` relay kinds' own fields (``wire.validate`` checked worker and gen)."""
     if kind == "cell":
         if content.get("event") not in CELL_EVENTS:
             return f"unknown cell event {content.get('event')!r}"
@@ -91,6 +94,16 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
                 return "aborted is not a bool"
             if content.get("step") is not None and not _is_int(content["step"]):
                 return "step is not an int"
+        return None
+    if kind == "display":
+        if not _is_int(content.get("cell")) or content["cell"] < 1:
+            return "cell is not a positive int"
+        if content.get("source") not in mime.SOURCES:
+            return f"unknown display source {content.get('source')!r}"
+        try:
+            mime.check_bundle(content.get("data"), content.get("metadata"))
+        except mime.BundleError as error:
+            return str(error)
         return None
     return f"not a session kind: {kind!r}"
 

@@ -61,7 +61,7 @@ PREEMPTION_EXIT_CODE = 42
 
 WORKER_STATES = tuple(sorted(status.value for status in SENT_BY_WORKERS))  # the ``state`` of a status message
 
-KINDS = ("hello", "status", "log", "metrics", "exit", "cell")  # cell: sessions (session_wire.py)
+KINDS = ("hello", "status", "log", "metrics", "exit", "cell", "display")  # cell, display: sessions (session_wire.py)
 
 MAX_METRICS = 256  # metric names in one message (the kernel keeps a history of them per worker)
 MAX_NAME_CHARS = 200  # characters of one metric name
@@ -171,7 +171,7 @@ def validate(kind: str, content: Any) -> str | None:
     elif kind == "hello":
         if not isinstance(content.get("pid"), int) or isinstance(content.get("pid"), bool) or content["pid"] <= 1:
             return "pid is not a process id (an int > 1)"  # a pid the kernel may later signal: never 0, 1 or -1
-    elif kind == "cell":  # interactive sessions: its fields are checked in session_wire
+    elif kind in ("cell", "display"):  # interactive sessions: their fields are checked in session_wire
         return session_wire.validate(kind, content)
     return None
 

@@ -19,7 +19,9 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
   blocked in a collective whose peer failed, where a KeyboardInterrupt alone cannot reach it.
 
 Each cell's output is framed by marker lines (``session_wire.marker``) and its end reported on the relay with
-its status and traceback. A cell's last expression is printed (``repr``) as IPython shows ``Out[n]``.
+its status and traceback. A cell's last expression is evaluated apart (as IPython's ``ast`` handling of the last
+expression) and its MIME bundle sent as the cell's result; ``display(...)`` and ``plt.show()`` send theirs
+(``rich/output.py``): the kernel shows them in the notebook cell.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import session_data, session_wire, wire
 
 
@@ -62,6 +65,8 @@ class SessionWorker:
         self.last_step: int | None = None  # the step of this cell's last report (what its card shows last)
         self.resumed = threading.Event()
         self._main_ident = threading.main_thread().ident
+        self.rich = RichOutput(self._send, self.index)  # display(), plt.show(), the last expression: to the kernel
+        self.namespace.setdefault("display", self.rich.display)  # as in IPython's namespace
 
     # ------------------------------------------------------------------------------ the command thread
     def listen(self, address: str) -> None:
@@ -148,6 +153,8 @@ class SessionWorker:
             if kind == "shutdown":
                 return 0
             if kind == "run":
+                self.rich.begin(int(content["cell"]), str(content.get("display") or "0"),
+                                int(content.get("display_max_bytes") or self.rich.max_bytes))
                 self.run_cell(int(content["cell"]), str(content["code"]))
             elif kind == "pull":
                 self.pull(content)
@@ -173,7 +180,8 @@ class SessionWorker:
             if last is not None:
                 value = eval(last, self.namespace)
                 if value is not None:
-                    print(repr(value))
+                    self.rich.show(value, source="result")
+            self.rich.figures()  # figures the cell left open, as ipykernel's inline backend does
         except KeyboardInterrupt:
             self.in_cell = False
             status, error, text = "interrupted", "KeyboardInterrupt", _user_traceback(filename)
@@ -305,6 +313,7 @@ def _user_traceback(filename: str) -> str:
 def main(module: types.ModuleType) -> int:
     """Serve cells until the kernel says ``shutdown`` (or the host stops this process)."""
     worker = SessionWorker(module)
+    install_rich_output(worker.rich)
     _hook_reports(worker)
     thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),
                               name="nbworkers-session-commands", daemon=True)

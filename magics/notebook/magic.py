@@ -71,6 +71,9 @@ class WorkerMagics(Magics):
     @argument("--spread", action="store_true", help="ray: at most one worker per node")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
+    @argument("--display", choices=("0", "all"), default="0",
+              help="session cells: whose rich output (display(...), plt.show()) the cell shows: worker 0's "
+                   "(default) or every worker's")
     @argument("--session", default=None, metavar="NAME",
               help="run the cell in the live session NAME (its workers and variables stay between cells); "
                    "start it (with -n and the other flags) when there is none")
@@ -97,6 +100,9 @@ class WorkerMagics(Magics):
         if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
 
             return run_session_cell(self, args, cell)
+        if args.display != "0":
+            raise UsageError("--display: only for session cells (`%%worker --session NAME --display all`); a run "
+                             "without --session shows no rich output.")
         try:
             user_ns = self.shell.user_ns if self.shell is not None else {}
             spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())

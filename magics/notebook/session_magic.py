@@ -3,8 +3,10 @@
 ``%%worker -n 2 --session train`` starts session ``train`` with this cell as its cell 1 (run again while the
 session lives, it runs the cell in it: the launch flags then do not apply); ``%%worker --session train``
 runs the next cell in the same processes (``--backend ray`` too: the session's workers are Ray-hosted, its
-command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view), or with
-``--block`` waits, leaves the final summary, and raises ``RunFailed`` when the cell failed.
+command socket is encrypted as the relay is). Each returns the cell's handle at once (its live view, the
+workers' rich outputs and then the cell's value under it), or with
+``--block`` waits, leaves the final summary, shows the workers' rich output (``display``, ``plt.show()``) as it
+comes, raises ``RunFailed`` when the cell failed, and returns the cell's last expression (its ``Out``).
 
 The notebook's interrupt (■) during that wait (or during ``%workers wait`` on a session) is Stop: the cell is
 interrupted on every worker at the same step, the wait goes on (at most ``session_interrupt_wait`` seconds) until
@@ -69,20 +71,22 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
             session = Session(spec)
             session.start()
             registry.add(session)
-        cell_handle = session.submit(cell, timeout=args.timeout)
+        cell_handle = session.submit(cell, timeout=args.timeout, display=getattr(args, "display", "0") or "0")
     except (LaunchError, SessionEnded) as error:
         raise UsageError(str(error)) from None
     if not args.block:
         return cell_handle
-    cell_handle.show()
+    cell_handle.blocking = True
     echo = _echo()
+    cell_handle.echoed = echo is not None  # the lines are in the cell: the widget shows no second copy of them
+    cell_handle.show()
     try:
         cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=echo)
     except KeyboardInterrupt:
         stop_on_interrupt(session, [cell_handle], echo)
     except RunFailed as error:
         raise error from None
-    return None
+    return cell_handle.value  # the cell's last expression: the notebook cell's Out (None: no Out)
 
 
 def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> None:

@@ -20,13 +20,23 @@ from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
-from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
+
+QUEUED = CellState.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
 
 
 class SessionCell:
-    def __init__(self, session: Any, record: CellRecord, code: str):
+    def __init__(self, session: Any, record: CellRecord, code: str, display: str = "0"):
         self.session = session
+        self.display = display  # "0": rich output from worker 0; "all": from every worker (--display)
+        self.outputs: list[RichItem] = []  # display(...), plt.show(): what the notebook cell shows
+        self.results: dict[int, RichItem] = {}  # worker -> the bundle of the cell's last expression
+        self.outputs_dropped = 0  # over display_max_outputs
+        self.blocking = False  # run with --block: the wait publishes the rich outputs into the notebook cell
+        self._live: LiveOutputs | None = None  # else: they go to an Output widget under the cell's view
+        self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
         self.name = f"{session.name} cell {record.number}"
@@ -89,10 +99,15 @@ class SessionCell:
     def _snapshot(self) -> ClusterSnapshot:
         first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
         end = self.ended or time.time()
+        queued = self.record.state == CellState.QUEUED  # says "queued", not "starting": it waits for others
+        workers: list[WorkerSnapshot] = [{**w.snapshot(), "pid": p.pid, "host": p.host}
+                                         for w, p in zip(self.workers, self.session.state.workers)]
+        for worker in workers if queued else []:
+            worker["status"] = QUEUED
         return {
             "name": self.name,
             "backend": self.session.state.backend,
-            "status": self.status,
+            "status": QUEUED if queued else self.status,
             "error": self.error,
             "started": self.started or self.submitted,
             "ended": self.ended,
@@ -106,11 +121,10 @@ class SessionCell:
             "dropped": {},
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
-            "workers": [{**w.snapshot(), "pid": p.pid, "host": p.host}
-                        for w, p in zip(self.workers, self.session.state.workers)],
+            "workers": workers,
             "session": {"name": self.session.name, "cell": self.number, "state": self.state,
                         "cells": len(self.session.cells), "running": first_line[:120],
-                        "live_cells": self.session.live_cells()},
+                        "live_cells": self.session.live_cells(), "echoed": self.echoed},
         }
 
     # ------------------------------------------------------------------------------ user-facing
@@ -128,11 +142,17 @@ class SessionCell:
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
         from nbworkers.magics.run.outputs import wait_for
 
+        publisher = None  # the rich outputs: into the waiting notebook cell, unless the cell's view has its own
+        if echo is not None and self._live is None:
+            publisher = RichPublisher(label_workers=self.display == "all")
+
         def tick() -> None:
             if self.dirty:
                 self.refresh_views()
             if echo is not None:
                 echo.tick(self.snapshot())
+            if publisher is not None:
+                publisher.tick(self.outputs)
 
         with self.session._lock:
             self._waiters += 1
@@ -141,14 +161,41 @@ class SessionCell:
             ended = self._done.is_set()
             if echo is not None:
                 echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+            if publisher is not None:
+                publisher.tick(self.outputs)
             if ended:
-                self.finish_views()
+                self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
         finally:
             with self.session._lock:
                 self._waiters -= 1
         if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
+
+    @property
+    def value(self) -> WorkersValue | None:
+        """The cell's last expression (worker 0's, the others' where they differ), or None when it had none."""
+        with self.session._lock:
+            return WorkersValue(self.results) if self.results else None
+
+    def show_outputs(self) -> None:
+        """Publish the rich outputs the workers sent (``display``, ``plt.show()``) into the current notebook cell:
+        a cell run without ``--block`` keeps them here."""
+        RichPublisher(label_workers=self.display == "all").tick(list(self.outputs))
+
+    def add_rich(self, worker: int, source: str, data: dict[str, Any], metadata: dict[str, Any], limit: int) -> bool:
+        """A worker's bundle for this cell (lock held); False when over ``limit`` outputs (dropped, counted)."""
+        item = RichItem(worker, data, metadata)
+        if source == "result":
+            self.results[worker] = item
+            return True
+        if len(self.outputs) >= limit:
+            self.outputs_dropped += 1
+            return False
+        self.outputs.append(item)
+        if self._live is not None:
+            self._live.add(self.outputs)
+        return True
 
     def failure_text(self) -> str:
         return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
@@ -166,9 +213,23 @@ class SessionCell:
         with self._views_lock:
             self._views.append(view)
         view.show()
+        if not self.blocking and self._live is None:
+            self._show_live_outputs()
         if self._done.is_set():
             view.finish(self.snapshot())
         return view
+
+    def _show_live_outputs(self) -> None:
+        try:
+            live = LiveOutputs(label_workers=self.display == "all")
+        except ImportError:  # no ipywidgets: cell.show_outputs() still shows them
+            return
+        live.show()
+        with self.session._lock:
+            self._live = live
+            live.add(self.outputs)
+            if self.record.state.is_terminal and self.results:
+                live.add_value(WorkersValue(self.results))
 
     # ------------------------------------------------------------------------------ fed by the session (lock held)
     def begin(self) -> None:
@@ -203,6 +264,8 @@ class SessionCell:
     def conclude(self) -> None:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
         self.ended = time.time()
+        if self._live is not None and self.results:  # a cell run without --block: its value under its view
+            self._live.add_value(WorkersValue(self.results))
         self._show_held_stops()
         status = {CellState.FINISHED: WorkerStatus.FINISHED, CellState.FAILED: WorkerStatus.FAILED}.get(
             self.record.state, WorkerStatus.STOPPED)
@@ -242,9 +305,13 @@ class SessionCell:
                 except Exception:
                     traceback.print_exc(file=sys.__stderr__)
 
-    def finish_views(self) -> None:
+    def finish_views(self, error_below: bool = False, echoed: bool = False) -> None:
+        """The views' final summary; ``error_below``: a ``RunFailed`` with the traceback is raised under it (the
+        summary leaves the traceback to it); ``echoed``: the workers' output is in the cell already."""
+        from nbworkers.magics.run.outputs import final_snapshot
+
         with self._views_lock:
-            snapshot = self.snapshot()
+            snapshot = final_snapshot(self.snapshot(), error_below, echoed)
             for view in self._views:
                 try:
                     view.finish(snapshot)

@@ -16,6 +16,9 @@ IPython's execution queue); a failed cell cancels the queued ones.
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
 - A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
+- Rich output: a worker's ``display`` message (a MIME bundle, ``protocol/mime.py``) goes to the running cell
+  (``SessionCell.outputs``, its last expression to ``SessionCell.results``) when it passes the checks and limits
+  (``display_max_bytes``, ``display_max_outputs``); else it is dropped and counted.
 - ``pull(expression, worker)`` (``magics/sessions/pull.py``): the value of an expression in a worker's namespace,
   as JSON and ``.npy`` only, on the session's data socket (``data.py``); ``push(name=value)`` and
   ``scatter(name, array)`` (``push.py``) the other way, on the command socket. Both run after the cells submitted
@@ -31,6 +34,7 @@ from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.core import events as run_ev
 from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
 from nbworkers.magics.run.core.statuses import CellEnd, WorkerStatus
+from nbworkers.magics.run.noise import NoiseFilter
 from nbworkers.magics.run.relay import Message
 from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
@@ -40,7 +44,7 @@ from nbworkers.magics.sessions.data import DataChannel
 from nbworkers.magics.sessions.events import Group, WorkerEnd
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.shapes import ClusterSnapshot
-from nbworkers.protocol import session_wire
+from nbworkers.protocol import mime, session_wire
 
 
 class SessionEnded(RuntimeError):
@@ -57,6 +61,7 @@ class Session(Cluster):
         self._to_end: list[SessionCell] = []  # concluded under the lock, ended (views, waiters) outside it
         self._pulls: dict[str, PullRequest] = {}  # request id -> its pending pull
         self._logs = LogRouter()  # each worker's output to the cell that printed it
+        self._cell_noise = self._noise_filters()  # TensorFlow's chatter stays out of the cells (the log keeps it)
 
     def _timings(self) -> SessionTimings:
         """The grace periods as the settings say now (a user may change them while the session runs)."""
@@ -74,15 +79,16 @@ class Session(Cluster):
         return self._cells.lost_note
 
     # ------------------------------------------------------------------------------ user-facing
-    def submit(self, code: str, timeout: float | None = None) -> SessionCell:
-        """Queue a cell; it runs once the cells before it have ended (returns at once)."""
+    def submit(self, code: str, timeout: float | None = None, display: str = "0") -> SessionCell:
+        """Queue a cell; it runs once the cells before it have ended (returns at once). ``display``: whose rich
+        output (``display(...)``, ``plt.show()``) the cell shows, worker 0's (``"0"``) or every worker's (``"all"``)."""
         with self._lock:
             if self._done.is_set() or self._core.stopping:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
             number = len(self.cells) + 1
             actions = self._cells.handle(ev.Submitted(number, timeout, self._group()))
-            cell = SessionCell(self, self._cells.record(number), code)
+            cell = SessionCell(self, self._cells.record(number), code, display)
             self.cells.append(cell)
             self._dirty = True
             self._carry_out(actions)  # an idle session starts it now, not at the supervisor's next round
@@ -206,7 +212,8 @@ class Session(Cluster):
                 case ev.Dispatch():
                     cell = self.cells[action.cell - 1]
                     cell.begin()
-                    self.channel.send("run", cell=action.cell, code=cell.code)
+                    self.channel.send("run", cell=action.cell, code=cell.code, display=cell.display,
+                                      display_max_bytes=self.settings.display_max_bytes)
                 case ev.SendPause():
                     self.channel.send("pause", workers=list(action.workers), cell=action.cell)
                 case ev.SendResume():
@@ -265,6 +272,7 @@ class Session(Cluster):
             self._data = DataChannel(*self.backend.relay_hosts(), curve=curve)
         self._channel.new_generation(self.state.generation)
         self._logs = LogRouter()
+        self._cell_noise = self._noise_filters()
         super()._launch_group()
 
     # ------------------------------------------------------------------------------ supervisor hooks
@@ -317,9 +325,12 @@ class Session(Cluster):
         number = self._cells.current
         current = self.cells[number - 1] if number else None
         if kind == "log":
-            self._route_log(index, "".join(content["lines"]))
+            self._route_log(index, "".join(self._cell_noise[index].filter(content["lines"])))
         elif kind == "cell":
             self._on_cell(index, content)
+            return
+        elif kind == "display":
+            self._on_display(index, content)
             return
         elif kind == "metrics" and current is not None:
             current.workers[index].apply_metrics(content, time.time())
@@ -341,6 +352,28 @@ class Session(Cluster):
                             bool(content.get("aborted")), content.get("t"), content.get("step"))
             self._tell(ev.WorkerEnded(index, content["cell"], end))
         self._dirty = True
+
+    def _on_display(self, index: int, content: dict[str, Any]) -> None:
+        """A worker's rich output (``protocol/session_wire.py`` checked its shape) to its cell, within the limits."""
+        number = content["cell"]
+        if number != self._cells.current:  # a cell's outputs come while it runs, before its worker's end
+            self.relay.drops.note("stale", f"display for cell {number}, not the running one, from worker {index}")
+            return
+        try:
+            mime.check_bundle(content["data"], content.get("metadata"), self.settings.display_max_bytes)
+        except mime.BundleError as error:
+            self.relay.drops.note("oversized", f"display from worker {index}: {error}")
+            return
+        cell = self.cells[number - 1]
+        if not cell.add_rich(index, content["source"], content["data"], content.get("metadata") or {},
+                             self.settings.display_max_outputs):
+            self.relay.drops.note("oversized", f"cell {number}: more than {self.settings.display_max_outputs} "
+                                  "outputs (setting display_max_outputs)")
+        cell.dirty = True
+
+    def _noise_filters(self) -> list[NoiseFilter]:
+        """One filter per worker, apart from the cluster's (each keeps its own place in a line)."""
+        return [NoiseFilter(noise.level) for noise in self._noise]
 
     def _route_log(self, index: int, text: str) -> None:
         for number in self._logs.route(self.cells, index, text):

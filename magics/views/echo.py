@@ -8,6 +8,10 @@ count; when the run ends, a note of what was cut and the last ``echo_tail_lines`
 output was cut. Lines longer than ``echo_line_chars`` are cut. Writes happen once per wait tick (at most every
 ``flush_interval``), one write for all workers. The full logs stay on disk.
 
+Each line once: the cell shows worker 0's lines and another worker's only where they differ (``dedupe.py``; the
+setting ``echo_all_workers`` shows them all); a traceback is always shown. nbworkers' own marker lines
+(``--- nbworkers: ...``: forked from a zygote, launch, cell start/end) stay in the log files.
+
 A worker's traceback is shown once: the echo holds a ``Traceback (most recent call last)`` block back; if the
 worker then failed, the block is left to the run's summary / ``RunFailed`` (a one-line note says so), else it is
 written after ``echo_traceback_hold`` seconds (a handled exception the worker logged and went on from).
@@ -23,9 +27,11 @@ from typing import TextIO
 from nbworkers.magics.run.core.statuses import WorkerStatus
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.magics.views.dedupe import LineDeduper
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
 
 TRACEBACK_START = "Traceback (most recent call last)"
+MARKER_START = "--- nbworkers: "  # nbworkers' own lines in a worker's output (the log keeps them)
 
 
 @dataclass
@@ -43,11 +49,14 @@ def blocking_echo() -> WorkerEcho | None:
     """The echo a blocking wait (``--block``, ``%workers wait``, a session cell) writes with, from the settings;
     None when ``echo_lines`` is 0."""
     config = settings()
-    return WorkerEcho(config.echo_lines, config.echo_tail_lines) if config.echo_lines > 0 else None
+    if config.echo_lines <= 0:
+        return None
+    return WorkerEcho(config.echo_lines, config.echo_tail_lines,
+                      dedupe_hold=None if config.echo_all_workers else config.echo_dedupe_hold)
 
 
 class WorkerEcho:
-    def __init__(self, max_lines: int, tail_lines: int, out: TextIO | None = None):
+    def __init__(self, max_lines: int, tail_lines: int, out: TextIO | None = None, dedupe_hold: float | None = None):
         self.max_lines = max(0, max_lines)
         self.tail_lines = max(0, tail_lines)
         config = settings()
@@ -55,6 +64,7 @@ class WorkerEcho:
         self.traceback_hold = config.echo_traceback_hold  # seconds a traceback waits for its worker's status
         self._out = out
         self._workers: dict[int, _WorkerEcho] = {}
+        self._dedupe = LineDeduper(dedupe_hold) if dedupe_hold is not None else None  # None: every worker's lines
         self.written = 0  # lines written (tests)
 
     def _stream(self) -> TextIO:
@@ -63,20 +73,45 @@ class WorkerEcho:
     def tick(self, snapshot: ClusterSnapshot) -> None:
         """Write each worker's complete lines that arrived since the last tick (bounded)."""
         out: list[str] = []
-        for worker in snapshot.get("workers") or []:
+        workers = self._note(snapshot)
+        for worker in workers:
             out.extend(self._new_lines(worker))
+        out.extend(self._due(final=False))
         self._write(out)
+
+    def _note(self, snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:
+        workers = list(snapshot.get("workers") or [])
+        if self._dedupe is not None:
+            for worker in workers:
+                self._dedupe.note_worker(worker.get("index", 0))
+        return workers
+
+    def _due(self, final: bool) -> list[str]:
+        """Other workers' lines held for worker 0's copy that did not come: shown as theirs."""
+        if self._dedupe is None:
+            return []
+        out = []
+        for index, lines in self._dedupe.due(time.monotonic(), final).items():
+            out.extend(self._emit(index, self._workers.setdefault(index, _WorkerEcho()), lines))
+        return out
 
     def finish(self, snapshot: ClusterSnapshot) -> None:
         """The last lines, an unfinished last line, and per worker a note of what was cut plus its last lines."""
         out: list[str] = []
-        for worker in snapshot.get("workers") or []:
+        workers = self._note(snapshot)
+        for worker in workers:
             out.extend(self._new_lines(worker, final=True))
+        out.extend(self._due(final=True))
+        left: list[int] = []  # failed workers whose traceback the run's error shows
+        for worker in workers:
             state = self._workers[worker.get("index", 0)]
             if state.held and worker.get("status") == WorkerStatus.FAILED:
-                out.append(f"[{worker.get('index', 0)}] (its traceback is not repeated here: see the run's error)")
+                left.append(worker.get("index", 0))
                 state.held = []
             out.extend(self._emit(worker.get("index", 0), state, self._release(state)))
+        if left:
+            who = "".join(f"[{i}]" for i in left)
+            out.append(f"{who} (traceback not repeated here: see the run's error)")
         for worker in snapshot.get("workers") or []:
             index = worker.get("index", 0)
             seen = self._workers.get(index)
@@ -113,7 +148,10 @@ class WorkerEcho:
             fresh.append(lines[-1])
             state.next_line += 1  # never shown twice
         ready = []
+        errors: list[str] = []  # a released traceback: always shown, never matched against worker 0's
         for line in fresh:
+            if line.startswith(MARKER_START):
+                continue
             if not state.held and TRACEBACK_START in line:
                 state.held_since = time.monotonic()
             if state.held or TRACEBACK_START in line:
@@ -122,8 +160,10 @@ class WorkerEcho:
                 ready.append(line)
         if state.held and not final and worker.get("status") != WorkerStatus.FAILED \
                 and time.monotonic() - state.held_since > self.traceback_hold:
-            ready.extend(self._release(state))
-        return self._emit(index, state, ready)
+            errors = self._release(state)
+        if self._dedupe is not None:
+            ready = self._dedupe.feed(index, ready, time.monotonic())
+        return self._emit(index, state, ready + errors)
 
     @staticmethod
     def _release(state: _WorkerEcho) -> list[str]:

@@ -158,7 +158,7 @@ def render_text(snapshot: ClusterSnapshot) -> str:
     if done:
         lines.extend(_output_tails(snapshot))
     if snapshot.get("error"):
-        lines.append(f"Error: {snapshot['error']}")
+        lines.append(f"Error: {_error_line(snapshot)}")
     if snapshot.get(ERROR_BELOW_KEY):
         lines.append("  (the workers' traceback is in the error below)")
     elif done:
@@ -231,10 +231,16 @@ def _worker_rows(snapshot: ClusterSnapshot, with_logs: bool) -> str:
     return above + table + below
 
 
+def _error_line(snapshot: ClusterSnapshot) -> str:
+    """The run's error; only its first line when a ``RunFailed`` with the whole of it is raised below."""
+    error = str(snapshot.get("error") or "")
+    return (error.strip().splitlines() or [""])[0] if snapshot.get(ERROR_BELOW_KEY) else error
+
+
 def _error_html(snapshot: ClusterSnapshot) -> str:
     parts = []
     if snapshot.get("error"):
-        parts.append(f'<p style="color:#b91c1c"><b>Error:</b> {_esc(snapshot["error"])}</p>')
+        parts.append(f'<p style="color:#b91c1c"><b>Error:</b> {_esc(_error_line(snapshot))}</p>')
     if snapshot.get(ERROR_BELOW_KEY):
         parts.append("<p>The workers' traceback is in the error below.</p>")
         return "".join(parts)

@@ -59,7 +59,8 @@ function render({ model, el }) {
 
   // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
   const sessionLine = h("div", { class: "nbw-session", style: "font-size:0.85em;opacity:0.8;margin:2px 0 6px" });
-  root.append(header, sessionLine, error, cards, compactBox, h("div", { class: "nbw-panels" }, chartPanel, logPanel));
+  const panels = h("div", { class: "nbw-panels" }, chartPanel, logPanel);
+  root.append(header, sessionLine, error, cards, compactBox, panels);
   function renderSession() {
     const info = model.get("session") || {};
     sessionLine.style.display = info.name ? "" : "none";
@@ -76,7 +77,7 @@ function render({ model, el }) {
   let plot = null; // the uPlot chart, once there is something to draw
   const local = {
     follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
-    detached: "", attached: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
+    detached: "", attached: "", attachedStatus: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
     confirming: false, confirmTimer: null, // a session's Restart waits for a second click (restart_confirm trait)
     picked: null, // compact view: the worker picked in the heat strip, the rows or the log picker
   };
@@ -128,8 +129,14 @@ function render({ model, el }) {
   }
 
   // ---- a kernel that restarted or died: this view is detached from its run
+  // The name `%workers attach` and the server extension know the run by: a session cell's is its session's.
+  function runName() {
+    const info = model.get("session") || {};
+    return info.name || cluster().name || "";
+  }
+
   function detachedText() {
-    const name = cluster().name || "NAME";
+    const name = runName() || "NAME";
     const state = local.attached ? ` The server sees the run as: ${local.attached}.` : "";
     return `${local.detached}: this view no longer updates.${state} Run \`%workers attach ${name}\` in a cell for the run's state and logs.`;
   }
@@ -139,13 +146,14 @@ function render({ model, el }) {
     local.detached = reason;
     clearPending();
     renderHeader();
+    renderCards();
     lookUpRun();
   }
 
   // What `%workers attach NAME` would show, from the server extension (it reads the run's state file), read
   // again every ATTACH_POLL_MS until the run ended there (the old kernel's worker hosts stop its workers).
   async function lookUpRun(polls = ATTACH_POLLS) {
-    const name = cluster().name;
+    const name = runName();
     if (!name || typeof fetch !== "function" || closed) return;
     let ended = false;
     try {
@@ -154,7 +162,9 @@ function render({ model, el }) {
       const data = await reply.json();
       ended = DONE.has(data.status);
       local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
+      local.attachedStatus = data.status || "";
       renderHeader();
+      renderCards();
     } catch (e) {
       return;
     }
@@ -178,7 +188,7 @@ function render({ model, el }) {
   }
 
   function renderCards() {
-    const workers = cluster().workers || [];
+    const workers = (cluster().workers || []).map(detachedCard);
     const data = compactState();
     root.dataset.compact = data ? "1" : "";
     cards.style.display = data ? "none" : "";
@@ -205,6 +215,26 @@ function render({ model, el }) {
     if (data && !(data.logs_of || []).includes(index) && !local.detached) model.send({ action: "log", worker: index });
     renderCards();
     renderLogs();
+  }
+
+  // Detached, a card no longer hears from its worker: one that had not ended says "detached" (not "running"),
+  // then the run's end as the server sees it (e.g. "lost": its processes are gone).
+  function detachedCard(w) {
+    if (!local.detached || DONE.has(w.status)) return w;
+    const status = DONE.has(local.attachedStatus) ? local.attachedStatus : "detached";
+    return { ...w, status, detail: "" };
+  }
+
+  // A session cell's panels appear when there is something in them: a 0.1 s cell is its header and cards. A
+  // blocking cell's lines are written into the notebook cell itself (echoed): no second copy in a log panel.
+  function renderPanels() {
+    const info = model.get("session") || {};
+    const session = info.name;
+    const hasChart = (model.get("series") || []).some((e) => e && (e.x || []).length && Object.keys(e.metrics || {}).length);
+    const hasLog = !info.echoed && (model.get("logs") || []).some((lines) => lines && lines.length);
+    chartPanel.style.display = !session || hasChart ? "" : "none";
+    logPanel.style.display = !session || hasLog ? "" : "none";
+    panels.style.display = !session || hasChart || hasLog ? "" : "none";
   }
 
   function renderChart() {
@@ -357,6 +387,7 @@ function render({ model, el }) {
     renderCards();
     renderChart(); // worker names/roles feed the legend
     renderLogs();
+    renderPanels();
   }
 
   // Follow the log's end unless the reader scrolled up to look at something.
@@ -380,7 +411,10 @@ function render({ model, el }) {
   model.on("change:cluster", onCluster);
   model.on("change:series", renderChart);
   model.on("change:compact", onCluster);
+  model.on("change:series", renderPanels);
   model.on("change:logs", renderLogs);
+  model.on("change:logs", renderPanels);
+  model.on("change:session", renderPanels);
   model.on("change:logs", renderError);
   model.on("change:notice", onNotice);
   model.on("change:restart_confirm", renderHeader);
@@ -426,6 +460,9 @@ function render({ model, el }) {
     model.off("change:compact", onCluster);
     setTitleProgress(viewId, null);
     model.off("change:logs", renderLogs);
+    model.off("change:series", renderPanels);
+    model.off("change:logs", renderPanels);
+    model.off("change:session", renderPanels);
     model.off("change:logs", renderError);
     model.off("change:notice", onNotice);
     model.off("change:restart_confirm", renderHeader);

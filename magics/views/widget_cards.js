@@ -4,6 +4,7 @@
 // Every cluster and worker status (magics/run/core/statuses.py; tests/unit/test_views_widget.py checks none is
 // missing).
 const STATUS_LABELS = {
+  queued: "queued", // a session cell waiting for the cells before it (magics/sessions/cell.py)
   starting: "starting",
   waiting: "waiting for peers",
   running: "running",
@@ -13,6 +14,7 @@ const STATUS_LABELS = {
   failed: "failed",
   stopped: "stopped",
   lost: "lost",
+  detached: "detached", // a card of a view whose kernel restarted or died (widget.js)
 };
 const DONE = new Set(["finished", "failed", "stopped", "lost"]); // the terminal statuses (is_terminal)
 const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale

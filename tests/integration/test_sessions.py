@@ -4,6 +4,7 @@ collective, hostile pull replies, kill -9 of a worker). The kill -9 of the kerne
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import sys
@@ -15,6 +16,7 @@ from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
 pytestmark = pytest.mark.timeout(300)
 
 BUILD = """%%worker -n 2 --session train --block
+import base64
 import os
 import numpy as np
 import tensorflow as tf
@@ -112,6 +114,8 @@ def test_flags_a_session_cannot_take_are_refused_before_anything_starts(session_
         result = k.run(f"%%worker -n 2 --session other {flags}\nx = 1")
         assert words in result.failure, (flags, result.text)
     assert k.value("'other' in [c.name for c in nbworkers.clusters()]") is False
+    plain = k.run("%%worker -n 2 --display all\nx = 1")  # rich output is a session's: a plain run refuses it
+    assert "only for session cells" in plain.failure, plain.text
 
 
 def test_pull_arrays_nested_dicts_and_a_history(session_kernel):
@@ -173,7 +177,12 @@ def test_the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps
     msg_id = k.send(LONG_FIT_BLOCK)
     seen = ""
     deadline = time.monotonic() + 120
-    while not ("[0] STEPPING" in seen and "[1] STEPPING" in seen):  # the echo: both workers are training
+    worker_1_log = k.run_root / "train" / "worker-1.log"  # the echo shows worker 1's lines only where they differ
+
+    def both_training() -> bool:
+        return "[0] STEPPING" in seen and "STEPPING" in worker_1_log.read_text(errors="replace")
+
+    while not both_training():  # both workers are training
         assert time.monotonic() < deadline, f"the workers did not start training:\n{seen}"
         try:
             msg = k.client.get_iopub_msg(timeout=1)
@@ -402,6 +411,89 @@ def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_ke
     assert not stop.error
     assert k.value("nbworkers.session('train').status") == "stopped"
     assert wait_until(lambda: not processes_of_run_root(k.run_root), 20)
+
+
+RICH = """%%worker -n 2 --session rich --block
+import base64
+import os
+import matplotlib.pyplot as plt
+from IPython.display import HTML
+plt.plot([1, 2, 3])
+plt.show()
+display(HTML("<b>bold from a worker</b>"))
+print("SAME ON EVERY WORKER")
+print("WORKER", os.environ["NBWORKERS_WORKER"])
+import keras
+keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="only_layer")], name="small").summary()
+{"answer": 42}
+"""
+
+
+def test_a_session_cell_shows_plots_html_its_value_and_each_line_once(session_kernel):
+    """plt.show() and display(HTML) on the workers reach the cell as image/png and text/html (worker 0's only);
+    the last expression is the cell's Out; a line every worker prints is shown once, nbworkers' markers never."""
+    k = session_kernel
+    result = k.run(RICH, timeout=240)
+    assert result.status == "ok", result.text
+    pngs = [d for d in result.displays if "image/png" in d]
+    htmls = [d for d in result.displays if "text/html" in d and "bold from a worker" in d["text/html"]]
+    assert len(pngs) == 1 and base64.b64decode(pngs[0]["image/png"]).startswith(b"\x89PNG"), result.displays
+    assert len(htmls) == 1, result.displays
+    assert result.msg_types.count("execute_result") == 1, result.msg_types
+    assert result.displays[-1]["text/plain"] == "{'answer': 42}", result.displays[-1]
+    shown = result.stdout
+    assert shown.count("SAME ON EVERY WORKER") == 1, shown
+    assert shown.count("only_layer") == 1 and shown.count("Total params") == 1, shown  # model.summary() once
+    assert "[0] WORKER 0" in shown and "[1] WORKER 1" in shown, shown  # lines that differ: both
+    for noise in ("--- nbworkers:", "cuInit", "absl::InitializeLog"):
+        assert noise not in shown, shown
+
+
+def test_a_session_cells_value_shows_every_worker_where_they_differ_and_display_all(session_kernel):
+    k = session_kernel
+    value = k.run("%%worker --session rich --block\nint(os.environ['NBWORKERS_WORKER']) * 10")
+    assert value.status == "ok", value.text
+    assert value.displays[-1]["text/plain"] == "[0] 0\n[1] 10", value.displays
+    both = k.run("%%worker --session rich --block --display all\nplt.plot([3, 2, 1])\nplt.show()\nx = 1")
+    assert both.status == "ok", both.text
+    assert len([d for d in both.displays if "image/png" in d]) == 2, both.displays
+    assert "execute_result" not in both.msg_types  # an assignment has no Out
+
+
+FORGED_DISPLAYS = """%%worker --session rich --block
+from nbworkers.protocol import wire
+sender = wire.process_sender()
+for data in ({{"application/x-python-pickle": "gASVAAAAAAAAAAB9lC4="}}, {{"image/png": "%%% not base64"}},
+             {{"text/html": "x" * (5 * 2**20)}}, {{"text/plain": "an old cell's"}}):
+    sender.send("display", cell={cell} if "old" not in str(data) else 1, source="display", data=data, metadata={{}})
+display({{"text/plain": "the genuine one"}}, raw=True)
+"""
+
+
+def test_rich_outputs_that_are_not_what_they_claim_are_dropped_and_counted(session_kernel):
+    """A pickle's MIME type, bad base64, more than display_max_bytes, a bundle for another cell: none is shown,
+    each is counted; the genuine output of the same cell still is."""
+    k = session_kernel
+    before = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    number = k.value("len(nbworkers.session('rich').cells)") + 1
+    result = k.run(FORGED_DISPLAYS.format(cell=number))
+    assert result.status == "ok", result.text
+    assert [d for d in result.displays if "nbworkers cluster" not in d.get("text/plain", "")] \
+        == [{"text/plain": "the genuine one"}], result.displays
+    drops = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    assert drops["malformed"] - before["malformed"] == 2 * 2, (before, drops)  # on each of the 2 workers
+    assert drops["oversized"] - before["oversized"] == 2 and drops["stale"] - before["stale"] == 2, (before, drops)
+
+
+def test_a_failed_session_cell_shows_its_traceback_once(session_kernel):
+    k = session_kernel
+    failed = k.run("%%worker --session rich --block\nraise KeyError('on every worker')")
+    assert failed.status == "error", failed.text
+    rendered = failed.error[len(failed.error_line):]  # what the notebook shows of the error: its traceback list
+    shown = failed.stdout + failed.stderr + rendered + failed.shown
+    assert shown.count("Traceback") == 1 and shown.count("raise KeyError('on every worker')") == 1, shown
+    stop = k.run("%workers stop rich")
+    assert not stop.error, stop.text
 
 
 def test_kill_9_of_the_kernel_leaves_no_session_process(kernel, run_root):

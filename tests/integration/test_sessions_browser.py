@@ -24,8 +24,10 @@ CELLS = [
     "%load_ext nbworkers\nimport nbworkers",
     "%%worker -n 2 --session web\nimport time\ncounted = 0\nfor counted in range(6000):\n    time.sleep(0.1)",
     "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
+    "%%worker --session web\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'the value ' * 2",
     "%workers stop web",
 ]
+OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
 SESSION_LINE = "(i) => { const n = document.querySelectorAll('.nbw-session')[i]; return n ? n.textContent : ''; }"
 
 
@@ -47,9 +49,17 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             cell_executed(page, 2, timeout_ms=90_000)
             assert "cell 2 · finished" in page.evaluate(SESSION_LINE, 1)
             output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.textContent")
-            assert "[0] AFTER STOP True" in output and "[1] AFTER STOP True" in output  # same processes, same state
-            run_cell(page, 3)
-            cell_executed(page, 3)
+            assert "[0] AFTER STOP True" in output  # same processes, same state
+            visible = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText")
+            assert visible.count("AFTER STOP True") == 1, visible  # every worker prints it: shown once, no log panel
+            run_cell(page, 3)  # without --block: the plot and the value come under the cell's widget as they come
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).querySelector('img[src^=\"data:image/png\"]')", arg=3,
+                                   timeout=60_000)
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=3,
+                                   timeout=30_000)
+            screenshot(page, "session-cell-plot.png")
+            run_cell(page, 4)
+            cell_executed(page, 4)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 
@@ -61,6 +71,8 @@ RESTART_CELLS = [
     "print('RESTARTS', nbworkers.session('again').restarts)\n%workers stop again",
 ]
 CARD_PIDS = "() => [...document.querySelectorAll('.nbw')[0].querySelectorAll('.nbw-card-host')].map(n => n.textContent)"
+SMALL_CELL = ("() => { const w = document.querySelectorAll('.nbw')[0]; return {panels: "
+              "getComputedStyle(w.querySelector('.nbw-panels')).display, height: w.getBoundingClientRect().height}; }")
 BUTTON = "() => { const b = document.querySelector('.nbw-restart'); return [b.textContent, b.title]; }"
 
 
@@ -77,6 +89,8 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · finished')", timeout=30_000)
             page.wait_for_function(f"() => ({CARD_PIDS})().every(t => t.includes('pid'))", timeout=30_000)
             old_pids = page.evaluate(CARD_PIDS)
+            small = page.evaluate(SMALL_CELL)  # `value = 41`: nothing to chart, nothing printed
+            assert small["panels"] == "none" and small["height"] < 200, small
             assert page.evaluate(BUTTON) == ["Restart", "Restart the session: the state of cell 1 is lost"]
             page.click(".nbw-restart")
             assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell 1 is lost)"
@@ -100,4 +114,42 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
             output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].node.textContent")
             assert "RESTARTS 1" in output, output
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+
+
+DETACH_CELLS = [
+    "%load_ext nbworkers\nimport nbworkers",
+    "%%worker -n 2 --session gone\nimport time\ntime.sleep(600)",
+    "%%worker --session gone\nprint('queued behind the sleep')",
+    "%load_ext nbworkers\n%workers attach gone",
+]
+CARD_STATUSES = "(i) => [...document.querySelectorAll('.nbw')[i].querySelectorAll('.nbw-card')].map(n => n.dataset.status)"
+
+
+def test_a_queued_cell_says_queued_and_a_detached_session_widget_hints_a_command_that_works(tmp_path):
+    """A cell behind a running one says "queued" (not "starting"); after a kernel restart the session cell's widget
+    suggests `%workers attach SESSION` (which then works in the new kernel) and its cards stop saying running."""
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    with lab_server(tmp_path / "lab", env_extra={"NBWORKERS_RUN_ROOT": str(run_root)}) as lab:
+        write_notebook(lab.root / "detach.ipynb", DETACH_CELLS)
+        with chromium_page() as page:
+            open_and_run_two_cells(page, lab, "detach.ipynb")
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
+            run_cell(page, 2)
+            page.wait_for_function(f"() => ({SESSION_LINE})(1).includes('cell 2 · queued')", timeout=30_000)
+            assert page.evaluate("() => document.querySelectorAll('.nbw')[1].dataset.status") == "queued"
+            assert set(page.evaluate(CARD_STATUSES, 1)) == {"queued"}
+            page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+            page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=30_000)
+            header = page.inner_text(".nbw-header")
+            assert "%workers attach gone`" in header or "%workers attach gone " in header, header
+            assert "running" not in page.evaluate(CARD_STATUSES, 0)  # the cards no longer hear from the workers
+            page.wait_for_function(f"() => ({CARD_STATUSES})(0).every(s => ['lost', 'stopped', 'failed'].includes(s))",
+                                   timeout=60_000)  # then the run's end, as the server sees it
+            screenshot(page, "session-detached.png")
+            run_cell(page, 3)
+            cell_executed(page, 3, timeout_ms=60_000)
+            output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].node.innerText")
+            assert "nbworkers cluster gone: " in output and "UsageError" not in output, output  # the run, found
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
