@@ -59,8 +59,8 @@ def socket_of(run_dir: Path) -> str:
     """The Unix socket of the run's TensorBoard: named by ``tensorboard.socket``, a socket of this user's in a
     private directory; NoTensorBoard otherwise."""
     from nbworkers.magics.rundir import layout as rundir
-    from nbworkers.protocol.own_files import read_own
-    from nbworkers.protocol.private_dirs import check_private
+    from nbworkers.protocol.private.dirs import check_private
+    from nbworkers.protocol.private.files import read_own
 
     hint = f"`%workers tensorboard {run_dir.name}` in a notebook starts it"
     try:

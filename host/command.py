@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from nbworkers.protocol.private_dirs import module_command
+from nbworkers.protocol.private.dirs import module_command
 
 HOST_MODULE = "nbworkers.host.worker_host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.worker.bootstrap"

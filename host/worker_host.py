@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from nbworkers.protocol import env_settings
 from nbworkers.protocol.lines import cut_note
-from nbworkers.protocol.own_files import open_own
+from nbworkers.protocol.private.files import open_own
 
 if TYPE_CHECKING:  # imported when needed: a host starts fast
     from nbworkers.host.zygote_client import ForkedWorker

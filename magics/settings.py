@@ -86,7 +86,7 @@ class WorkerSettings(Configurable):
                                 "exits (its memory freed; the next run starts a new one); 0: never.").tag(config=True)
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(
         config=True)
-    # isolation (magics/backends/isolation.py, protocol/netns.py): local runs' workers in a private network namespace
+    # isolation (magics/backends/isolation.py, protocol/private/netns.py): local workers in a private network namespace
     isolation = Enum(["auto", "required", "off"], default_value="auto", help="Local runs' workers share a private "
                      "network namespace (their TensorFlow servers reachable by the run alone): 'auto' when this "
                      "machine allows it (else said once, and they run as before), 'required' (a launch without it is "

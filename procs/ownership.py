@@ -8,7 +8,7 @@ variable's value), so a process is ours for a run only when all of these hold:
 - it runs as this user (real uid);
 - its environment carries the run's marker: ``NBWORKERS_RUN_ID`` equal to the run's random id (the launcher
   sets it for every host and worker; children inherit it; a worker forked from a zygote writes it into its own
-  ``/proc`` environment over the zygote's placeholder: ``protocol/proc_marker.py``). State files written before
+  ``/proc`` environment over the zygote's placeholder: ``protocol/private/marker.py``). State files written before
   run ids existed: the environment must name the run directory (``NBWORKERS_RUN_DIR``);
 - it was created after the run started;
 - and either its (pid, create time) was recorded by the kernel that started it (``RunMarker.recorded``: the
@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from nbworkers.protocol import env_settings
-from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
+from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 RUN_ID_ENV = env_settings.RUN_ID.name
 ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE: finds a run root's zygotes (strays.py)

@@ -308,7 +308,7 @@ COMMANDS = _declare(EnvSetting(
 NETNS = _declare(EnvSetting(
     "NBWORKERS_NETNS", "", TEXT, SET_IN_WORKERS + " (local runs)",
     "`PID:USER_INODE:NET_INODE`: the run's private network namespace, entered before anything else "
-    "(`protocol/netns.py`)", set_by_nbworkers=True))
+    "(`protocol/private/netns.py`)", set_by_nbworkers=True))
 GPU_COUNTS = _declare(EnvSetting(
     "NBWORKERS_GPU_COUNTS", "", TEXT, SET_IN_WORKERS,
     "GPUs per worker, comma-separated in `TF_CONFIG` order (checked before training)", set_by_nbworkers=True))

@@ -23,7 +23,9 @@ import traceback
 import types
 
 from nbworkers.distlib.worker import startup
-from nbworkers.protocol import env_settings, netns, own_files, wire
+from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol.private import files as own_files
+from nbworkers.protocol.private import netns
 from nbworkers.protocol.statuses import WorkerStatus
 
 # What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the

@@ -36,7 +36,7 @@ from nbworkers.distlib.compat import preemption_handler
 from nbworkers.distlib.reporting import flush_reports
 from nbworkers.distlib.worker import worker_facts
 from nbworkers.protocol import env_settings, wire
-from nbworkers.protocol.private_dirs import runtime_dir
+from nbworkers.protocol.private.dirs import runtime_dir
 
 ENV_PREEMPTION = env_settings.PREEMPTION.name
 ENV_STEP_WAIT = env_settings.PREEMPTION_WAIT.name

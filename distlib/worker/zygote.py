@@ -169,7 +169,7 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
     env = dict(request["env"])
     env[FORKED_ENV] = str(os.getppid())
     bootstrap.adopt_environment(env)
-    from nbworkers.protocol.proc_marker import write_run_id
+    from nbworkers.protocol.private.marker import write_run_id
 
     if not write_run_id(env.get(env_settings.RUN_ID.name, "")):  # its /proc environment: the zygote's until now
         print("--- nbworkers: could not mark this forked worker with its run's id in /proc (ownership checks will not "

@@ -1,6 +1,6 @@
-"""The kernel's side of run isolation: one private network namespace per local run (``protocol/netns.py``).
+"""The kernel's side of run isolation: one private network namespace per local run (``protocol/private/netns.py``).
 
-``RunNamespace.start()`` starts the run's holder (``python -I -S protocol/netns.py``: its own session, a
+``RunNamespace.start()`` starts the run's holder (``python -I -S protocol/private/netns.py``: its own session, a
 pipe from the kernel on its stdin) and reads its answer; ``env()`` is what every worker of the run gets
 (``$NBWORKERS_NETNS``: the worker joins before anything else); ``close()`` ends the holder (the namespace
 lives on while a worker is still in it, and goes with the last one).
@@ -19,8 +19,9 @@ import sys
 import time
 
 from nbworkers.magics.errors import IsolationUnavailable
-from nbworkers.protocol import env_settings, netns
-from nbworkers.protocol.private_dirs import runtime_dir
+from nbworkers.protocol import env_settings
+from nbworkers.protocol.private import netns
+from nbworkers.protocol.private.dirs import runtime_dir
 
 log = logging.getLogger("nbworkers")
 _warned = False

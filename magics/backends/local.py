@@ -8,7 +8,7 @@ A worker is forked from the kernel's zygote for its interpreter and import-time 
 TensorFlow imported once; its host supervises it as any worker) unless zygotes are off or cannot serve it;
 then it is spawned: a fresh interpreter that imports TensorFlow itself.
 
-The workers of one run share a private network namespace (``isolation``; ``protocol/netns.py``) made at the
+The workers of one run share a private network namespace (``isolation``; ``protocol/private/netns.py``) made at the
 run's first launch and kept across its restarts: their TensorFlow servers are reachable by each other only. They
 reach the kernel (relay, session commands) and the zygote over Unix sockets in private directories, which a
 network namespace does not hide.
@@ -33,7 +33,7 @@ from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import Placement
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of
-from nbworkers.protocol.own_files import open_own
+from nbworkers.protocol.private.files import open_own
 
 
 @dataclass

@@ -25,7 +25,7 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   stops it (its own ``Popen``: the pid cannot have been reused before it is reaped); no run records it, so no
   reaper or REST stop ever signals it. It carries ``NBWORKERS_SPARE=<run root>`` (found by ``strays`` in tests;
   the name is historical) and ``NBWORKERS_RUN_ID`` = a placeholder that no run has: each worker it forks writes
-  its run's id over it in its own ``/proc`` environment (``protocol/proc_marker.py``), so a forked worker carries
+  its run's id over it in its own ``/proc`` environment (``protocol/private/marker.py``), so a forked worker carries
   its run's marker as a spawned one does.
 """
 
@@ -49,8 +49,8 @@ from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.cell_scan import CellScan
-from nbworkers.protocol.private_dirs import module_command, runtime_dir, socket_path
-from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
+from nbworkers.protocol.private.dirs import module_command, runtime_dir, socket_path
+from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"

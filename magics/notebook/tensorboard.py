@@ -26,8 +26,8 @@ from pathlib import Path
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.notebook.tensorboard_server import SERVING_LINE
 from nbworkers.magics.rundir import layout as rundir
-from nbworkers.protocol.own_files import open_own
-from nbworkers.protocol.private_dirs import module_command, socket_path, write_private
+from nbworkers.protocol.private.dirs import module_command, socket_path, write_private
+from nbworkers.protocol.private.files import open_own
 
 LOG_FILE = rundir.TENSORBOARD_LOG_FILE
 SOCKET_DIR_NAME = "nbworkers-tensorboard"  # under the user's private runtime directory

@@ -43,7 +43,7 @@ from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
 from nbworkers.magics.views.view import default_view_factory
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
-from nbworkers.protocol.own_files import sign_push
+from nbworkers.protocol.private.files import sign_push
 
 # Lines of a failed worker's log read to classify its exit: TensorFlow's graph errors put the exception line
 # (UnavailableError: a lost peer) before a "Detected at node ... defined at" stack of 20-40 more lines.

@@ -23,7 +23,7 @@ from nbworkers.magics.rundir.layout import log_path
 from nbworkers.magics.shapes import Backend, WorkerHandle
 from nbworkers.procs.ownership import RUN_ID_ENV
 from nbworkers.protocol import cell_scan, env_settings, wire
-from nbworkers.protocol.own_files import open_own
+from nbworkers.protocol.private.files import open_own
 
 
 def initial_state(name: str, backend_name: str, run_dir: Path, tasks: list[Task], settings: Any) -> ClusterState:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from nbworkers.protocol.private_dirs import socket_path
+from nbworkers.protocol.private.dirs import socket_path
 
 IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
 IPC_DIR_NAME = "nbworkers-ipc"

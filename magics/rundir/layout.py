@@ -32,7 +32,7 @@ from typing import Any
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.settings import settings
-from nbworkers.protocol.private_dirs import owned_root, write_private
+from nbworkers.protocol.private.dirs import owned_root, write_private
 
 STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"

@@ -21,7 +21,7 @@ from nbworkers.magics.errors import ClusterNameError
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.rundir.layout import cell_path, checked_run_root, push_path, read_state
 from nbworkers.magics.rundir.liveness import kernel_alive, leftover_processes
-from nbworkers.protocol.private_dirs import write_private
+from nbworkers.protocol.private.dirs import write_private
 
 __all__ = ["prepare_run_dir", "run_in_use"]
 

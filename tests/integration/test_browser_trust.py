@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     cell_executed,

@@ -7,9 +7,7 @@ the real supervisor does, without TensorFlow, so these tests check the front end
 
 from __future__ import annotations
 
-
 import pytest
-
 from browser_helpers import (  # noqa: E402
     TESTS_DIR,
     card_statuses,

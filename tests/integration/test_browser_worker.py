@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from browser_helpers import (  # noqa: E402
     REPO,
     card_statuses,

@@ -7,7 +7,6 @@ and step, with the saved weights, not from zero.
 
 from __future__ import annotations
 
-
 from cells import CUSTOM_LOOP_STEP  # noqa: E402
 from distlib_helpers import run_cluster  # noqa: E402
 

@@ -5,9 +5,7 @@ A second run with a higher max_steps continues from the checkpoint the first lef
 
 from __future__ import annotations
 
-
 import pytest
-
 from distlib_helpers import TF215_PYTHON, run_cluster  # noqa: E402
 
 pytestmark = [

@@ -6,7 +6,6 @@ active, as under %%worker) and reads their metrics from a RelayReceiver, as the 
 
 from __future__ import annotations
 
-
 from distlib_helpers import run_cluster  # noqa: E402
 
 # The data pipeline is built BEFORE the strategy in every script: the tutorials' order.

@@ -20,8 +20,7 @@ import psutil
 import pytest
 import zmq
 
-from nbworkers.protocol import netns
-
+from nbworkers.protocol.private import netns
 
 pytestmark = pytest.mark.timeout(600)
 MiB = 2**20

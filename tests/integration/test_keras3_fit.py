@@ -22,7 +22,6 @@ import importlib.util
 import json
 
 import pytest
-
 from distlib_helpers import run_cluster  # noqa: E402
 
 LOSS_RTOL = 1e-5

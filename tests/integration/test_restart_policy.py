@@ -8,7 +8,6 @@ import signal
 from cells import KILLABLE, worker_cell
 from conftest import processes_of_run_root, wait_until
 
-
 # Generation 0 waits to be killed; the restarted generation finishes.
 KILLABLE_CELL = worker_cell("-n 2 --name {name} {flags}", KILLABLE)
 

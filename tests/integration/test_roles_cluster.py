@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from conftest import processes_of_run_root, wait_until
-
 from distlib_helpers import TF215_PYTHON  # noqa: E402
 
 # TensorFlow's parameter-server tutorial, "Training with Model.fit": the cell runs on the chief (the

@@ -25,8 +25,8 @@ from conftest import Kernel, wait_until
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir import leftovers
-from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
 from nbworkers.procs.strays import kill_strays, processes_under
+from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 CLUSTER_UP_TIMEOUT = 180
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]

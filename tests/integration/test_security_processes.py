@@ -20,8 +20,9 @@ import psutil
 import pytest
 import zmq
 
-from nbworkers.protocol import private_dirs, wire
-from nbworkers.protocol.private_dirs import module_command
+from nbworkers.protocol import wire
+from nbworkers.protocol.private import dirs as private_dirs
+from nbworkers.protocol.private.dirs import module_command
 
 HOST_MODULE = "nbworkers.host.worker_host"
 MiB = 2**20

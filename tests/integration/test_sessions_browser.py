@@ -4,9 +4,7 @@ on, and the next cell running in the same worker processes. Plain-Python workers
 
 from __future__ import annotations
 
-
 import pytest
-
 from browser_helpers import (  # noqa: E402
     cell_executed,
     chromium_page,

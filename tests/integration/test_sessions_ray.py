@@ -11,9 +11,9 @@ import sys
 import psutil
 import pytest
 from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
-from ray_helpers import ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, WORKERS_UP_TIMEOUT, running_cluster
 from integration.test_sessions import BUILD as LOCAL_BUILD
 from integration.test_sessions import LONG_FIT as LOCAL_LONG_FIT
+from ray_helpers import ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, WORKERS_UP_TIMEOUT, running_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import nbformat
+from browser_helpers import write_notebook  # noqa: E402
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-
-from browser_helpers import write_notebook  # noqa: E402
 
 CELL_TIMEOUT = 240  # s per cell
 NBCONVERT_TIMEOUT = 400  # s for a whole notebook

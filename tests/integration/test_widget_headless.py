@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import nbformat
-from nbclient import NotebookClient
-
 from browser_helpers import TESTS_DIR, write_notebook  # noqa: E402
+from nbclient import NotebookClient
 
 KERNEL_TIMEOUT = 120  # s per cell
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nbworkers.protocol.own_files import sign_push
+from nbworkers.protocol.private.files import sign_push
 
 KEY = "5e" * 32
 WORKER_TIMEOUT = 120

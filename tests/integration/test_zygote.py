@@ -18,7 +18,7 @@ import psutil
 import pytest
 from conftest import processes_of_run_root, wait_until
 
-from nbworkers.protocol.private_dirs import module_command
+from nbworkers.protocol.private.dirs import module_command
 
 ZYGOTE_READY_TIMEOUT = 120  # seconds for a zygote to import TensorFlow on a busy 2-core machine
 HOST_RUN_TIMEOUT = 180  # seconds for one host + worker run (a fallback spawn imports TensorFlow)

@@ -14,8 +14,8 @@ import textwrap
 import psutil
 from conftest import wait_until
 
-from nbworkers.protocol.proc_marker import RUN_ID_PLACEHOLDER
-from nbworkers.protocol.private_dirs import module_command
+from nbworkers.protocol.private.dirs import module_command
+from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 RUN_ID = "0123456789abcdef01234567"
 TIMEOUT = 60

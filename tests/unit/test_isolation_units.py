@@ -14,7 +14,8 @@ import zmq
 from nbworkers.magics.backends import isolation
 from nbworkers.magics.errors import IsolationUnavailable
 from nbworkers.magics.run import sockets
-from nbworkers.protocol import env_settings, netns
+from nbworkers.protocol import env_settings
+from nbworkers.protocol.private import netns
 
 MiB = 2**20
 
@@ -120,8 +121,8 @@ def test_the_isolation_flag_reaches_the_local_backend_and_is_refused_for_ray():
     from argparse import Namespace
 
     from nbworkers.magics.errors import LaunchError
-    from nbworkers.magics.notebook.parse import check_backend
     from nbworkers.magics.launch.spec import LaunchSpec
+    from nbworkers.magics.notebook.parse import check_backend
     from nbworkers.magics.run.group_launch import backend_for
 
     backend = backend_for(LaunchSpec(code="x = 1", isolation="off"))

@@ -12,8 +12,8 @@ import pytest
 
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.rundir import layout as rundir
-from nbworkers.protocol import own_files
-from nbworkers.protocol.private_dirs import UnsafeDirectory, owned_root
+from nbworkers.protocol.private import files as own_files
+from nbworkers.protocol.private.dirs import UnsafeDirectory, owned_root
 
 KEY = "ab" * 32
 
@@ -115,7 +115,7 @@ def test_the_run_directory_layout_names_the_tensorboard_socket_file(tmp_path):
 
 def test_a_socket_path_too_long_for_a_unix_socket_goes_under_tmp(tmp_path, monkeypatch):
     """A deep $TMPDIR (pytest's, macOS's) left no room for the relay's socket name: ZMQ refused to bind it."""
-    from nbworkers.protocol import private_dirs
+    from nbworkers.protocol.private import dirs as private_dirs
 
     deep = tmp_path / ("d" * 60) / ("e" * 40)
     deep.mkdir(parents=True, mode=0o700)

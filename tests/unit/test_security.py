@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from nbworkers.protocol import wire
-from nbworkers.protocol.private_dirs import UnsafeDirectory, private_dir, runtime_dir
+from nbworkers.protocol.private.dirs import UnsafeDirectory, private_dir, runtime_dir
 
 OTHER_UID = 65534  # nobody
 HOST_MODULE = "nbworkers.host.worker_host"

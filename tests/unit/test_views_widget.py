@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from browser_helpers import FakeCluster  # noqa: E402
 
 from nbworkers.magics.run.core.state import ClusterState, WorkerState  # noqa: E402

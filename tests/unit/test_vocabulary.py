@@ -20,7 +20,6 @@ from nbworkers.protocol import statuses as protocol_statuses
 from nbworkers.protocol.env_settings import EnvSettingWarning
 from nbworkers.protocol.lines import CUT_NOTE, SHORT_CUT_NOTE, cap_line, cut_note
 
-
 # ---- statuses
 
 

@@ -31,7 +31,7 @@ from nbworkers.host.command import host_command
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.protocol import wire
-from nbworkers.protocol.private_dirs import private_dir, runtime_dir
+from nbworkers.protocol.private.dirs import private_dir, runtime_dir
 from nbworkers.protocol.relay_curve import client_keypair
 
 # The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
