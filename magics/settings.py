@@ -53,6 +53,10 @@ class WorkerSettings(Configurable):
         config=True
     )
     restart_backoff_max = Float(30.0, help="The longest wait before a restart, in seconds.").tag(config=True)
+    elastic_check_interval = Float(10.0, help="Seconds between an elastic run's looks at its cluster while it runs "
+                                   "fewer workers than -n (--min-workers): room for more restarts it bigger.").tag(
+        config=True
+    )
     stall_timeout = Float(1800.0, help="Seconds without any progress (logs, metrics) before the watchdog acts; "
                           "0: off.").tag(config=True)
     stack_dump_wait = Float(3.0, help="Seconds the watchdog gives workers to write their stacks before acting.").tag(

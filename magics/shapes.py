@@ -47,6 +47,7 @@ class RestartEntry(TypedDict, total=False):
     time: float  # Unix time of the restart
     resumed_from: dict[str, int | None] | None  # epoch, step of the first progress after it (None until then)
     resumed_at: float  # Unix time of that progress
+    workers: list[int]  # an elastic group's size before and after the restart (only when it changed)
 
 
 class WorkerSnapshot(TypedDict):
@@ -92,6 +93,7 @@ class ClusterSnapshot(TypedDict):
     kernel_pid: int | None
     kernel_id: str
     workers: list[WorkerSnapshot]
+    elastic: NotRequired[dict[str, int]]  # --min-workers: {"min": M, "max": N} (magics/run/core/elastic.py)
     # state.json (the supervisor's process fields)
     hostname: NotRequired[str]
     host_pids: NotRequired[list[int | None]]

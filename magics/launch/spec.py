@@ -23,6 +23,7 @@ class LaunchSpec:
     address: str = ""  # ray: the Ray cluster (--address HOST:PORT; "" = RAY_ADDRESS or the one on this machine)
     cpus_per_worker: float | None = None  # ray: CPUs Ray reserves per worker (None: 1)
     spread: bool = False  # ray: at most one worker per node (--spread: STRICT_SPREAD placement)
+    min_workers: int | None = None  # ray: --min-workers, an elastic group of min_workers..workers (None: fixed)
     isolation: str = ""  # local: auto | required | off (--isolation; "" = settings().isolation)
     max_restarts: int | None = None  # None: settings().max_restarts
     stall_timeout: float | None = None  # None: settings().stall_timeout; 0: no watchdog

@@ -69,6 +69,9 @@ class WorkerMagics(Magics):
     @argument("--cpus-per-worker", type=float, default=None, metavar="C",
               help="ray: CPUs reserved per worker (default 1)")
     @argument("--spread", action="store_true", help="ray: at most one worker per node")
+    @argument("--min-workers", type=int, default=None, metavar="M",
+              help="ray: elastic — start with as many workers as the cluster can place (at least M, at most -n), "
+                   "go on with fewer after a node loss while M fit, grow back when room returns")
     @argument("--push", action="append", default=[], metavar="NAME[,NAME...]",
               help="kernel variables (picklable) placed in the workers' globals before the cell runs")
     @argument("--display", choices=("0", "all"), default="0",
@@ -124,7 +127,7 @@ class WorkerMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach, tensorboard")
+    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach, tensorboard, resize")
     @argument("name", nargs="?", default=None, help="the cluster's name")
     @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
     @argument("--tail", type=int, default=None, help="logs: only the last N lines")
@@ -137,7 +140,8 @@ class WorkerMagics(Magics):
     def workers(self, line: str):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
         `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
-        e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries)."""
+        e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries),
+        `%workers resize NAME` (an elastic run grows now when its cluster has room)."""
         if _wants_help(line):
             print(_usage(self.workers, "%workers"))
             return None
@@ -155,8 +159,8 @@ class WorkerMagics(Magics):
                 raise UsageError(str(error)) from None
             display(HtmlBundle(*_cluster_table()))
             return None
-        if action not in ("logs", "stop", "wait", "attach", "tensorboard"):
-            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach or tensorboard. "
+        if action not in ("logs", "stop", "wait", "attach", "tensorboard", "resize"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach, tensorboard or resize. "
                              "See `%workers --help`.")
         if action == "stop" and args.all:
             stopping = registry.running()
@@ -186,6 +190,9 @@ class WorkerMagics(Magics):
                 print(cluster.logs(args.worker, tail=args.tail))
             except ValueError as error:
                 raise UsageError(str(error)) from None
+            return None
+        if action == "resize":  # an elastic run (--min-workers) grows now if its cluster has room
+            print(f"{cluster.name}: {cluster.resize()}")
             return None
         if action == "stop" and args.cell:  # a session's running cell (magics/notebook/session_magic.py)
 
@@ -255,6 +262,13 @@ def _stopped_text(stopped: list) -> str:
     return "\n".join(lines)
 
 
+def _size_column(snap: ClusterSnapshot) -> str:
+    """The listing's worker count: an elastic run's ``2/4 (min 2)``."""
+    bounds = snap.get("elastic")
+    count = len(snap["workers"])
+    return f"{count}/{bounds['max']} (min {bounds['min']})" if bounds else str(count)
+
+
 def _wants_help(line: str) -> bool:
     return any(token in ("-h", "--help") for token in line.split())
 
@@ -292,7 +306,7 @@ def _cluster_table() -> tuple[str, str]:
         snap = cluster.snapshot()
         roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
         statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
-        rows.append((snap["name"], snap["backend"], str(len(snap["workers"])), snap["status"] + _session_column(snap),
+        rows.append((snap["name"], snap["backend"], _size_column(snap), snap["status"] + _session_column(snap),
                      statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
     header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]

@@ -114,6 +114,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
     if not cell.strip():
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
+    check_min_workers(args)
     backend = check_backend(args)  # --backend ray: Ray importable, its address answering
     name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory
     if not valid_name(name):
@@ -143,9 +144,27 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         address=getattr(args, "address", "") or "",
         cpus_per_worker=getattr(args, "cpus_per_worker", None),
         spread=bool(getattr(args, "spread", False)),
+        min_workers=getattr(args, "min_workers", None),
         isolation=getattr(args, "isolation", None) or "",
         scan=scan,
     )
+
+
+def check_min_workers(args: Namespace) -> None:
+    """``--min-workers M``: an elastic group of M to -n plain workers on Ray (magics/run/core/elastic.py)."""
+    least = getattr(args, "min_workers", None)
+    if least is None:
+        return
+    if not 1 <= least <= args.workers:
+        raise LaunchError(f"--min-workers {least}: give 1 to -n ({args.workers}), for example -n 4 --min-workers 2.")
+    if (getattr(args, "backend", None) or "local") != "ray":
+        raise LaunchError("--min-workers: only for the Ray backend, where nodes come and go (one machine keeps its "
+                          "-n workers). Add --backend ray, or leave it out.")
+    roles = [flag for attr, flag in (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"))
+             if getattr(args, attr, None)]
+    if roles:
+        raise LaunchError(f"--min-workers with {', '.join(roles)}: an elastic group is -n plain workers "
+                          "(MultiWorkerMirroredStrategy). Leave one of them out.")
 
 
 def check_backend(args: Namespace) -> str:

@@ -47,6 +47,9 @@ def check_session_args(args: Namespace) -> None:
         raise LaunchError(f"--session {args.session!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if args.name and args.name != args.session:
         raise LaunchError("--session NAME is the cluster's name too: leave --name out.")
+    if getattr(args, "min_workers", None) is not None:
+        raise LaunchError("--min-workers: not available with --session (a session's state lives in its processes, "
+                          "and a change of size restarts them). Leave it out; a plain %%worker run can be elastic.")
     used = [flag for attr, flag in LAUNCH_ONLY if getattr(args, attr, None)]
     if used:
         raise LaunchError(f"{', '.join(used)}: not available with --session (a session's workers are all "

@@ -25,12 +25,14 @@ from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import cpp_log_level
 from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.run.capacity import CapacityLooks, elastic_start
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import WorkerFailure
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.supervisor import Supervisor, Timings
 from nbworkers.magics.run.failed import run_failure
-from nbworkers.magics.run.group_launch import backend_for, initial_state, launch_group
+from nbworkers.magics.run.group_launch import backend_for, initial_state, launch_group, new_worker_state
+from nbworkers.magics.run.messages import message_events
 from nbworkers.magics.run.noise import NoiseFilter, noise_level
 from nbworkers.magics.run.outputs import LiveViews, final_snapshot, read_logs, state_file_data, wait_for
 from nbworkers.magics.run.relay import Message, RelayReceiver
@@ -70,6 +72,7 @@ class Cluster:
         self._done = threading.Event()
         self._stop_event = threading.Event()
         self._restart_event = threading.Event()
+        self._looks = CapacityLooks(self.backend, self.settings.elastic_check_interval)  # elastic runs
         self._procs: list[WorkerHandle] = []
         self._dirty = True
         self._last_state_write = 0.0
@@ -78,18 +81,23 @@ class Cluster:
         self._relay: RelayReceiver | None = None
         self._thread: threading.Thread | None = None
         # roles (--chief, --evaluator, --ps N): magics/launch/roles.py; unawaited tasks end with the run (supervisor.py)
-        tasks = roles.plan(spec.workers, chief=spec.chief, evaluator=spec.evaluator, ps=spec.ps, cell=spec.code,
-                           names=cell_scan.of_spec(spec).names)
+        elastic, capacity = elastic_start(spec, self.backend)  # --min-workers: as many as the cluster can place
+        tasks = roles.plan(elastic.size_for(capacity) if elastic else spec.workers, chief=spec.chief,
+                           evaluator=spec.evaluator, ps=spec.ps, cell=spec.code, names=cell_scan.of_spec(spec).names)
         self._tasks = tasks
         self.state = initial_state(self.name, self.backend.name, self.run_dir, tasks, self.settings)
-        level = noise_level(cpp_log_level(os.environ, spec.env))  # TensorFlow's C++ chatter: magics/run/noise.py
-        self._noise = [NoiseFilter(level) for _ in self.state.workers]
+        self._noise_level = noise_level(cpp_log_level(os.environ, spec.env))  # C++ chatter: magics/run/noise.py
+        self._noise = [NoiseFilter(self._noise_level) for _ in self.state.workers]
         # every status change, failure decision and restart: the supervisor core (supervisor.py, restart_policy.py)
         self._core = Supervisor(
             self.state, RestartPolicy.from_settings(self.settings, spec.max_restarts),
             Timings.from_settings(self.settings, spec.stall_timeout, spec.timeout), tasks,
-            clock=time.monotonic, wall=time.time,
+            clock=time.monotonic, wall=time.time, elastic=elastic,
+            new_worker=lambda i: new_worker_state(self.run_dir, self.settings, i),
         )
+        if elastic is not None:
+            self.state.elastic = {"min": elastic.min, "max": elastic.max}
+            self._core.handle(ev.CapacitySeen(capacity))
 
     # ----------------------------------------------------------------------------------- user-facing API
     @property
@@ -122,6 +130,17 @@ class Cluster:
             return
         self._new_run()  # a fresh run of the same cell; the views stay
         self.start()
+
+    def resize(self) -> str:
+        """``%workers resize NAME``: an elastic run smaller than ``-n`` restarts bigger now if the cluster has room
+        (magics/run/core/elastic.py). Returns what happened, in words."""
+        if self._done.is_set():
+            return "the run has ended: Restart it (or run the cell again) to start it at the size the cluster allows"
+        if self._core.elastic is None:
+            return self._core.resize_note or "not elastic: its size is fixed (-n); run the cell with --min-workers M"
+        if not self._looks.ask(self.settings.stop_grace):
+            return "no answer from the supervisor: look at `%workers` in a moment"
+        return self._core.resize_note
 
     def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
         """Block until the run ends (True) or ``timeout`` seconds pass (False), refreshing the views meanwhile.
@@ -235,6 +254,8 @@ class Cluster:
                         self._apply(message)
                     self._check_requests()
                     self._check_processes()
+                self._look_at_capacity()
+                with self._lock:
                     self._handle(ev.Tick(idle=self._idle()))
                     ended = self._core.ended
                 if ended:
@@ -292,27 +313,19 @@ class Cluster:
                     assert_never(action)
 
     def _apply(self, message: Message) -> None:
-        content = message.content
-        if content["gen"] != self.state.generation:
-            self.relay.drops.note("stale", f"generation {content['gen']}")
-            return
-        index = content["worker"]
-        if index >= len(self.state.workers):
-            self.relay.drops.note("malformed", f"no worker {index}")
+        events, dropped = message_events(message, self.state.generation, self._noise, self._node_label)
+        if dropped:
+            self.relay.drops.note(*dropped)
             return
         self._dirty = True
-        if message.kind == "log":
-            lines = self._noise[index].filter(content["lines"])  # TensorFlow's C++ chatter: magics/run/noise.py
-            self._handle(ev.Logged(index, tuple(lines), self._noise[index].dropped))
-        elif message.kind == "metrics":
-            self._handle(ev.Metrics(index, content))
-        elif message.kind == "status":
-            self._handle(ev.StatusReported(index, content["state"], content.get("detail") or ""))
-        elif message.kind == "hello":
-            # a remote backend knows the worker's machine better than the worker's host name (simulated nodes)
-            host = getattr(self._procs[index], "node_label", "") or content.get("host") or ""
-            self._handle(ev.Hello(index, content["pid"], host))
-            self._procs[index].note_worker(content["pid"], zygote_pids())  # recorded with its create time
+        for event in events:
+            self._handle(event)
+            if isinstance(event, ev.Hello):
+                self._procs[event.worker].note_worker(event.pid, zygote_pids())  # recorded with its create time
+
+    def _node_label(self, index: int) -> str:
+        """A remote backend knows the worker's machine better than the worker's host name (simulated nodes)."""
+        return getattr(self._procs[index], "node_label", "")
 
     def _check_requests(self) -> None:
         """Stop and restart requests (any thread, or the server extension's request files) to the core."""
@@ -323,6 +336,10 @@ class Cluster:
         elif self._restart_event.is_set() or rundir.take_restart_request(self.run_dir):
             self._restart_event.clear()
             self._handle(ev.RestartRequested())
+
+    def _look_at_capacity(self) -> None:
+        """An elastic run's look at how many workers its cluster can place, when one is due (capacity.py)."""
+        self._looks.look(self._core, lambda event: self._handle(event), self._lock)
 
     def _check_processes(self) -> None:
         exits = []
@@ -338,6 +355,10 @@ class Cluster:
         self._kill_all()
         for proc in self._procs:
             proc.close()
+        if len(self._tasks) != len(self.state.workers):  # an elastic group changed size (the core's decision)
+            self._tasks = self._core.tasks
+            self._noise = self._noise[:len(self._tasks)] + [
+                NoiseFilter(self._noise_level) for _ in range(len(self._noise), len(self._tasks))]
         try:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
@@ -373,11 +394,7 @@ class Cluster:
                 proc.kill()
 
     def _drop_counts(self) -> dict[str, int]:
-        drops = self._relay.drops if self._relay else None
-        if drops is None:
-            return {}
-        return {"bad_signature": drops.bad_signature, "malformed": drops.malformed, "stale": drops.stale,
-                "oversized": drops.oversized}
+        return self._relay.drops.counts() if self._relay else {}
 
     # ----------------------------------------------------------------------------------- outputs
     def _periodic(self) -> None:

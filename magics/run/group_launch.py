@@ -28,20 +28,22 @@ from nbworkers.protocol.private.files import open_own
 
 def initial_state(name: str, backend_name: str, run_dir: Path, tasks: list[Task], settings: Any) -> ClusterState:
     """The state of a run before its first launch: one ``WorkerState`` per task."""
-    state = ClusterState(
+    return ClusterState(
         name=name,
         backend=backend_name,
         run_dir=str(run_dir),
-        workers=[
-            WorkerState(index=i, role=t.role, role_index=t.index, log_path=str(log_path(run_dir, i)))
-            for i, t in enumerate(tasks)
-        ],
+        workers=[new_worker_state(run_dir, settings, i, t) for i, t in enumerate(tasks)],
         kernel_pid=os.getpid(),
         kernel_id=_kernel_id(),
     )
-    for worker in state.workers:
-        worker.log_tail = type(worker.log_tail)(settings.log_tail_lines, settings.max_line_chars)
-    return state
+
+
+def new_worker_state(run_dir: Path, settings: Any, index: int, task: Task | None = None) -> WorkerState:
+    """A worker's state before its first launch (``task`` None: a plain worker, as an elastic group adds)."""
+    worker = WorkerState(index=index, role=task.role if task else "worker", role_index=task.index if task else index,
+                         log_path=str(log_path(run_dir, index)))
+    worker.log_tail = type(worker.log_tail)(settings.log_tail_lines, settings.max_line_chars)
+    return worker
 
 
 def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpec, settings: Any, tasks: list[Task],

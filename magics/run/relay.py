@@ -61,6 +61,10 @@ class DropCounts:
         setattr(self, what, getattr(self, what) + 1)
         self.reasons = (self.reasons + [f"{what}: {reason}"])[-5:]
 
+    def counts(self) -> dict[str, int]:
+        return {"bad_signature": self.bad_signature, "malformed": self.malformed, "stale": self.stale,
+                "oversized": self.oversized}
+
     @property
     def total(self) -> int:
         return self.bad_signature + self.malformed + self.stale + self.oversized

@@ -107,7 +107,9 @@ function render({ model, el }) {
     root.dataset.detached = local.detached ? "1" : "";
     let wall = c.wall_time;
     if (typeof wall === "number" && !DONE.has(c.status) && !local.detached) wall += (Date.now() - local.receivedAt) / 1000;
-    const parts = [`${workers.length} worker${workers.length === 1 ? "" : "s"}`, fmtDuration(wall)];
+    const size = c.elastic ? `${workers.length} of ${c.elastic.max} workers (elastic, min ${c.elastic.min})`
+      : `${workers.length} worker${workers.length === 1 ? "" : "s"}`;
+    const parts = [size, fmtDuration(wall)];
     if (c.backend && c.backend !== "local") parts.push(c.backend);
     if (c.restarts) parts.push(`${c.restarts} restart${c.restarts === 1 ? "" : "s"}`);
     const history = c.restart_history || [];
@@ -125,7 +127,8 @@ function render({ model, el }) {
   }
 
   function describeRestart(r) {
-    return `${r.kind || "restart"} (${r.cause || ""}), ${resumeText(r.resumed_from)}`;
+    const sized = r.workers ? `, ${r.workers[1] < r.workers[0] ? "shrank" : "grew"} from ${r.workers[0]} to ${r.workers[1]} workers` : "";
+    return `${r.kind || "restart"} (${r.cause || ""})${sized}, ${resumeText(r.resumed_from)}`;
   }
 
   // ---- a kernel that restarted or died: this view is detached from its run

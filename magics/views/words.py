@@ -124,15 +124,22 @@ def exit_text(worker: WorkerSnapshot) -> str:
 
 def headline(snapshot: ClusterSnapshot) -> str:
     status = snapshot.get("status") or "unknown"
-    workers = snapshot.get("workers") or []
     label = "stopped by you" if status == ClusterStatus.STOPPED else status_label(status)
     text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
-    text += f", {len(workers)} worker{'s' if len(workers) != 1 else ''}"
+    text += f", {worker_count(snapshot)}"
     verb = "in" if status in DONE_STATES else "for"
     text += f", {verb} {format_duration(snapshot.get('wall_time'))}"
     if snapshot.get("restarts"):
         text += f", {snapshot['restarts']} restart{'s' if snapshot['restarts'] != 1 else ''}"
     return text
+
+
+def worker_count(snapshot: ClusterSnapshot) -> str:
+    """``2 workers``; an elastic run's ``2 of 4 workers (elastic, min 2)``."""
+    count, bounds = len(snapshot.get("workers") or []), snapshot.get("elastic")
+    if bounds:
+        return f"{count} of {bounds['max']} workers (elastic, min {bounds['min']})"
+    return f"{count} worker{'s' if count != 1 else ''}"
 
 
 def resume_text(resumed: dict[str, Any] | None) -> str:
@@ -158,6 +165,9 @@ def restart_lines(snapshot: ClusterSnapshot) -> list[str]:
     lines = []
     for entry in history:
         line = f"{entry.get('kind') or 'restart'}: {entry.get('cause') or ''}"
+        if entry.get("workers"):
+            before, after = entry["workers"]
+            line += f"; {'shrank' if after < before else 'grew'} from {before} to {after} workers"
         line += f"; {resume_text(entry.get('resumed_from'))}"
         lines.append(line)
     return lines

@@ -80,13 +80,15 @@ def test_fake_run_goes_from_starting_to_finished(lab):
 
 
 def test_chart_starts_empty_and_draws_a_restarted_run_as_new_segments(lab):
-    cells = [SETUP, "cluster = FakeCluster(name='fake-restart', epochs=50, steps=20, step_time=0.05)\nview = cluster.show()",
+    cells = [SETUP, "cluster = FakeCluster(name='fake-restart', epochs=50, steps=20, step_time=0.05)\n"
+             "cluster.state.elastic = {'min': 2, 'max': 3}  # the header of an elastic run\nview = cluster.show()",
              "cluster.start();"]  # fmt: skip
     write_notebook(lab.root / "fake_restart.ipynb", cells)
     with chromium_page() as page:
         open_and_run_two_cells(page, lab, "fake_restart.ipynb")
         page.wait_for_selector(".nbw .nbw-card")
         assert page.inner_text(".nbw-chart-empty") == "no metrics reported yet" and chart_points(page) == 0
+        assert page.inner_text(".nbw-meta").startswith("2 of 3 workers (elastic, min 2)"), page.inner_text(".nbw-meta")
         run_cell(page, 2)
         page.wait_for_function("() => Number(document.querySelector('.nbw-chart').dataset.points) > 10")
         assert chart_segments(page) == 2 and not page.is_visible(".nbw-chart-empty")

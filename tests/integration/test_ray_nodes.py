@@ -140,3 +140,71 @@ def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_th
     os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
     assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
     assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
+
+
+# Elastic: three workers, one per node, at least two. Generation 0 holds after epoch 1 until the test kills worker
+# 2's node; with no spare node the group goes on with two (generation 1), which holds after epoch 2 until the
+# test starts a node again; the periodic look at the cluster grows it back to three (generation 2), which runs
+# epochs 3 and 4. Each change resumes from the last BackupAndRestore checkpoint with a new TF_CONFIG.
+ELASTIC_CELL = worker_cell(
+    "-n 3 --min-workers 2 --backend ray --address {address} --spread --name {name} --max-restarts 2"
+    " --env TF_USE_LEGACY_KERAS=1",
+    "import json, time\n", IMPORTS, "from nbworkers import distlib\n\n",
+    'generation = os.environ["NBWORKERS_GENERATION"]\n',
+    'print("WORKERS", len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]), flush=True)\n', KERAS_MODEL, """
+class HoldUntilResized(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if (generation, epoch) in (("0", 0), ("1", 1)):
+            print("HOLDING GENERATION", generation, flush=True)
+            time.sleep(600)
+
+backup = os.path.join(os.environ["NBWORKERS_RUN_DIR"], "backup")
+history = model.fit(dataset, epochs=4, steps_per_epoch=4, verbose=2, callbacks=[
+    tf.keras.callbacks.BackupAndRestore(backup), distlib.ReportCallback(), HoldUntilResized()])
+print("EPOCHS_RUN", len(history.history["loss"]), "GENERATION", generation)
+""", CHECKSUM)
+
+
+def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_returns(kernel, run_root, ray_nodes):
+    name = "rayelastic"
+    kernel.run("import nbworkers; nbworkers.settings().elastic_check_interval = 1.0")
+    launched = kernel.run(ELASTIC_CELL.format(address=ray_nodes.address, name=name))
+    assert not launched.error, launched.text
+    holding = lambda generation: logs(kernel, name).count(f"HOLDING GENERATION {generation}")  # noqa: E731
+    assert wait_until(lambda: holding(0) == 3, WORKERS_UP_TIMEOUT, interval=1), logs(kernel, name)
+    first = placements(kernel, name)
+    assert sorted(p["ip"] for p in first) == sorted(MULTI_NODE_IPS), first
+    snap = snapshot(kernel, name)
+    assert snap["elastic"] == {"min": 2, "max": 3} and len(snap["workers"]) == 3, snap
+
+    lost = first[2]["ip"]
+    ray_nodes.kill_node(lost)  # no spare node: the group goes on with the two workers left
+    assert wait_until(lambda: holding(1) == 2, RUN_TIMEOUT, interval=1), logs(kernel, name)
+    snap = snapshot(kernel, name)
+    assert len(snap["workers"]) == 2 and snap["generation"] == 1, snap["restart_history"]
+    entry = snap["restart_history"][0]
+    assert entry["kind"] == "NodeLost" and entry["workers"] == [3, 2] and lost in entry["cause"], entry
+    assert entry["resumed_from"]["epoch"] == 2, entry  # from generation 0's checkpoint of epoch 1
+    listing = kernel.run("%workers").displays[-1]["text/plain"]
+    assert "2/3 (min 2)" in listing, listing
+    asked = kernel.run(f"%workers resize {name}")
+    assert "no change: it runs 2 of at most 3 workers and the cluster has room for 2" in asked.stdout, asked.text
+
+    ray_nodes.add_node(lost)  # room again: the next look grows the group back to three
+    waited = kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT}", timeout=RUN_TIMEOUT + 30)
+    assert not waited.error, waited.text
+    snap = snapshot(kernel, name)
+    assert snap["status"] == "finished" and len(snap["workers"]) == 3, snap["error"]
+    grew = snap["restart_history"][1]
+    assert grew["kind"] == "CapacityReturned" and grew["workers"] == [2, 3], grew
+    assert grew["resumed_from"]["epoch"] == 3, grew
+    shown = waited.displays[-1]["text/plain"]
+    assert snap["restarts"] == 2 and "3 of 3 workers (elastic, min 2)" in shown, shown
+    assert "shrank from 3 to 2 workers" in shown and "grew from 2 to 3 workers" in shown, shown
+    texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(3)]
+    assert all(re.findall(r"^WORKERS (\d)$", t, re.M)[-1] == "3" for t in texts), texts
+    assert all("EPOCHS_RUN 2 GENERATION 2" in text for text in texts), texts
+    sums = [re.findall(r"CHECKSUM (\S+)", text)[-1] for text in texts]
+    assert len(set(sums)) == 1, f"workers ended with different weights: {sums}"
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()

@@ -30,27 +30,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traitlets import Float, Int, List, Unicode
-from traitlets.config import Configurable
-
-from nbworkers.magics.backends.ray.address import connected_address, parse_address, remember_connection, same_cluster
+from nbworkers.magics.backends.ray.address import connected_address, remember_connection, same_cluster
+from nbworkers.magics.backends.ray.capacity import placeable
+from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendError, check_launch: this module's API too)
+    INSTALL_HINT,
+    RayBackendError,
+    check_address,
+    check_launch,
+    import_ray,
+    split_address,
+)
 from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
+from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
-from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import Placement
 from nbworkers.protocol import wire
 
-INSTALL_HINT = 'pip install "nbworkers[ray]"'
 ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors' processes are called on the nodes
 # The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
 # the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
 WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
-
-
-class RayBackendError(LaunchError):
-    """The Ray backend cannot start the workers as asked; nothing was left running."""
 
 
 @dataclass
@@ -61,88 +62,6 @@ class _Group:
     actors: list[Any]
     where: list[dict[str, Any]]
     open: set[int] = field(default_factory=set)
-
-
-class RaySettings(Configurable):
-    """Tunables of the Ray backend (``c.RaySettings.placement_timeout = 300`` in the IPython config)."""
-
-    connect_timeout = Float(10.0, help="Seconds to wait for the Ray address to answer before giving up.").tag(
-        config=True)
-    placement_timeout = Float(
-        60.0, help="Seconds to wait for Ray to place the worker group (enough free CPUs/GPUs/nodes)."
-    ).tag(config=True)
-    actor_start_timeout = Float(
-        120.0, help="Seconds for the worker host actors to start on their nodes (Ray may start new processes)."
-    ).tag(config=True)
-    call_timeout = Float(30.0, help="Seconds to wait for an answer from a worker host actor.").tag(config=True)
-    log_mirror_interval = Float(
-        0.5, help="Seconds between copies of a node's new log output into the kernel's run directory."
-    ).tag(config=True)
-    log_mirror_chunk = Int(1 << 20, help="Bytes of a node's log copied per request.").tag(config=True)
-    poll_interval = Float(0.05, help="Seconds between checks of a worker's exit with its actor.").tag(config=True)
-    unavailable_retry_interval = Float(
-        0.5, help="Seconds between asks of an actor Ray calls unavailable, until Ray says whether it (or its node)"
-        " died or it answers again.").tag(config=True)
-    relay_host = Unicode(
-        "", help="Address the workers use to reach the kernel's relay (default: the kernel node's Ray address)."
-    ).tag(config=True)
-    forward_env_prefixes = List(
-        Unicode(), ["TF_", "KERAS_", "NBWORKERS_"],
-        help="Kernel environment variables with these prefixes are also set on the workers (besides --env).",
-    ).tag(config=True)
-
-
-def ray_settings() -> RaySettings:
-    return RaySettings(config=current_settings().config)
-
-
-# ---------------------------------------------------------------------------------------- checks before a launch
-def import_ray():
-    """Ray, or a clear error saying how to get it."""
-    try:
-        import ray
-    except ImportError as error:
-        raise RayBackendError(
-            f"--backend ray needs Ray, which is not installed here ({error}). Install it with `{INSTALL_HINT}`"
-            " (in the kernel's environment and on every Ray node), then restart the kernel."
-        ) from None
-    return ray
-
-
-def split_address(address: str) -> tuple[str, int] | None:
-    """(host, port) of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``/``local``/empty."""
-    parsed = parse_address(address)
-    if parsed is None:
-        return None
-    host, port = parsed
-    if port is None or not host:
-        raise RayBackendError(
-            f"--address {address}: expected HOST:PORT of the Ray head node (as `ray start --head` prints it),"
-            " ray://HOST:PORT, or auto."
-        )
-    return host, port
-
-
-def check_address(address: str, timeout: float | None = None) -> None:
-    """Fail fast, before anything starts, when nothing answers at the Ray address."""
-    where = split_address(address)
-    if where is None:
-        return
-    timeout = ray_settings().connect_timeout if timeout is None else timeout
-    try:
-        with socket.create_connection(where, timeout=timeout):
-            pass
-    except OSError as error:
-        raise RayBackendError(
-            f"--address {address}: nothing answers there ({error}). Is the Ray head node up (`ray status"
-            f" --address {where[0]}:{where[1]}`) and its port open to this machine? Nothing was started."
-        ) from None
-
-
-def check_launch(address: str) -> None:
-    """Everything a ``--backend ray`` launch needs that can be checked before the cluster exists."""
-    import_ray()
-    check_address(address)
 
 
 class RayBackend:
@@ -264,6 +183,13 @@ class RayBackend:
         self._generation += 1
         self.placements = where
         return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
+
+    def capacity(self) -> int:
+        """How many workers Ray could place now, this run's own group included (an elastic run's size): capacity.py."""
+        ray = self._connect()
+        held = [w.get("node_id", "") for w in (self._group.where if self._group else [])]
+        return placeable(ray.nodes(), dict(ray.available_resources()), held, self.cpus_per_worker,
+                         self.gpus_per_worker, self.spread)
 
     def _placement_failure(self, ray, count: int, bundle: dict[str, float], strategy: str, error: Exception) -> str:
         want = " and ".join(f"{v:g} {k}" for k, v in bundle.items())

@@ -98,6 +98,15 @@ class Tick:
 
 
 @dataclass(frozen=True)
+class CapacitySeen:
+    """An elastic run's look at its cluster: how many workers could be placed now, the run's own included.
+    ``asked``: the user's ``%workers resize NAME`` (the answer is noted in ``Supervisor.resize_note``)."""
+
+    workers: int
+    asked: bool = False
+
+
+@dataclass(frozen=True)
 class LaunchFailed:
     """A relaunch of the group raised (for example, too few nodes are left)."""
 
@@ -161,5 +170,5 @@ class Failed:
 
 
 Event = Union[Progress, Logged, Hello, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick,
-              LaunchFailed, Ended, SupervisorCrashed]
+              CapacitySeen, LaunchFailed, Ended, SupervisorCrashed]
 Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, Failed]

@@ -97,6 +97,15 @@ class UserRestart(WorkerFailure):
     retryable = True
 
 
+class CapacityReturned(UserRestart):
+    """Not a failure: an elastic group smaller than ``-n`` has room for more workers again (a node joined, or
+    ``%workers resize NAME``); it restarts bigger from its last checkpoint and uses up no restart."""
+
+
+class TooFewWorkers(WorkerFailure):
+    """An elastic group's restart found room for fewer workers than ``--min-workers`` (magics/run/core/elastic.py)."""
+
+
 class RelaunchFailed(WorkerFailure):
     """A restart was due, but the group could not be started again (for example, too few nodes are left)."""
 

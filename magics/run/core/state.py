@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,16 +136,24 @@ class ClusterState:
     kernel_pid: int | None = None
     kernel_id: str = ""
 
+    # elastic (--min-workers): {"min": M, "max": N}, the bounds of the group's size; None: a fixed size
+    elastic: dict[str, int] | None = None
+
     @property
     def done(self) -> bool:
         return self.status in DONE_STATES
+
+    def resize(self, size: int, new_worker: Callable[[int], WorkerState]) -> None:
+        """The workers of a group of ``size``: those beyond it dropped, new ones (``new_worker(index)``) added."""
+        del self.workers[size:]
+        self.workers.extend(new_worker(i) for i in range(len(self.workers), size))
 
     def wall_time(self, now: float | None = None) -> float:
         return (self.ended or (time.time() if now is None else now)) - self.started
 
     def snapshot(self, now: float | None = None) -> ClusterSnapshot:
         """The picture every view reads; ``now`` (wall time, default the clock's) measures a running run's time."""
-        return {
+        snapshot: ClusterSnapshot = {
             "name": self.name,
             "backend": self.backend,
             "status": self.status,
@@ -163,3 +172,6 @@ class ClusterState:
             "kernel_id": self.kernel_id,
             "workers": [w.snapshot() for w in self.workers],
         }
+        if self.elastic:
+            snapshot["elastic"] = dict(self.elastic)
+        return snapshot

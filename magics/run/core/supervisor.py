@@ -26,12 +26,15 @@ from typing import Any, assert_never
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.tfconfig import Task
 from nbworkers.magics.run.core import events as ev
+from nbworkers.magics.run.core.elastic import Elastic, growth
 from nbworkers.magics.run.core.events import Attempt
 from nbworkers.magics.run.core.failures import (
+    CapacityReturned,
     GroupStalled,
     NodeLost,
     RelaunchFailed,
     RunTimedOut,
+    TooFewWorkers,
     UserRestart,
     WorkerCrashed,
     WorkerFailure,
@@ -39,7 +42,7 @@ from nbworkers.magics.run.core.failures import (
     root_cause,
 )
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
-from nbworkers.magics.run.core.state import ClusterState
+from nbworkers.magics.run.core.state import ClusterState, WorkerState
 from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 
 
@@ -68,8 +71,12 @@ class Timings:
 
 
 class Supervisor:
+    """``elastic``: the bounds of an elastic group (``--min-workers``; None: a fixed size), with ``new_worker``
+    making the state of a worker a bigger group adds (magics/run/core/elastic.py)."""
+
     def __init__(self, state: ClusterState, policy: RestartPolicy, timings: Timings, tasks: list[Task] | None = None,
-                 *, clock: Callable[[], float], wall: Callable[[], float]):
+                 *, clock: Callable[[], float], wall: Callable[[], float], elastic: Elastic | None = None,
+                 new_worker: Callable[[int], WorkerState] = WorkerState):
         self.state = state
         self.policy = policy
         self.timings = timings
@@ -84,6 +91,10 @@ class Supervisor:
         self.pending: WorkerFailure | None = None  # a restart is due once the group is gone
         self.restart_due = 0.0
         self.restart_stop_at = 0.0  # clock: when the group was stopped for the pending restart
+        self.elastic = elastic
+        self.new_worker = new_worker
+        self.capacity: int | None = None  # elastic: workers the cluster could place at the last look
+        self.resize_note = ""  # elastic: the answer to the last %workers resize
 
     # ------------------------------------------------------------------------------------- queries
     @property
@@ -97,6 +108,11 @@ class Supervisor:
     @property
     def all_exited(self) -> bool:
         return all(w.exit_code is not None for w in self.state.workers)
+
+    @property
+    def relaunch_due(self) -> bool:
+        """A restart's launch is due at the next ``Tick`` (an elastic shell looks at the capacity first)."""
+        return self.all_exited and self.pending is not None and self.clock() >= self.restart_due
 
     @property
     def ended(self) -> bool:
@@ -133,6 +149,8 @@ class Supervisor:
                 return self._on_exited(event)
             case ev.Tick():
                 return self._on_tick(event)
+            case ev.CapacitySeen():
+                return self._on_capacity(event)
             case ev.LaunchFailed():
                 return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
             case ev.Ended():
@@ -230,6 +248,17 @@ class Supervisor:
             actions += self._relaunch()
         return actions
 
+    def _on_capacity(self, event: ev.CapacitySeen) -> list[ev.Action]:
+        """An elastic group smaller than ``-n`` restarts bigger when the cluster has room again (elastic.py)."""
+        self.capacity = event.workers
+        current, status = len(self.state.workers), self.state.status
+        busy = self.stopping or self.pending is not None or (not event.asked and status != ClusterStatus.RUNNING)
+        grow, self.resize_note = growth(self.elastic, current, event.workers, "" if not busy else status)
+        if grow is None:
+            return []
+        why = "%workers resize" if event.asked else "a look at the cluster"
+        return self._on_failure(CapacityReturned(f"room for {grow} workers again ({why}): {current} -> {grow} workers"))
+
     def _on_ended(self) -> list[ev.Action]:
         self.state.ended = self.wall()
         if self.state.status != ClusterStatus.FAILED:
@@ -321,22 +350,44 @@ class Supervisor:
         cause, self.pending = self.pending, None
         assert cause is not None
         state = self.state
+        sizes = self._elastic_size(cause)
+        if sizes is None:
+            assert self.elastic is not None
+            return self._fail(TooFewWorkers(
+                f"{cause}; the cluster has room for {self.capacity} worker(s) now, fewer than --min-workers"
+                f" {self.elastic.min}. Add nodes or free CPUs and run the cell again, or lower --min-workers",
+                cause.worker, cause.log_tail))
+        if sizes[0] != sizes[1]:
+            state.resize(sizes[1], self.new_worker)
+            self.tasks = roles.plan(sizes[1])
         state.generation += 1
         state.restarts += 1
         state.restart_causes.append(str(cause))
         state.restart_history.append({
             "generation": state.generation, "cause": str(cause), "kind": cause.kind,
             "worker": cause.worker, "time": self.wall(), "resumed_from": None,
+            **({"workers": list(sizes)} if sizes[0] != sizes[1] else {}),
         })
+        resized = f" ({sizes[0]} -> {sizes[1]} workers)" if sizes[0] != sizes[1] else ""
         state.status = ClusterStatus.STARTING.value
         for worker in state.workers:
             worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING.value, None, None, ""
             worker.restarts += 1
-            worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}\n"])
+            worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}{resized}\n"])
         now = self.clock()
         self.attempt = Attempt(state.generation, cause, now, now)
         self.kill_deadline = None
         return [ev.Relaunch(self.attempt)]
+
+    def _elastic_size(self, cause: WorkerFailure) -> tuple[int, int] | None:
+        """(size now, size of the next launch); None: too few workers fit (elastic.py). Fixed groups keep theirs."""
+        current = len(self.state.workers)
+        if self.elastic is None:
+            return current, current
+        capacity = current if self.capacity is None else self.capacity
+        if not self.elastic.fits(capacity):
+            return None
+        return current, self.elastic.size_for(capacity)
 
     def _note_resume(self, content: dict[str, Any]) -> None:
         """The first progress after a restart is the point the run resumed from."""
