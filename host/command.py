@@ -12,6 +12,7 @@ from nbworkers.protocol.private.dirs import module_command
 
 HOST_MODULE = "nbworkers.host.worker_host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.worker.bootstrap"
+ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"  # a fork server: magics/backends/zygotes.py, ray/node_zygote.py
 
 
 def host_command(python: str, host_args: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
 """The kernel's zygotes: one fork server per (interpreter, import-time environment), started on first use.
+(On Ray nodes: one per node as well, kept by an actor there: magics/backends/ray/node_zygotes.py.)
 
 A zygote (``nbworkers.distlib.worker.zygote``) imports TensorFlow once and forks workers, so a cold ``%%worker -n N``
 pays one import instead of N, and every later run, restart and session start pays a fork. ``LocalBackend``
@@ -11,8 +12,8 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
   ``cuInit``, which the zygote never reaches: see ``distlib/worker/zygote.py``), the relay, the cell — is applied in
   the child. A cell that changes its environment or calls ``use_tf_keras()`` before importing TensorFlow
   (``cell_scan.CHANGES_ENVIRONMENT``) is spawned: its import must see its own environment.
-- **Fallback to spawning**: ``settings().zygote = False`` (or ``$NBWORKERS_ZYGOTE=0``); the Ray backend (it
-  never asks); a zygote that died: the launch that finds it dead spawns its workers with a note in their logs,
+- **Fallback to spawning**: ``settings().zygote = False`` (or ``$NBWORKERS_ZYGOTE=0``); a zygote that died:
+  the launch that finds it dead spawns its workers with a note in their logs,
   and a new zygote is started for the next launch; a zygote that cannot fork (its interpreter lacks
   nbworkers' worker side, the guard refused, no answer within ``zygote_fork_timeout``): the host spawns, noted.
 - **Prewarm** (``zygote_prewarm``, on by default): ``prewarm()`` starts the zygote a default ``%%worker`` run
@@ -42,6 +43,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from nbworkers.host.command import ZYGOTE_MODULE
 from nbworkers.magics.backends.run_env import base_env
 from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.settings import settings as current_settings
@@ -52,7 +54,6 @@ from nbworkers.protocol.cell_scan import CellScan
 from nbworkers.protocol.private.dirs import module_command, runtime_dir, socket_path
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
-ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
 IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
                         "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")

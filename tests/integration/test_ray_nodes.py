@@ -13,6 +13,7 @@ import os
 import re
 import signal
 
+import psutil
 import pytest
 from cells import CHECKSUM, IMPORTS, KERAS_MODEL, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
@@ -24,6 +25,8 @@ from ray_helpers import (
     WORKERS_UP_TIMEOUT,
     running_cluster,
 )
+
+from nbworkers.host.command import ZYGOTE_MODULE
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
@@ -137,9 +140,50 @@ def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_th
     assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
     assert len(ray_nodes.actor_processes()) == 3
     assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
+    zygotes = node_zygote_pids(run_root)
+    assert len(zygotes) == 3, zygotes  # one per node (the workers forked there)
     os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
     assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
     assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
+    # the node zygotes go too (their actors belonged to the kernel), and the kernel's own zygote
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), ACTORS_GONE_TIMEOUT), \
+        processes_of_run_root(run_root, zygotes=True)
+
+
+def node_zygote_pids(run_root) -> set[int]:
+    """The zygotes the Ray nodes keep for this test's kernel (node_zygote.py): marked with its run root."""
+    def node_zygote(proc) -> bool:  # its forked workers carry its command line too
+        command = " ".join(proc.cmdline())
+        return ZYGOTE_MODULE in command and "nbworkers-ray-zygote" in command
+
+    found = set()
+    for proc in processes_of_run_root(run_root, zygotes=True):
+        try:
+            if node_zygote(proc) and not node_zygote(proc.parent()):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+# A cell that needs TensorFlow: forked, it is imported already (its log says which zygote forked it).
+FORK_CELL = worker_cell("-n 3 --backend ray --address {address} --spread --name {name} --block",
+                        "import tensorflow as tf\nprint('TF', tf.__version__, flush=True)\n")
+
+
+def test_one_zygote_per_node_forks_the_workers_of_cold_and_warm_runs(kernel, run_root, ray_nodes):
+    forked_by = {}
+    for name in ("zcold", "zwarm"):
+        ran = kernel.run(FORK_CELL.format(address=ray_nodes.address, name=name), timeout=WORKERS_UP_TIMEOUT)
+        assert not ran.error, ran.text
+        nodes = [p["node_id"] for p in placements(kernel, name)]
+        texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(3)]
+        parents = [re.search(r"forked from zygote (\d+)", text) for text in texts]
+        assert all(parents), texts
+        forked_by[name] = {node: int(found.group(1)) for node, found in zip(nodes, parents)}
+    assert len(set(forked_by["zcold"].values())) == 3, forked_by  # one zygote per node
+    assert forked_by["zwarm"] == forked_by["zcold"], forked_by  # the warm run forked from the same ones
+    assert set(forked_by["zcold"].values()) == node_zygote_pids(run_root)
 
 
 # Elastic: three workers, one per node, at least two. Generation 0 holds after epoch 1 until the test kills worker

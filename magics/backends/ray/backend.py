@@ -41,6 +41,7 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
     split_address,
 )
 from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
+from nbworkers.magics.backends.ray.node_zygotes import node_zygotes
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
@@ -219,19 +220,26 @@ class RayBackend:
         for name in (CELL_FILE, PUSH_FILE):
             if (run_dir / name).exists() and (name == CELL_FILE or env.get(wire.ENV_PUSH)):
                 files[name] = (run_dir / name).read_bytes()
+        python = "" if not python or python == sys.executable else python
+        forwarded = self._worker_variables(env)
+        where = group.where[index]
+        zygote, note = node_zygotes().socket_for(ray, where["node_id"], python, env, forwarded, cwd,
+                                                 self.settings.actor_start_timeout)
+        config = current_settings()
         request = {
             "index": index,
             "generation": int(env.get(wire.ENV_GENERATION, "0") or 0),
             "role": role,
             "grace": grace,
-            "python": "" if not python or python == sys.executable else python,
-            "env": self._worker_variables(env),
+            "python": python,
+            "env": forwarded,
             "cwd": cwd,
             "run_dir": str(run_dir),
             "node_dir_name": f"{self.cluster_name or run_dir.name}-{socket.gethostname()}-{os.getpid()}",
             "log": str(log_path),
             "probe": log_probe(log_path),
             "files": files,
+            "zygote": [zygote, config.zygote_fork_timeout, config.zygote_connect_timeout] if zygote else None,
         }
         actor = group.actors[index]
         try:
@@ -242,7 +250,8 @@ class RayBackend:
                 f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
             ) from None
         with open(log_path, "ab") as log:
-            where = group.where[index]
+            if note:
+                log.write(f"--- nbworkers: {note}\n".encode())
             log.write(
                 f"--- nbworkers: on Ray node {where['ip']} ({where['hostname']}, node {where['node_id'][:12]}),"
                 f" host pid {started['host_pid']}, python {started['python'] or where['python']}, log there:"

@@ -27,9 +27,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nbworkers.host.command import host_command
+from nbworkers.host.command import ZYGOTE_MODULE, host_command
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
+from nbworkers.procs.ownership import RUN_ID_ENV
 from nbworkers.protocol import wire
 from nbworkers.protocol.private.dirs import private_dir, runtime_dir
 from nbworkers.protocol.relay_curve import client_keypair
@@ -102,6 +103,8 @@ class NbworkersWorkerHost:
         self._host: subprocess.Popen | None = None
         self._log_path: Path | None = None
         self._worker_pgid: int | None = None
+        self._forked: tuple[int, float] | None = None  # a forked worker: (pid, create time), see note_worker
+        self._run_id = ""
         self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
 
     # ------------------------------------------------------------------ placement
@@ -167,15 +170,19 @@ class NbworkersWorkerHost:
             with open(log_path, "ab") as log:
                 for note in notes:
                     log.write(note.encode())
-            command = host_command(python, ["--log", str(log_path), "--grace", str(request["grace"]),
-                                            "--role", request["role"]])
+            zygote = request.get("zygote")  # [socket, fork timeout, connect timeout]: node_zygote.py
+            command = host_command(python, [
+                "--log", str(log_path), "--grace", str(request["grace"]), "--role", request["role"],
+                *(["--zygote", zygote[0], "--zygote-timeout", str(zygote[1]), "--zygote-connect-timeout",
+                   str(zygote[2])] if zygote else [])])
             with open(log_path, "ab") as stderr:
                 self._host = subprocess.Popen(
                     command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,
                     start_new_session=True, close_fds=True,
                 )
             self._log_path = log_path
-            self._worker_pgid = None
+            self._worker_pgid, self._forked = None, None
+            self._run_id = request["env"].get(RUN_ID_ENV, "")
             return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
                     "host_pid": self._host.pid, "cwd": cwd, "python": python}
 
@@ -197,8 +204,34 @@ class NbworkersWorkerHost:
         except (BrokenPipeError, ValueError, OSError):
             pass
 
+    def note_worker(self, pid: int) -> bool:
+        """The pid the worker reported (its ``hello``, relayed by the kernel): recorded with its create time when it
+        is this host's forked worker — a child of a zygote (node_zygote.py) carrying this run's id in its
+        environment — so that ``kill`` reaches it too (a spawned worker is the host's own child)."""
+        try:
+            import psutil
+
+            proc = psutil.Process(pid)
+            parent = psutil.Process(proc.ppid())
+            forked = ZYGOTE_MODULE in " ".join(parent.cmdline()) and proc.environ().get(RUN_ID_ENV) == self._run_id
+            created = proc.create_time()
+        except Exception:
+            return False
+        if forked and self._run_id:
+            self._forked = (pid, created)
+        return forked
+
     def _worker_group(self) -> int | None:
-        """The worker's process group: the host's child, in a session (and group) of its own."""
+        """The worker's process group: the host's child, in a session (and group) of its own, or the forked
+        worker ``note_worker`` recorded (while its pid is still that process)."""
+        if self._forked is not None:
+            try:
+                import psutil
+
+                if psutil.Process(self._forked[0]).create_time() == self._forked[1]:
+                    return self._forked[0]
+            except Exception:
+                return None
         if self._worker_pgid is None and self._host is not None:
             try:
                 import psutil

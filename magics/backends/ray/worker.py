@@ -86,7 +86,10 @@ class RayWorkerProcess:
         return []  # nothing of this worker runs in a process group of the kernel's machine
 
     def note_worker(self, pid: int, zygote_pids: frozenset[int] = frozenset()) -> None:
-        self.worker_pid = pid  # kept as remote_worker_pid, never signalled from here
+        """Kept as ``remote_worker_pid``, never signalled from here; the actor records it when it is the worker
+        a zygote on its node forked for it (node.py ``note_worker``), so that its ``kill`` reaches that one too."""
+        self.worker_pid = pid
+        self._sent.append(self.actor.note_worker.remote(pid))
 
     def processes(self) -> list[tuple[int, float]]:
         return []  # nothing on the kernel's machine
