@@ -126,6 +126,6 @@ def _check_shapes(what: str, variables: list[Any], values: list[Any]) -> None:
     have = [tuple(v.shape) for v in variables]
     saved = [tuple(a.shape) for a in values]
     if have != saved:
-        raise ValueError(f"the {what}: not as saved the saved ones (here {len(have)}: {have[:6]}"
+        raise ValueError(f"the {what}: not as saved (here {len(have)}: {have[:6]}"
                          f"{'...' if len(have) > 6 else ''}; saved {len(saved)}: {saved[:6]}"
                          f"{'...' if len(saved) > 6 else ''}): build it as the cell that made the saved one did")
