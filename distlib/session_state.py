@@ -106,7 +106,7 @@ def plan_save(namespace: Mapping[str, Any], kinds: Kinds, worker: int, max_bytes
             continue
         kind = kind_of(value, kinds)
         if kind is None:
-            plan.skipped.append((name, f"a {type(value).__name__}: not a kind nbworkers saves"))
+            plan.skipped.append((name, f"a {type(value).__name__}"))  # not a kind nbworkers saves
         elif kind in TF_KINDS and worker != 0:
             continue  # worker 0's copy is restored on every worker
         elif kind in ("array", "value"):

@@ -76,7 +76,7 @@ class SavedState:
         if skipped:
             shown = "; ".join(f"{name} ({why})" for name, why in skipped[:MAX_LISTED])
             more = f"; and {len(skipped) - MAX_LISTED} more" if len(skipped) > MAX_LISTED else ""
-            parts.append(f"Not saved: {shown}{more}.")
+            parts.append(f"Not saved (not a kind nbworkers saves, or as said): {shown}{more}.")
         if self.folder():
             parts.append(f"Saved in {self.folder()}.")
         return " ".join(parts)

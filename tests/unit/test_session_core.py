@@ -317,7 +317,7 @@ def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
 MODEL_SAVED = ev.WorkerSave(saved=(("model", "model", "4 weights + 9 optimizer variables, 0.0 MiB"),
                                    ("step_size", "variable", "float32 ()"), ("x", "array", "float32 (512, 8)"),
                                    ("built_in_cell", "value", "int")),
-                            skipped=(("dataset", "a _RepeatDataset: not a kind nbworkers saves"),),
+                            skipped=(("dataset", "a _RepeatDataset"),),
                             folder="/runs/s/session-state/gen-1/worker-0")
 VALUES_SAVED = ev.WorkerSave(saved=(("x", "array", "float32 (512, 8)"), ("built_in_cell", "value", "int")),
                              folder="/runs/s/session-state/gen-1/worker-1")
@@ -341,7 +341,7 @@ def test_the_failed_cell_says_what_was_saved_and_the_one_command_that_restores_i
             "float32 ())") in error
     assert "run the cells that build them again, then `%workers restore s`" in error
     assert "Back by themselves in the new processes (each worker its own): x, built_in_cell." in error
-    assert "Not saved: dataset (a _RepeatDataset: not a kind nbworkers saves)." in error
+    assert "Not saved (not a kind nbworkers saves, or as said): dataset (a _RepeatDataset)." in error
     assert "Saved in /runs/s/session-state/gen-1." in error
     assert s.core.saved is not None and s.core.saved.summary("s") == (
         "s: saved before the restart after cell 1: model, step_size (rebuild them, then `%workers restore s`); "
