@@ -283,6 +283,11 @@ def restore_session_state(names: Iterable[str] | None = None,
     wanted = set(names) if names is not None else None
     restored: dict[str, str] = {}
     problems: dict[str, str] = {}  # name -> why it was not restored
+    if manifest is None:
+        problems["worker 0's models and variables"] = (
+            f"not readable here ({source / MANIFEST_FILE} is missing): worker 0 did not finish saving, or (on "
+            "--backend ray) saved them on its own node; the cells that built and trained them must run again")
+        manifest = {}
     for entry in manifest.get("saved", []):
         name, kind = entry["name"], entry["kind"]
         if kind not in TF_KINDS or (wanted is not None and name not in wanted):
@@ -314,13 +319,13 @@ def restore_session_state(names: Iterable[str] | None = None,
     return restored
 
 
-def _read_manifest(folder: Path) -> dict[str, Any]:
+def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    """A worker's finished save's manifest; None when there is none (not finished, or not on this machine)."""
     try:
         with os.fdopen(open_own(folder / MANIFEST_FILE), "rb") as file:
             manifest = json.loads(file.read())
     except FileNotFoundError:
-        raise NoSavedState(f"worker 0 did not finish saving ({folder} has no {MANIFEST_FILE}): its models and "
-                           "variables are gone; the cells that built and trained them must run again") from None
+        return None
     return manifest if isinstance(manifest, dict) else {}
 
 

@@ -186,6 +186,12 @@ def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):
     (run_dir / session_wire.STATE_DIR / "gen-1" / "worker-0" / "manifest.json").unlink()
     assert session_state.restore_values_after_restart({}, str(run_dir), 2, 0) == []
     assert session_state.latest_saved(run_dir, before=2) is None
+    session_state.save_namespace({"x": np.ones(2)}, run_dir, 1, 1, 2**20, KINDS)  # worker 1 finished; 0 did not
+    as_worker(monkeypatch, 1, 2)
+    namespace: dict = {}
+    with pytest.raises(StateNotRestored, match="worker 0 did not finish saving, or .on --backend ray. saved them"):
+        session_state.restore_session_state(namespace=namespace)
+    assert namespace["x"].tolist() == [1, 1]  # its own values still come back
 
 
 def test_the_saved_message_is_checked_field_by_field():
