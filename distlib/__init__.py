@@ -12,6 +12,8 @@ Data:       shard_for_worker(dataset), auto_shard(dataset, policy="data"), mnist
 Estimator:  run_config(strategy, model_dir=...), ReportHook(...), EstimatorUnavailableError (TF <= 2.15 only)
 Reporting:  report(step=, epoch=, **metrics), ReportCallback(), flush_reports()
 TensorBoard: tensorboard_dir(), TensorBoard(**kwargs) (report() metrics are written there too)
+Sessions:   restore_session_state(names=None) (what a session saved before its processes restarted), NoSavedState,
+            StateNotRestored
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ _EXPORTS: dict[str, str] = {
     "flush_reports": "reporting",
     "tensorboard_dir": "tensorboard",
     "TensorBoard": "tensorboard",
+    "restore_session_state": "session_state",
+    "NoSavedState": "session_state",
+    "StateNotRestored": "session_state",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -22,13 +22,19 @@ Commands (``msg_type``; content fields):
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
+- ``save``       seq, gen, cell, max_bytes: before the kernel restarts the processes (their collectives are unusable
+                 after an abort), save the namespace into ``<run dir>/session-state/gen-<gen>/worker-<i>/``
+                 (``distlib/session_state.py``: models and variables as ``.npz``, tf.train.Checkpoint files, arrays
+                 and JSON values; ``max_bytes`` bounds the arrays and values); the worker answers ``saved``
 - ``shutdown``   seq, gen: leave the cell loop; the worker exits
 
 The relay kind added to ``wire.KINDS``:
 
-- ``cell``  event (``start`` | ``paused`` | ``end``), cell (int); paused: step (reports so far); on end: status
-  (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool: collectives
-  were aborted in this process), step (optional int: the last training step it reported in the cell)
+- ``cell``  event (``start`` | ``paused`` | ``end`` | ``saved``), cell (int); paused: step (reports so far); on
+  end: status (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool:
+  collectives were aborted in this process), step (optional int: the last training step it reported in the cell);
+  on saved (the answer to ``save``): saved (list of {name, kind (``SAVED_KINDS``), detail}), skipped (list of
+  {name, why}), dir (str: where), error (str: why nothing was saved)
 - ``display`` cell (int), source (``display``: ``display(...)``/``plt.show()``; ``result``: the cell's last
   expression), data (a MIME bundle, ``protocol/mime.py``), metadata (object)
 
@@ -49,8 +55,12 @@ from nbworkers.protocol import env_settings, mime
 ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs the cell loop instead of one cell
 ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
 
-COMMANDS = ("ready", "run", "pull", "push", "interrupt", "pause", "resume", "abort", "shutdown")
-CELL_EVENTS = ("start", "end", "paused")
+COMMANDS = ("ready", "run", "pull", "push", "interrupt", "pause", "resume", "abort", "save", "shutdown")
+CELL_EVENTS = ("start", "end", "paused", "saved")
+STATE_DIR = "session-state"  # in the run directory: what workers saved before a restart (distlib/session_state.py)
+SAVED_KINDS = ("model", "variable", "checkpoint", "array", "value")  # what a saved name is (``saved`` event)
+SAVE_MAX_BYTES = 2**30  # the arrays and JSON values one worker saves at most (models and variables: no limit)
+MAX_SAVED_ENTRIES = 2000  # names in one ``saved`` report (more are cut: the worker's manifest keeps them all)
 CELL_STATUSES = ("ok", "error", "interrupted")
 MAX_TRACEBACK_CHARS = 20_000  # of a failed cell's traceback sent to the kernel (the log keeps it whole)
 MARKER = re.compile(r"^--- nbworkers: cell (\d+) (start|end) ---\r?\n", re.M)
@@ -94,6 +104,8 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
                 return "aborted is not a bool"
             if content.get("step") is not None and not _is_int(content["step"]):
                 return "step is not an int"
+        if content["event"] == "saved":
+            return _saved_problem(content)
         return None
     if kind == "display":
         if not _is_int(content.get("cell")) or content["cell"] < 1:
@@ -106,6 +118,23 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
             return str(error)
         return None
     return f"not a session kind: {kind!r}"
+
+
+def _saved_problem(content: dict[str, Any]) -> str | None:
+    """What is wrong with a ``saved`` event's fields (None: nothing): only plain strings and lists of small dicts."""
+    for name in ("dir", "error"):
+        if not isinstance(content.get(name, ""), str):
+            return f"{name} is not a str"
+    for field, keys in (("saved", ("name", "kind", "detail")), ("skipped", ("name", "why"))):
+        entries = content.get(field, [])
+        if not isinstance(entries, list) or len(entries) > MAX_SAVED_ENTRIES:
+            return f"{field} is not a list of at most {MAX_SAVED_ENTRIES} entries"
+        for entry in entries:
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(key), str) for key in keys):
+                return f"a {field} entry is not a dict of strings {keys}"
+            if field == "saved" and entry["kind"] not in SAVED_KINDS:
+                return f"unknown saved kind {entry['kind']!r}"
+    return None
 
 
 def verify(frames: list[bytes], key: str | bytes) -> tuple[str, dict[str, Any]] | None:

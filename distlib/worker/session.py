@@ -41,7 +41,7 @@ from typing import Any
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
-from nbworkers.protocol import session_data, session_wire, wire
+from nbworkers.protocol import env_settings, session_data, session_wire, wire
 
 
 class SessionWorker:
@@ -95,7 +95,7 @@ class SessionWorker:
                 self.dropped += 1  # another generation's, or replayed
                 continue
             last_seq = seq
-            if kind in ("run", "pull", "shutdown"):
+            if kind in ("run", "pull", "save", "shutdown"):
                 self.commands.put((kind, content))
             elif kind == "push":
                 self.commands.put((kind, frames))
@@ -160,6 +160,8 @@ class SessionWorker:
                 self.pull(content)
             elif kind == "push":
                 self.push(content)
+            elif kind == "save":
+                self.save(content)
 
     def run_cell(self, cell: int, code: str) -> None:
         filename = f"<session cell {cell}>"
@@ -214,6 +216,25 @@ class SessionWorker:
             traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
+
+    def save(self, content: dict) -> None:
+        """The kernel restarts the processes next (their collectives were aborted): save what the namespace holds
+        (``distlib/session_state.py``) and say what, in a ``saved`` cell event."""
+        from nbworkers.distlib import session_state
+
+        report: dict[str, Any] = {"saved": [], "skipped": [], "dir": "", "error": ""}
+        try:
+            run_dir = env_settings.RUN_DIR.get()
+            if not run_dir:
+                raise RuntimeError("this worker has no run directory (NBWORKERS_RUN_DIR) to save into")
+            report.update(session_state.save_namespace(self.namespace, run_dir, self.gen, self.index,
+                                                       int(content.get("max_bytes") or session_wire.SAVE_MAX_BYTES)))
+            print(f"nbworkers: saved {', '.join(e['name'] for e in report['saved']) or 'nothing'} into "
+                  f"{report['dir']} before the restart", file=sys.stderr, flush=True)
+        except Exception as error:
+            report["error"] = f"{type(error).__name__}: {error}"[:500]
+            traceback.print_exc()
+        self._send("cell", event="saved", cell=int(content.get("cell") or self.cell or 1), **report)
 
     def pull(self, content: dict) -> None:
         """Evaluate the expression and send its value to the kernel's data socket (or the error, as text)."""
@@ -290,6 +311,21 @@ def _hook_reports(worker: SessionWorker) -> None:
     reporting.Reporter.report = report  # type: ignore[method-assign]  # every report is a step point
 
 
+def _put_back_saved_values(worker: SessionWorker) -> None:
+    """New processes right after a save (the kernel restarted them after an error): this worker's arrays and JSON
+    values come back by themselves (models and variables need the cells that build them: ``%workers restore``)."""
+    run_dir = env_settings.RUN_DIR.get()
+    if not run_dir or worker.gen < 1:
+        return
+    from nbworkers.distlib import session_state
+
+    try:
+        session_state.restore_values_after_restart(worker.namespace, run_dir, worker.gen, worker.index)
+    except Exception:
+        print("nbworkers: the values saved before the restart could not be put back:", file=sys.stderr)
+        traceback.print_exc()
+
+
 def _split_last_expression(code: str, filename: str):
     """The cell compiled as a body, plus its last statement compiled apart when it is an expression."""
     tree = ast.parse(code, filename, "exec")
@@ -313,6 +349,7 @@ def _user_traceback(filename: str) -> str:
 def main(module: types.ModuleType) -> int:
     """Serve cells until the kernel says ``shutdown`` (or the host stops this process)."""
     worker = SessionWorker(module)
+    _put_back_saved_values(worker)
     install_rich_output(worker.rich)
     _hook_reports(worker)
     thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),

@@ -14,7 +14,13 @@ from nbworkers.magics.notebook import registry, tensorboard
 from nbworkers.magics.notebook.attach import workers_attach
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
-from nbworkers.magics.notebook.session_magic import run_session_cell, session_column, stop_cell
+from nbworkers.magics.notebook.session_magic import (
+    restore_session,
+    run_session_cell,
+    saved_lines,
+    session_column,
+    stop_cell,
+)
 from nbworkers.magics.notebook.zygotes_listing import warm_text_html
 from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.failed import mark_error_below, run_failure
@@ -127,7 +133,8 @@ class WorkerMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("action", nargs="?", default="list", help="list (default), logs, stop, wait, attach, tensorboard, resize")
+    @argument("action", nargs="?", default="list",
+              help="list (default), logs, stop, wait, attach, tensorboard, resize, restore")
     @argument("name", nargs="?", default=None, help="the cluster's name")
     @argument("-w", "--worker", type=int, default=None, help="logs: only this worker's")
     @argument("--tail", type=int, default=None, help="logs: only the last N lines")
@@ -141,7 +148,8 @@ class WorkerMagics(Magics):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
         `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
         e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries),
-        `%workers resize NAME` (an elastic run grows now when its cluster has room)."""
+        `%workers resize NAME` (an elastic run grows now when its cluster has room), `%workers restore NAME` (a
+        session's models, variables and values saved before its processes restarted)."""
         if _wants_help(line):
             print(_usage(self.workers, "%workers"))
             return None
@@ -159,9 +167,9 @@ class WorkerMagics(Magics):
                 raise UsageError(str(error)) from None
             display(HtmlBundle(*_cluster_table()))
             return None
-        if action not in ("logs", "stop", "wait", "attach", "tensorboard", "resize"):
-            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach, tensorboard or resize. "
-                             "See `%workers --help`.")
+        if action not in ("logs", "stop", "wait", "attach", "tensorboard", "resize", "restore"):
+            raise UsageError(f"unknown action {action!r}: use list, logs, stop, wait, attach, tensorboard, resize or "
+                             "restore. See `%workers --help`.")
         if action == "stop" and args.all:
             stopping = registry.running()
             for cluster in stopping:
@@ -175,6 +183,8 @@ class WorkerMagics(Magics):
         if action == "tensorboard":
             _tensorboard(args.name)
             return None
+        if action == "restore":  # a session's saved state (magics/notebook/session_magic.py)
+            return restore_session(args.name)
         if action == "attach":
             try:
                 workers_attach(args.name).show()
@@ -312,6 +322,11 @@ def _cluster_table() -> tuple[str, str]:
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)
     import html
+
+    saved = saved_lines([cluster.snapshot() for cluster in clusters])  # what a session can restore
+    if saved:
+        text += "\n" + "\n".join(saved)
+        warm_html = "".join(f"<p>{html.escape(line)}</p>" for line in saved) + warm_html
 
     cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
     table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"

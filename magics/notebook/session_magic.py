@@ -134,6 +134,37 @@ def stop_cell(name: str) -> str:
     }.get(done, done)
 
 
+def restore_session(name: str) -> None:
+    """`%workers restore NAME`: put back what the session's workers saved before its processes last restarted
+    (models, variables, checkpointed objects into the objects of the same names, rebuilt by the cells run since;
+    arrays and values by name), on every worker, as a blocking cell of the session."""
+    session = live_session(name)
+    if session is None:
+        raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
+    if session._cells.saved is None:
+        raise UsageError(f"session {name!r} saved nothing to restore: it saves its models, variables and values only "
+                         "when its processes restart after one worker's error.")
+    try:
+        cell = session.restore()
+    except SessionEnded as error:
+        raise UsageError(str(error)) from None
+    cell.blocking = True
+    echo = _echo()
+    cell.echoed = echo is not None
+    cell.show()
+    try:
+        cell.wait(echo=echo)
+    except KeyboardInterrupt:
+        stop_on_interrupt(session, [cell], echo)
+    except RunFailed as error:
+        raise error from None
+
+
+def saved_lines(snapshots: Sequence[ClusterSnapshot]) -> list[str]:
+    """`%workers` lines under the table: what each session saved before its last restart and how to restore it."""
+    return [info["saved"] for info in (s.get("session") or {} for s in snapshots) if info.get("saved")]
+
+
 def session_column(snapshot: ClusterSnapshot) -> str:
     """`%workers` status suffix of a session: its cell count and idle/busy."""
     info = snapshot.get("session")

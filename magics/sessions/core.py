@@ -14,8 +14,11 @@ the session runs), so every path is unit-tested in milliseconds (tests/unit/test
   (``SendPause``, ``SendResume``; ``SendInterrupt`` for a cell that does not report). A cell still running
   ``session_interrupt_grace`` seconds later, or a second Stop, restarts the processes.
 - restart that loses state: aborted collectives cannot be used again, a stuck cell cannot be reached, so the core
-  asks for ``RestartLosingState``; the supervisor restarts the group and answers ``GroupRestarting``, and the core
-  ends the running cell, cancels the queue and says which cells' state is gone (``lost_note``). A restart the
+  restarts the processes. First the workers that ended the cell save their namespaces (``SendSave``; worker 0's
+  models and variables, every worker's arrays and values: ``distlib/session_state.py``), for at most
+  ``save_wait`` seconds; then it asks for ``RestartLosingState``; the supervisor restarts the group and answers
+  ``GroupRestarting``, and the core ends the running cell, cancels the queue and says which cells' state is gone
+  from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the
   supervisor decided itself (a worker killed, the Restart button) arrives the same way.
 
 Composition, not a shared core: the supervisor core (``magics/run/core/supervisor.py``) decides about processes
@@ -36,8 +39,10 @@ from typing import Any, assert_never
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.magics.sessions.saved_state import SavedState
 
 LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
+SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before the processes restart anyway
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class SessionTimings:
     interrupt_grace: float = 30.0
     pause_wait: float = 2.0
     log_close_wait: float = LOG_CLOSE_WAIT
+    save_wait: float = SAVE_WAIT
 
     @classmethod
     def from_settings(cls, settings: Any) -> SessionTimings:
@@ -88,6 +94,14 @@ class _Outcome:
     failed: tuple[int, ...] = ()
 
 
+@dataclass
+class _Saving:
+    """A restart waits for the workers' save: since when, and why it restarts."""
+
+    asked_at: float
+    reason: str
+
+
 class SessionCore:
     def __init__(self, name: str, workers: int, timings: Callable[[], SessionTimings], *,
                  clock: Callable[[], float]):
@@ -101,6 +115,9 @@ class SessionCore:
         self.alive_from = 1  # the first cell whose state lives in the current processes
         self.lost_note = ""  # what the last restart of the processes lost
         self._restart: _Outcome | None = None  # a restart was asked for; the running cell ends this way
+        self._saving: _Saving | None = None  # that restart waits for the workers' save
+        self._save: SavedState | None = None  # the answers to the save of the restart asked for
+        self.saved: SavedState | None = None  # what the workers saved before the last restart they saved for
 
     # ------------------------------------------------------------------------------------- queries
     def record(self, number: int) -> CellRecord:
@@ -133,6 +150,9 @@ class SessionCore:
                 self.queue.append(event.cell)
                 return self._dispatch(event.group)
             case ev.Tick():
+                if self._saving is not None:  # the restart waits for the save, at most save_wait seconds
+                    waited = self.clock() - self._saving.asked_at >= self.timings().save_wait
+                    return self._restart_after_save() if waited else []
                 actions = self._check_cell(self.record(self.current), event.group) if self.current else []
                 return actions + self._dispatch(event.group)
             case ev.InterruptRequested():
@@ -152,14 +172,16 @@ class SessionCore:
                 if 0 < event.cell <= len(self.cells):
                     self.record(event.cell).closed_logs.add(event.worker)
                 return []
+            case ev.StateSaved():
+                return self._state_saved(event)
             case ev.GroupRestarting():
                 return self._group_restarting(event)
             case ev.GroupFailed():
-                self._restart = None
+                self._restart, self._saving, self._save = None, None, None
                 reason = f"the session failed: {event.error}"
                 return self._conclude_current(CellState.FAILED, reason) + self._cancel_queue(f"not run: {reason}")
             case ev.SessionEnded():
-                self._restart = None
+                self._restart, self._saving, self._save = None, None, None
                 reason = f"the session ended ({event.status})" + (f": {event.error}" if event.error else "")
                 state = CellState.FAILED if event.status == ClusterStatus.FAILED else CellState.STOPPED
                 return self._conclude_current(state, reason) + self._cancel_queue(reason)
@@ -273,7 +295,7 @@ class SessionCore:
                                      cell.error or self.stop_note(cell))
             if aborted:
                 actions += self._ask_restart("collectives were aborted while stopping the cell", group,
-                                             _Outcome(CellState.STOPPED))
+                                             _Outcome(CellState.STOPPED), cell)
             return actions
         return self._conclude(cell, CellState.FINISHED)
 
@@ -320,17 +342,45 @@ class SessionCore:
             actions += self._conclude(self.record(self.queue.popleft()), CellState.CANCELLED, reason)
         return actions
 
-    def _ask_restart(self, reason: str, group: Group, outcome: _Outcome) -> list[ev.Action]:
-        """Restart the processes on purpose (collectives unusable, a stuck cell): their state is lost."""
+    def _ask_restart(self, reason: str, group: Group, outcome: _Outcome,
+                     ended: CellRecord | None = None) -> list[ev.Action]:
+        """Restart the processes on purpose (collectives unusable, a stuck cell): their state is lost, but for what
+        the workers that ended the cell (the running one, or ``ended``) save first (one still in it cannot)."""
         if not group.can_restart or self._restart is not None:
             return []
         self._restart = outcome
+        cell = ended or (self.record(self.current) if self.current else None)
+        savers = tuple(sorted(cell.ends)) if cell is not None else ()
+        if cell is None or not savers:
+            return [ev.RestartLosingState(reason)]
+        self._saving = _Saving(self.clock(), reason)
+        self._save = SavedState(cell.number, savers, wait=self.timings().save_wait)
+        return [ev.SendSave(cell.number, savers)]
+
+    def _state_saved(self, event: ev.StateSaved) -> list[ev.Action]:
+        saved = self._save
+        if self._saving is None or saved is None or event.worker not in saved.unanswered:
+            return [ev.DropStale(f"saved message from worker {event.worker}, no save asked of it")]
+        saved.reports[event.worker] = event.report
+        actions: list[ev.Action] = [ev.MarkProgress(event.worker)]
+        return actions + (self._restart_after_save() if not saved.unanswered else [])
+
+    def _restart_after_save(self) -> list[ev.Action]:
+        assert self._saving is not None
+        reason, self._saving = self._saving.reason, None
         return [ev.RestartLosingState(reason)]
 
     def _group_restarting(self, event: ev.GroupRestarting) -> list[ev.Action]:
         lost = self.live_cells()
-        self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
-                          "(variables, models, datasets); run the cells that build what you need again")
+        saved = self._save if self._restart is not None and self._saving is None else None  # a save that ended
+        self._saving, self._save = None, None
+        if saved is not None:
+            self.saved = saved
+            self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone from "
+                              f"them. {saved.note(self.name)}")
+        else:
+            self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
+                              "(variables, models, datasets); run the cells that build what you need again")
         # the Restart button (on purpose) ends the running cell as stopped, a failure as failed
         outcome = self._restart or _Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
         self._restart = None

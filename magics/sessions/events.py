@@ -3,8 +3,9 @@
 Events are what ``Session`` (``magics/sessions/session.py``) observed: a cell submitted, a worker's ``cell``
 message, a cell's end marker in a log, a Stop, the supervisor's round, and what the supervisor core decided about
 the processes (a restart, a failure, the end). Actions are what the session must do: send a command to the
-workers, tell a cell's views, mark progress for the stall watchdog, restart the processes (the state in them is
-lost), answer a Stop. Plain data; states are the enums of ``magics/run/core/statuses.py``.
+workers, tell a cell's views, mark progress for the stall watchdog, have the workers save their state, restart the
+processes (the state in them is lost, but for what was saved), answer a Stop. Plain data; states are the enums of
+``magics/run/core/statuses.py``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ class WorkerEnd:
     aborted: bool = False  # its collectives were aborted (``abort``): the process cannot use them again
     t: float | None = None  # the worker's wall time when it ended the cell
     step: int | None = None  # the last training step it reported in the cell (a Stop's note names it)
+
+
+@dataclass(frozen=True)
+class WorkerSave:
+    """One worker's ``saved`` message: (name, kind, detail) saved, (name, why) left out, the folder, an error."""
+
+    saved: tuple[tuple[str, str, str], ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    folder: str = ""
+    error: str = ""
 
 
 # ----------------------------------------------------------------------------------------------- events
@@ -109,6 +120,14 @@ class LogClosed:
 
     worker: int
     cell: int
+
+
+@dataclass(frozen=True)
+class StateSaved:
+    """A worker answered ``save`` (its ``saved`` cell message): what it saved, left out, where, or its error."""
+
+    worker: int
+    report: WorkerSave
 
 
 @dataclass(frozen=True)
@@ -177,6 +196,15 @@ class SendAbort:
 
 
 @dataclass(frozen=True)
+class SendSave:
+    """Before a restart that loses the processes' state: ask ``workers`` (those that ended the cell) to save their
+    namespaces (``StateSaved`` answers; ``RestartLosingState`` follows once all answered or the wait passed)."""
+
+    cell: int
+    workers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class CellWorkerEnded:
     """A worker ended the cell: its view shows that worker's end."""
 
@@ -229,7 +257,7 @@ class Answer:
     outcome: InterruptOutcome
 
 
-Event = Union[Submitted, Tick, InterruptRequested, Began, Paused, WorkerEnded, LogClosed, GroupRestarting, GroupFailed,
-              SessionEnded]
-Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, CellWorkerEnded, CellConcluded,
+Event = Union[Submitted, Tick, InterruptRequested, Began, Paused, WorkerEnded, LogClosed, StateSaved, GroupRestarting,
+              GroupFailed, SessionEnded]
+Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, SendSave, CellWorkerEnded, CellConcluded,
                RestartLosingState, MarkProgress, DropStale, FailPulls, Answer]

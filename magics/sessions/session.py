@@ -41,10 +41,13 @@ from nbworkers.magics.sessions.cell import LogRouter, SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings
 from nbworkers.magics.sessions.data import DataChannel
-from nbworkers.magics.sessions.events import Group, WorkerEnd
+from nbworkers.magics.sessions.events import Group, WorkerEnd, WorkerSave
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import mime, session_wire
+
+RESTORE_CELL = ("__import__('nbworkers.distlib.session_state', fromlist=['restore_session_state'])"
+                ".restore_session_state()\nNone")  # the line's value is shown in the log, not as the cell's Out
 
 
 class SessionEnded(RuntimeError):
@@ -120,6 +123,12 @@ class Session(Cluster):
     def stop_cell(self) -> str:
         return self.interrupt()
 
+    def restore(self) -> SessionCell:
+        """Queue a cell that puts back what the workers saved before the processes last restarted
+        (``distlib/session_state.py``: ``restore_session_state()`` on every worker): run the cells that build the
+        saved models and variables first. ``SessionEnded`` once the session is stopped."""
+        return self.submit(RESTORE_CELL)
+
     def pull(self, expression: str, worker: int = 0, timeout: float | None = None) -> Any:
         """The value of ``expression`` in ``worker``'s namespace, after the cells submitted before this call:
         numbers, strings, None, lists, dicts, numpy arrays (tensors come back as arrays), a History's dict.
@@ -183,6 +192,7 @@ class Session(Cluster):
         return {
             "name": self.name, "cells": len(self.cells), "state": "busy" if core.busy else "idle",
             "cell": core.current, "queued": len(core.queue), "alive_from": core.alive_from, "lost": core.lost_note,
+            "saved": core.saved.summary(self.name) if core.saved is not None else "",
         }
 
     def __repr__(self) -> str:
@@ -222,6 +232,9 @@ class Session(Cluster):
                     self.channel.send("interrupt", workers=list(action.workers), cell=action.cell)
                 case ev.SendAbort():
                     self.channel.send("abort", workers=list(action.workers), cell=action.cell, reason=action.reason)
+                case ev.SendSave():
+                    self.channel.send("save", workers=list(action.workers), cell=action.cell,
+                                      max_bytes=session_wire.SAVE_MAX_BYTES)
                 case ev.CellWorkerEnded():
                     self.cells[action.cell - 1].worker_ended(action.worker, action.end)
                 case ev.CellConcluded():
@@ -347,6 +360,11 @@ class Session(Cluster):
             self._tell(ev.Began(index, content["cell"]))
         elif content["event"] == "paused":
             self._tell(ev.Paused(index, content["cell"], content["step"]))
+        elif content["event"] == "saved":
+            self._tell(ev.StateSaved(index, WorkerSave(
+                tuple((e["name"], e["kind"], e["detail"]) for e in content.get("saved", [])),
+                tuple((e["name"], e["why"]) for e in content.get("skipped", [])),
+                content.get("dir") or "", content.get("error") or "")))
         elif content["event"] == "end":
             end = WorkerEnd(CellEnd(content["status"]), content.get("error") or "", content.get("traceback") or "",
                             bool(content.get("aborted")), content.get("t"), content.get("step"))

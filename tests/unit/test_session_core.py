@@ -121,9 +121,12 @@ def test_one_workers_error_gives_the_others_the_peer_grace_then_aborts_their_col
     assert s.tick(0.2) == [ev.SendAbort(1, (1,), "worker 0 of session 's' failed in cell 1")]
     assert s.tick(1.0) == []  # the abort is sent once
     s.end(1, RAISED, ABORTED)  # worker 1 was in a collective: aborted, the processes cannot use it again
-    actions = s.tick()
-    assert actions == [ev.RestartLosingState("worker 0 failed while worker 1 waited in a collective, which had to "
-                                             "be aborted")]
+    assert s.tick() == [ev.SendSave(1, (0, 1))]  # first the workers save their namespaces
+    assert s.tick(1.0) == [] and s.state(1) == CellState.RUNNING  # the restart waits for their answers
+    s.send(ev.StateSaved(0, ev.WorkerSave()))
+    actions = s.send(ev.StateSaved(1, ev.WorkerSave()))
+    assert actions == [ev.MarkProgress(1), ev.RestartLosingState("worker 0 failed while worker 1 waited in a "
+                                                                 "collective, which had to be aborted")]
     assert s.tick() == [] and s.state(1) == CellState.RUNNING  # asked once; the cell ends with the restart
     actions = s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
     cell = s.core.record(1)
@@ -137,7 +140,9 @@ def test_a_worker_that_does_not_end_after_the_abort_restarts_the_processes():
     s.send(ev.WorkerEnded(0, 1, RAISED))
     assert kinds(s.tick(2.0)) == ["SendAbort"]
     assert s.tick(4.9) == []
-    assert s.tick(0.2) == [ev.RestartLosingState("worker 1 did not end cell 1 after an abort")]
+    assert s.tick(0.2) == [ev.SendSave(1, (0,))]  # only worker 0 ended the cell: only it can save
+    assert s.send(ev.StateSaved(0, ev.WorkerSave()))[-1] == ev.RestartLosingState(
+        "worker 1 did not end cell 1 after an abort")
 
 
 # ----------------------------------------------------------------------------------------------- interrupt (Stop)
@@ -243,7 +248,9 @@ def test_collectives_aborted_while_stopping_end_the_cell_and_restart_the_process
     s.end(1, INTERRUPTED, ABORTED)
     actions = s.tick()
     assert concluded(actions) == [(1, CellState.STOPPED)]
-    assert actions[-1] == ev.RestartLosingState("collectives were aborted while stopping the cell")
+    assert actions[-1] == ev.SendSave(1, (0, 1))  # the cell ended; its workers save before the restart
+    assert s.submit() == []  # not sent while the processes restart
+    assert s.tick(TIMINGS.save_wait) == [ev.RestartLosingState("collectives were aborted while stopping the cell")]
 
 
 # ----------------------------------------------------------------------------------------------- the group's fate
@@ -304,3 +311,77 @@ def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
     assert restart_confirm({"live_cells": "cells 1-8"}) == {
         "label": "Confirm restart (state of cells 1-8 is lost)",
         "title": "Restart the session: the state of cells 1-8 is lost"}
+
+
+# ----------------------------------------------------------------------------------------------- save before a restart
+MODEL_SAVED = ev.WorkerSave(saved=(("model", "model", "4 weights + 9 optimizer variables, 0.0 MiB"),
+                                   ("step_size", "variable", "float32 ()"), ("x", "array", "float32 (512, 8)"),
+                                   ("built_in_cell", "value", "int")),
+                            skipped=(("dataset", "a _RepeatDataset"),),
+                            folder="/runs/s/session-state/gen-1/worker-0")
+VALUES_SAVED = ev.WorkerSave(saved=(("x", "array", "float32 (512, 8)"), ("built_in_cell", "value", "int")),
+                             folder="/runs/s/session-state/gen-1/worker-1")
+
+
+def failed_with_abort(s: Session) -> None:
+    s.submit()
+    s.end(1, RAISED, ABORTED)
+    assert s.tick() == [ev.SendSave(1, (0, 1))]
+
+
+def test_the_failed_cell_says_what_was_saved_and_the_one_command_that_restores_it():
+    s = Session()
+    failed_with_abort(s)
+    s.send(ev.StateSaved(0, MODEL_SAVED))
+    assert kinds(s.send(ev.StateSaved(1, VALUES_SAVED))) == ["MarkProgress", "RestartLosingState"]
+    s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
+    error = s.core.record(1).error
+    assert error.startswith("worker 0: ValueError") and "the state of cell 1 is gone from them" in error
+    assert ("worker 0 saved model (Keras model: 4 weights + 9 optimizer variables, 0.0 MiB), step_size (variable: "
+            "float32 ())") in error
+    assert "run the cells that build them again, then `%workers restore s`" in error
+    assert "Back by themselves in the new processes (each worker its own): x, built_in_cell." in error
+    assert "Not saved (not a kind nbworkers saves, or as said): dataset (a _RepeatDataset)." in error
+    assert "Saved in /runs/s/session-state/gen-1." in error
+    assert s.core.saved is not None and s.core.saved.summary("s") == (
+        "s: saved before the restart after cell 1: model, step_size (rebuild them, then `%workers restore s`); "
+        "put back by themselves: x, built_in_cell")
+
+
+def test_a_worker_that_does_not_answer_the_save_is_waited_for_at_most_save_wait():
+    s = Session()
+    failed_with_abort(s)
+    s.send(ev.StateSaved(1, VALUES_SAVED))
+    assert s.tick(TIMINGS.save_wait - 0.1) == []
+    assert kinds(s.tick(0.2)) == ["RestartLosingState"]
+    s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
+    assert "Worker 0 did not answer the save within 120 s: its state is gone." in s.core.lost_note
+    assert "x, built_in_cell" in s.core.lost_note and "%workers restore" not in s.core.lost_note
+
+
+def test_a_worker_that_could_not_save_says_why_and_late_or_unasked_answers_are_stale():
+    s = Session()
+    assert kinds(s.send(ev.StateSaved(0, MODEL_SAVED))) == ["DropStale"]  # no save was asked
+    failed_with_abort(s)
+    s.send(ev.StateSaved(0, ev.WorkerSave(error="OSError: [Errno 28] No space left on device")))
+    assert kinds(s.send(ev.StateSaved(0, MODEL_SAVED))) == ["DropStale"]  # answered already
+    s.send(ev.StateSaved(1, ev.WorkerSave()))
+    s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
+    assert "Worker 0 could not save: OSError: [Errno 28] No space left on device." in s.core.lost_note
+
+
+def test_a_crash_during_the_save_restarts_without_a_saved_note_and_stuck_workers_are_not_asked():
+    s = Session()
+    failed_with_abort(s)
+    s.send(ev.StateSaved(0, MODEL_SAVED))
+    s.send(ev.GroupRestarting("worker 1 was killed", on_purpose=False))  # before worker 1 answered
+    assert "run the cells that build what you need again" in s.core.lost_note and s.core.saved is None
+    assert s.send(ev.StateSaved(1, VALUES_SAVED)) == [ev.DropStale("saved message from worker 1, no save asked of it")]
+    stuck = Session()
+    stuck.submit()
+    stuck.send(ev.WorkerEnded(1, 1, RAISED))
+    stuck.tick(TIMINGS.peer_grace)
+    assert stuck.tick(TIMINGS.abort_grace) == [ev.SendSave(1, (1,))]  # worker 0 is still in the cell
+    stuck.send(ev.StateSaved(1, VALUES_SAVED))
+    stuck.send(ev.GroupRestarting("worker 0 did not end ...", on_purpose=True))
+    assert "Worker 0 had not ended the cell, so it could not save" in stuck.core.lost_note

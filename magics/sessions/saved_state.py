@@ -1,0 +1,113 @@
+"""What a session's workers saved before its processes restarted, told to the user (pure: no I/O, no TensorFlow).
+
+The session core (``magics/sessions/core.py``) collects the workers' ``saved`` answers (``events.WorkerSave``) in a
+``SavedState``; its ``note`` goes into the failed cell's error and the session's ``lost_note``, its ``summary`` into
+``%workers``. Worker 0's models, variables and checkpointed objects come back with ``%workers restore NAME`` once
+the cells that build them ran again; every worker's arrays and JSON values come back by themselves
+(``distlib/session_state.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nbworkers.magics.sessions.events import WorkerSave
+
+TF_KINDS = ("model", "variable", "checkpoint")  # worker 0's, restored into rebuilt objects by %workers restore
+KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": "checkpointed object"}
+MAX_LISTED = 8  # names listed of those left out (the workers' logs and manifests have them all)
+
+
+@dataclass
+class SavedState:
+    """The answers to one ``save``: ``asked`` the workers that got it, ``reports`` worker -> its answer,
+    ``wait`` the seconds the session waited for them (for the note of those that did not answer)."""
+
+    cell: int
+    asked: tuple[int, ...]
+    reports: dict[int, WorkerSave] = field(default_factory=dict)
+    wait: float = 0.0
+
+    @property
+    def unanswered(self) -> tuple[int, ...]:
+        return tuple(w for w in self.asked if w not in self.reports)
+
+    def rebuilt(self) -> list[tuple[str, str, str]]:
+        """(name, kind, detail) of worker 0's models, variables and checkpointed objects (they need a rebuild)."""
+        report = self.reports.get(0)
+        return [entry for entry in report.saved if entry[1] in TF_KINDS] if report and not report.error else []
+
+    def values(self) -> list[str]:
+        """The arrays and JSON values any worker saved (each comes back on its own worker by itself)."""
+        names: list[str] = []
+        for worker in sorted(self.reports):
+            report = self.reports[worker]
+            names += [name for name, kind, _ in report.saved if kind not in TF_KINDS and name not in names]
+        return names
+
+    def skipped(self) -> list[tuple[str, str]]:
+        """(name, why) left out, worker 0's first (the others' only where they differ)."""
+        seen: dict[str, str] = {}
+        for worker in sorted(self.reports):
+            for name, why in self.reports[worker].skipped:
+                seen.setdefault(name, why)
+        return list(seen.items())
+
+    def folder(self) -> str:
+        report = self.reports.get(0) or next(iter(self.reports.values()), None)
+        return report.folder.rsplit("/worker-", 1)[0] if report and report.folder else ""
+
+    def note(self, session: str) -> str:
+        """What was saved, what comes back by itself, the one command for the rest, what was not saved."""
+        parts: list[str] = []
+        rebuilt = self.rebuilt()
+        if rebuilt:
+            listed = ", ".join(f"{name} ({KIND_NAMES.get(kind, kind)}: {detail})" for name, kind, detail in rebuilt)
+            parts.append(f"Before the restart worker 0 saved {listed}: run the cells that build "
+                         f"{_them(rebuilt)} again, then `%workers restore {session}` puts the saved values into "
+                         f"{_them(rebuilt)} on every worker.")
+        values = self.values()
+        if values:
+            parts.append(f"Back by themselves in the new processes (each worker its own): {', '.join(values)}.")
+        if not rebuilt and not values and self.reports and not self.problems():
+            parts.append("Nothing in the workers' namespaces could be saved (models, variables, arrays, JSON values).")
+        parts += self.problems()
+        skipped = self.skipped()
+        if skipped:
+            shown = "; ".join(f"{name} ({why})" for name, why in skipped[:MAX_LISTED])
+            more = f"; and {len(skipped) - MAX_LISTED} more" if len(skipped) > MAX_LISTED else ""
+            parts.append(f"Not saved (not a kind nbworkers saves, or as said): {shown}{more}.")
+        if self.folder():
+            parts.append(f"Saved in {self.folder()}.")
+        return " ".join(parts)
+
+    def problems(self) -> list[str]:
+        """Workers that could not save, or did not answer in time."""
+        found = [f"Worker {w} could not save: {r.error}." for w, r in sorted(self.reports.items()) if r.error]
+        late = self.unanswered
+        if late:
+            found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
+                         f"{'its' if len(late) == 1 else 'their'} state is gone.")
+        if 0 not in self.asked:
+            found.append("Worker 0 had not ended the cell, so it could not save: its models and variables are gone.")
+        return found
+
+    def summary(self, session: str) -> str:
+        """One line for ``%workers``: what is waiting for ``%workers restore``."""
+        rebuilt = [name for name, _, _ in self.rebuilt()]
+        text = f"{session}: saved before the restart after cell {self.cell}: "
+        text += ", ".join(rebuilt) if rebuilt else "no model or variable"
+        if rebuilt:
+            text += f" (rebuild them, then `%workers restore {session}`)"
+        values = self.values()
+        if values:
+            text += f"; put back by themselves: {', '.join(values)}"
+        return text
+
+
+def _them(entries: list[tuple[str, str, str]]) -> str:
+    return "it" if len(entries) == 1 else "them"
+
+
+def _workers(items: tuple[int, ...]) -> str:
+    return ("Worker " if len(items) == 1 else "Workers ") + ", ".join(str(i) for i in items)
