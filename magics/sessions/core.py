@@ -42,7 +42,7 @@ from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
 from nbworkers.magics.sessions.saved_state import SavedState
 
 LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
-SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before the processes restart anyway
+SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class SessionTimings:
     @classmethod
     def from_settings(cls, settings: Any) -> SessionTimings:
         return cls(peer_grace=settings.session_peer_grace, abort_grace=settings.session_abort_grace,
-                   interrupt_grace=settings.session_interrupt_grace, pause_wait=settings.session_pause_wait)
+                   interrupt_grace=settings.session_interrupt_grace, pause_wait=settings.session_pause_wait,
+                   save_wait=settings.session_save_wait)
 
 
 @dataclass
