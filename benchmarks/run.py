@@ -64,14 +64,16 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per start-up figure (default 3)")
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
-                        help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation")
+                        help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation,"
+                             "ray_nodes")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
         args.reps = 1
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
-                                                        "keras_fit", "sessions", "data", "zygote", "isolation"}
+                                                        "keras_fit", "sessions", "data", "zygote", "isolation",
+                                                        "ray_nodes"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -136,6 +138,12 @@ def main() -> int:
                 results["isolation"] = isolation.bench(notebook, tmp / "isolation-runs", env,
                                                        1 if args.quick else args.reps, BenchKernel=BenchKernel,
                                                        nbworkers_launch=nbworkers_launch, log=log)
+            if "ray_nodes" in only:  # a simulated 3-node Ray cluster (benchmarks/ray_nodes.py)
+                import ray_nodes
+
+                results["ray_nodes"] = ray_nodes.bench(tmp, handdir, env, 1 if args.quick else args.reps,
+                                                       BenchKernel=BenchKernel, hand_launch=hand_launch,
+                                                       wait_first_steps=wait_first_steps, log=log)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

@@ -105,6 +105,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import zygote
 
         rows += zygote.rows(results["zygote"])
+    if results.get("ray_nodes"):
+        import ray_nodes
+
+        rows += ray_nodes.rows(results["ray_nodes"])
     if results.get("many"):
         import many_workers
 

@@ -252,3 +252,29 @@ def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_r
     assert len(set(sums)) == 1, f"workers ended with different weights: {sums}"
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
     assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+
+
+def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(kernel, ray_nodes):
+    session = f"%%worker --session rn -n 2 --backend ray --address {ray_nodes.address} --spread --block\n"
+    cell = "import os\nimport numpy as np\nx = np.arange(1, 5) + int(os.environ['NBWORKERS_WORKER'])\n"
+    built = kernel.run(session + cell, timeout=WORKERS_UP_TIMEOUT + 60)
+    assert not built.error, built.text
+    doubled = kernel.run("%%worker --session rn --block\nx = x * 2\nprint('SUM', int(x.sum()))")
+    assert not doubled.error and "SUM 20" in doubled.stdout and "SUM 28" in doubled.stdout, doubled.text
+    assert kernel.value("nbworkers.session('rn').pull('x', worker=1).tolist()") == [4, 6, 8, 10]
+    first = placements(kernel, "rn")
+    assert len({p["node_id"] for p in first}) == 2, first
+
+    lost = first[1]["ip"]
+    ray_nodes.kill_node(lost)  # the session's processes restart on the nodes left (a spare one is there)
+    assert wait_until(lambda: kernel.value("nbworkers.session('rn').restarts") == 1, RUN_TIMEOUT, interval=1)
+    entry = snapshot(kernel, "rn")["restart_history"][0]
+    assert entry["kind"] == "NodeLost" and lost in entry["cause"], entry
+    assert "the state of cells 1-2 is gone" in kernel.value("nbworkers.session('rn').lost_note")
+    after = kernel.run("%%worker --session rn --block\nprint('KEPT', 'x' in globals())",
+                       timeout=WORKERS_UP_TIMEOUT + 60)
+    assert not after.error and "KEPT False" in after.stdout, after.text
+    assert kernel.value("nbworkers.session('rn').pull('6 * 7', worker=1)") == 42
+    assert lost not in {p["ip"] for p in placements(kernel, "rn")}
+    kernel.run("%workers stop rn")
+    ray_nodes.add_node(lost)  # the cluster as it was, for the next test

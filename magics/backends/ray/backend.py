@@ -63,6 +63,7 @@ class _Group:
     actors: list[Any]
     where: list[dict[str, Any]]
     open: set[int] = field(default_factory=set)
+    zygotes: list[tuple[str | None, str]] | None = None  # per worker: its node's zygote socket, or why not
 
 
 class RayBackend:
@@ -222,9 +223,10 @@ class RayBackend:
                 files[name] = (run_dir / name).read_bytes()
         python = "" if not python or python == sys.executable else python
         forwarded = self._worker_variables(env)
-        where = group.where[index]
-        zygote, note = node_zygotes().socket_for(ray, where["node_id"], python, env, forwarded, cwd,
-                                                 self.settings.actor_start_timeout)
+        if group.zygotes is None:  # the launch's first worker: every node's zygote, asked at once
+            group.zygotes = node_zygotes().sockets_for(ray, [w["node_id"] for w in group.where], python, env,
+                                                       forwarded, cwd, self.settings.actor_start_timeout)
+        zygote, note = group.zygotes[index]
         config = current_settings()
         request = {
             "index": index,
@@ -249,6 +251,7 @@ class RayBackend:
             raise RayBackendError(
                 f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
             ) from None
+        where = group.where[index]
         with open(log_path, "ab") as log:
             if note:
                 log.write(f"--- nbworkers: {note}\n".encode())
@@ -257,7 +260,7 @@ class RayBackend:
                 f" host pid {started['host_pid']}, python {started['python'] or where['python']}, log there:"
                 f" {started['log']}{'' if started['shared'] else ' (copied here)'}\n".encode()
             )
-        return RayWorkerProcess(self, index, actor, log_path, started, group.where[index])
+        return RayWorkerProcess(self, index, actor, log_path, started, where)
 
     def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
         """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the

@@ -2,10 +2,11 @@
 ``%%worker -n N --backend ray`` pays one TensorFlow import per node, and warm runs, restarts after a node loss
 and sessions fork there instead of importing again (``node_zygote.NbworkersNodeZygote`` is the node side).
 
-``socket_for`` is asked by ``RayBackend.launch`` for each worker once Ray placed it: the zygote's socket on the
-worker's node (its actor made on first use, pinned to the node; the zygote started again if it exited idle), or
-None and why the worker is spawned: zygotes are off (``settings().zygote``), the cell changes its environment
-before TensorFlow is imported (as locally, ``zygotes.why_not_forked``), or the zygote's actor could not start.
+``sockets_for`` is asked by ``RayBackend.launch`` for the workers of a launch once Ray placed them: the zygote's
+socket on each worker's node (its actor made on first use, pinned to the node; the zygote started again if it
+exited idle), or None and why the worker is spawned: zygotes are off (``settings().zygote``), the cell changes its
+environment before TensorFlow is imported (as locally, ``zygotes.why_not_forked``), or the zygote's actor could not
+start.
 The key is what the worker's import sees of the kernel: the interpreter asked for and the import-time variables
 the kernel forwards to the node (``zygotes.import_env``); the rest of the environment is the node's own.
 
@@ -35,31 +36,40 @@ class NodeZygotes:
         self._lock = threading.Lock()
         self._actors: dict[tuple[str, str], Any] = {}
 
-    def socket_for(self, ray: Any, node_id: str, python: str, env: dict[str, str], forwarded: dict[str, str],
-                   cwd: str, timeout: float) -> tuple[str | None, str]:
-        """(socket path on the node, "") or (None, why the worker is spawned). ``env``: the worker's whole
-        environment (the cell's scan); ``forwarded``: what of it the node receives."""
+    def sockets_for(self, ray: Any, node_ids: list[str], python: str, env: dict[str, str],
+                    forwarded: dict[str, str], cwd: str, timeout: float) -> list[tuple[str | None, str]]:
+        """For each worker of a launch, on the node ``node_ids[i]``: (the zygote's socket there, "") or (None, why
+        the worker is spawned). Every node's zygote is asked at once (a new one starts an actor process and
+        imports TensorFlow: in parallel on all nodes). ``env``: a worker's whole environment (the cell's scan);
+        ``forwarded``: what of it the nodes receive (the same for every worker of the launch but the per-run
+        variables, which the key leaves out)."""
         config = current_settings()
         if not config.zygote:
-            return None, ""
+            return [(None, "")] * len(node_ids)
         reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
-            return None, f"spawned, not forked: {reason}"
+            return [(None, f"spawned, not forked: {reason}")] * len(node_ids)
         key = zygote_key(python or NODE_PYTHON, forwarded)
         request = {"python": python, "env": import_env(forwarded), "idle_timeout": config.zygote_idle_timeout,
                    "marker": str(config.run_root), "name": f"{key[:8]}-{os.getpid()}-{secrets.token_hex(4)}"}
+        answers: dict[str, tuple[str | None, str]] = {}
         with self._lock:
-            actor = self._actors.get((node_id, key))
-            if actor is None:
-                actor = self._actors[(node_id, key)] = self._new_actor(ray, node_id)
-            try:
-                facts = ray.get(actor.start.remote(request), timeout=timeout)
-            except Exception as error:  # its node is going away, or the actor could not start: spawn this once
-                del self._actors[(node_id, key)]
-                _kill(ray, actor)
-                first = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-                return None, f"spawned, not forked: no zygote on this node ({type(error).__name__}: {first})"
-        return facts["socket"], ""
+            asked = {}
+            for node_id in dict.fromkeys(node_ids):
+                actor = self._actors.get((node_id, key))
+                if actor is None:
+                    actor = self._actors[(node_id, key)] = self._new_actor(ray, node_id)
+                asked[node_id] = (actor, actor.start.remote(request))
+            for node_id, (actor, ref) in asked.items():
+                try:
+                    answers[node_id] = ray.get(ref, timeout=timeout)["socket"], ""
+                except Exception as error:  # its node is going away, or the actor could not start: spawn, once
+                    del self._actors[(node_id, key)]
+                    _kill(ray, actor)
+                    first = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+                    why = f"no zygote on this node ({type(error).__name__}: {first})"
+                    answers[node_id] = None, f"spawned, not forked: {why}"
+        return [answers[node_id] for node_id in node_ids]
 
     @staticmethod
     def _new_actor(ray: Any, node_id: str) -> Any:

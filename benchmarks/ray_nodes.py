@@ -1,0 +1,134 @@
+"""Many machines on one: the simulated Ray cluster of the tests (tests/ray_helpers.py: a head without CPUs on
+127.0.0.1 and three one-CPU nodes at 127.0.0.2-.4, each its own raylet), called from ``benchmarks/run.py``
+(``--only ray_nodes``). Side by side, per repetition:
+
+- hand: the TensorFlow tutorial's launch of ``workload.py``, 3 workers (``TF_CONFIG`` + ``python main.py &``),
+  to the first step of every worker (the baseline);
+- spawned: ``%%worker -n 3 --backend ray --spread`` with zygotes off (``NBWORKERS_ZYGOTE=0``): one TensorFlow
+  import per worker, cold (a fresh kernel's first run: Ray starts the actors' processes too) and warm (the same
+  cell again: actors start again, TensorFlow is imported again);
+- node zygotes: the same with zygotes on (magics/backends/ray/node_zygotes.py): cold (one import per node, in
+  its zygote, then a fork) and warm (a fork on each node);
+
+then, once: ``-n 2 --spread`` on the three nodes, a long run, ``kill -9`` of worker 1's node (its raylet's
+process group) -> the first step of the group restarted on the two nodes left (forked there). That includes
+Ray declaring the node dead: here after 3 missed health checks a second apart (``FAST_NODE_DEATH_ENV``; Ray's
+default is 5 every 3 s after 5 s).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # the simulated cluster the tests use
+
+WORKERS = 3
+
+
+def _cell(address: str, name: str, workers: int = WORKERS, extra: str = "") -> str:
+    workload = (HERE / "workload.py").read_text()
+    return (f"%%worker -n {workers} --backend ray --address {address} --spread --name {name} "
+            f"--env TF_USE_LEGACY_KERAS=1 {extra}\n" + workload)
+
+
+def _first_step(kernel, cell: str, paths: list[Path], wait_first_steps, timeout: float = 600) -> tuple[float, int]:
+    """Seconds from executing the cell to every worker's first step; how many were forked."""
+    t0 = time.time()
+    error = kernel.collect(kernel.send(cell), timeout).error_line
+    if error:
+        raise RuntimeError(f"%%worker failed: {error}")
+    steps = wait_first_steps(paths, timeout=timeout)
+    forked = sum("--- nbworkers: forked from zygote" in p.read_text(errors="replace") for p in paths)
+    return max(steps) - t0, forked
+
+
+def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, zygote: bool, tag: str,
+          wait_first_steps, log) -> dict:
+    kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root),
+                                    "NBWORKERS_ZYGOTE": "1" if zygote else "0", "NBWORKERS_ZYGOTE_PREWARM": "0"})
+    out = {}
+    try:
+        for run in ("cold", "warm"):
+            name = f"ray-{tag}-{run}"
+            paths = [run_root / name / f"worker-{i}.log" for i in range(WORKERS)]
+            seconds, forked = _first_step(kernel, _cell(address, name), paths, wait_first_steps)
+            kernel.output(f"%workers wait {name} --timeout 300")
+            out[run], out[f"{run}_forked"] = seconds, forked
+            log(f"ray nodes, {tag} {run}: {seconds:.2f} s to the first step ({forked}/{WORKERS} forked)")
+    finally:
+        kernel.shutdown()
+    return out
+
+
+def _node_kill(BenchKernel, notebook: Path, run_root: Path, env: dict, nodes, wait_first_steps, log) -> float:
+    kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE_PREWARM": "0"})
+    name = "ray-node-kill"
+    paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
+    try:
+        _first_step(kernel, _cell(nodes.address, name, 2, "--env BENCH_STEPS=1000000 --env BENCH_STEP_DELAY=0.05"),
+                    paths, wait_first_steps)
+        lost = kernel.value(f"nbworkers.get_cluster({name!r}).backend.placements[1]['ip']")
+        t_kill = time.time()
+        nodes.kill_node(lost)
+        steps = wait_first_steps(paths, timeout=300, after="launch 1,")
+        history = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()['restart_history']")
+        kernel.output(f"%workers stop {name}")
+        seconds = max(steps) - t_kill
+        detected = history[0]["time"] - t_kill if history else float("nan")
+        log(f"ray nodes: node {lost} killed -> first resumed step {seconds:.2f} s ({history[0]['kind']}; "
+            f"the restart began {detected:.2f} s after the kill)")
+        nodes.add_node(lost)
+        return seconds
+    finally:
+        kernel.shutdown()
+
+
+def bench(tmp: Path, handdir: Path, env: dict, reps: int, *, BenchKernel, hand_launch, wait_first_steps,
+          log) -> dict:
+    from ray_helpers import MULTI_NODE_IPS, RAY_TEST_ENV, RayTestCluster
+
+    env = {**env, **RAY_TEST_ENV}
+    notebook = tmp / "ray-notebook"
+    notebook.mkdir(exist_ok=True)
+    result: dict = {"reps": []}
+    nodes = RayTestCluster(MULTI_NODE_IPS, head_cpus=0).start()
+    try:
+        for rep in range(reps):
+            run_root = tmp / f"ray-runs-{rep}"
+            run_root.mkdir(mode=0o700)
+            row = {"hand": hand_launch(WORKERS, handdir, env)}
+            log(f"ray nodes: hand launch of {WORKERS} workers {row['hand']:.2f} s")
+            for zygote, tag in ((False, "spawned"), (True, "zygotes")):
+                runs = _runs(BenchKernel, notebook, run_root, env, nodes.address, zygote, tag, wait_first_steps, log)
+                row.update({f"{tag}_{k}": v for k, v in runs.items()})
+            result["reps"].append(row)
+        run_root = tmp / "ray-runs-kill"
+        run_root.mkdir(mode=0o700)
+        result["node_kill"] = _node_kill(BenchKernel, notebook, run_root, env, nodes, wait_first_steps, log)
+    finally:
+        nodes.stop()
+    return result
+
+
+def rows(result: dict) -> list[tuple[str, str, str, str]]:
+    import statistics
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in result["reps"])
+
+    def ratio(key: str) -> float:
+        return statistics.median(r[key] / r["hand"] for r in result["reps"])
+
+    out = [(f"ray, 3 nodes: first step, {WORKERS} workers: hand launch", f"{median('hand'):.2f} s", "baseline", "")]
+    for tag, words in (("spawned", "spawned (zygotes off)"), ("zygotes", "node zygotes")):
+        for run in ("cold", "warm"):
+            forked = min(r[f"{tag}_{run}_forked"] for r in result["reps"])
+            out.append((f"ray, 3 nodes: {words}, {run} %%worker --spread ({forked}/{WORKERS} forked)",
+                        f"{median(f'{tag}_{run}'):.2f} s", f"{ratio(f'{tag}_{run}'):.2f}x hand", ""))
+    if "node_kill" in result:
+        out.append(("ray, 3 nodes: kill -9 of a node -> first resumed step (2 workers, a spare node; includes Ray's "
+                    "3 s node-death detection)", f"{result['node_kill']:.2f} s", "", ""))
+    return out
