@@ -269,16 +269,17 @@ class Cluster:
                 self._handle(ev.SupervisorCrashed(traceback.format_exc()))
         finally:
             self._write_state(force=True)
-            self._done.set()
-            with self._lock:
-                waiting = self._waiters > 0
-            if not waiting:
-                self._finish_views()
+            # released before the run says it is done: a restart() of the ended run (the same backend) may follow
             if self._relay is not None:
                 self._relay.close()
             for proc in self._procs:
                 proc.close()
             self._close_backend()
+            self._done.set()
+            with self._lock:
+                waiting = self._waiters > 0
+            if not waiting:
+                self._finish_views()
 
     def _close_backend(self) -> None:
         """What the backend holds for this run (the local backend: its network namespace's holder)."""

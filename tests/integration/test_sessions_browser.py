@@ -1,6 +1,7 @@
 """A session cell's live widget in a real JupyterLab page (Debian chromium through Playwright): the session
 line (session, cell number, state, what runs), the Stop button interrupting the cell while the session goes
-on, and the next cell running in the same worker processes. Plain-Python workers: no TensorFlow needed here."""
+on, the notebook's own interrupt (■) stopping a --block cell the same way, and the next cell running in the same
+worker processes. Plain-Python workers: no TensorFlow needed here."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ CELLS = [
     "%load_ext nbworkers\nimport nbworkers",
     "%%worker -n 2 --session web\nimport time\ncounted = 0\nfor counted in range(6000):\n    time.sleep(0.1)",
     "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
+    "%%worker --session web --block\nfor counted in range(6000):\n    time.sleep(0.1)",
+    "%%worker --session web --block\nprint('AFTER INTERRUPT', counted > 0)",
     "%%worker --session web\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'the value ' * 2",
     "%workers stop web",
 ]
@@ -42,7 +45,8 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             screenshot(page, "session-cell-running.png")
             page.click(".nbw-stop")
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · stopped')", timeout=60_000)
-            assert page.evaluate("() => document.querySelector('.nbw').dataset.status") == "stopped"
+            page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'",
+                                   timeout=10_000)  # the header follows the session line within an update
             run_cell(page, 2)
             cell_executed(page, 2, timeout_ms=90_000)
             assert "cell 2 · finished" in page.evaluate(SESSION_LINE, 1)
@@ -50,14 +54,27 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             assert "[0] AFTER STOP True" in output  # same processes, same state
             visible = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText")
             assert visible.count("AFTER STOP True") == 1, visible  # every worker prints it: shown once, no log panel
-            run_cell(page, 3)  # without --block: the plot and the value come under the cell's widget as they come
-            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).querySelector('img[src^=\"data:image/png\"]')", arg=3,
+            # the notebook's interrupt (■) while a --block cell waits: the cell stops on every worker, state kept
+            run_cell(page, 3)
+            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell 3 · running')", timeout=60_000)
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+            cell_executed(page, 3, timeout_ms=30_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell 3 · stopped')", timeout=30_000)
+            stopped = page.evaluate(f"() => ({OUTPUT_OF})(3).innerText")
+            # as a notebook's own interrupt ends a cell: KeyboardInterrupt (CellStopped at a training step), one line
+            assert "cell 3 stopped by you; the session and its state live on" in stopped, stopped
+            assert "Traceback" not in stopped and "session.py" not in stopped, stopped  # a stop, not a crash
+            run_cell(page, 4)
+            cell_executed(page, 4, timeout_ms=60_000)
+            assert "AFTER INTERRUPT True" in page.evaluate(f"() => ({OUTPUT_OF})(4).textContent")
+            run_cell(page, 5)  # without --block: the plot and the value come under the cell's widget as they come
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).querySelector('img[src^=\"data:image/png\"]')", arg=5,
                                    timeout=60_000)
-            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=3,
+            page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=5,
                                    timeout=30_000)
             screenshot(page, "session-cell-plot.png")
-            run_cell(page, 4)
-            cell_executed(page, 4)
+            run_cell(page, 6)
+            cell_executed(page, 6)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 

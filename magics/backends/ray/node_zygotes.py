@@ -51,7 +51,7 @@ class NodeZygotes:
             return [(None, f"spawned, not forked: {reason}")] * len(node_ids)
         key = zygote_key(python or NODE_PYTHON, forwarded)
         request = {"python": python, "env": import_env(forwarded), "idle_timeout": config.zygote_idle_timeout,
-                   "marker": str(config.run_root), "name": f"{key[:8]}-{os.getpid()}-{secrets.token_hex(4)}"}
+                   "marker": str(config.run_root)}
         answers: dict[str, tuple[str | None, str]] = {}
         with self._lock:
             asked = {}
@@ -59,7 +59,9 @@ class NodeZygotes:
                 actor = self._actors.get((node_id, key))
                 if actor is None:
                     actor = self._actors[(node_id, key)] = self._new_actor(ray, node_id)
-                asked[node_id] = (actor, actor.start.remote(request))
+                # a socket name of its own per node (nodes may share a file system, or be one machine)
+                name = f"{key[:8]}-{node_id[:8]}-{os.getpid()}-{secrets.token_hex(4)}"
+                asked[node_id] = (actor, actor.start.remote({**request, "name": name}))
             for node_id, (actor, ref) in asked.items():
                 try:
                     answers[node_id] = ray.get(ref, timeout=timeout)["socket"], ""
