@@ -140,8 +140,6 @@ def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_th
     assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
     assert len(ray_nodes.actor_processes()) == 3
     assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
-    zygotes = node_zygote_pids(run_root)
-    assert len(zygotes) == 3, zygotes  # one per node (the workers forked there)
     os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
     assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
     assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
@@ -171,9 +169,16 @@ FORK_CELL = worker_cell("-n 3 --backend ray --address {address} --spread --name 
                         "import tensorflow as tf\nprint('TF', tf.__version__, flush=True)\n")
 
 
-def test_one_zygote_per_node_forks_the_workers_of_cold_and_warm_runs(kernel, run_root, ray_nodes):
+def test_one_zygote_per_node_forks_the_workers_of_warm_runs(kernel, run_root, ray_nodes):
+    """One worker per node: the cold run spawns each (a new zygote's import beside the worker's own saves nothing)
+    and every node's zygote starts when it ends; the warm runs fork, each node's worker from that node's zygote;
+    the kernel's kill -9 ends them all."""
+    cold = kernel.run(FORK_CELL.format(address=ray_nodes.address, name="zcold"), timeout=WORKERS_UP_TIMEOUT)
+    assert not cold.error, cold.text
+    texts = [(run_root / "zcold" / f"worker-{i}.log").read_text() for i in range(3)]
+    assert all("this node has no zygote yet" in text for text in texts), texts
     forked_by = {}
-    for name in ("zcold", "zwarm"):
+    for name in ("zwarm", "zwarmer"):
         ran = kernel.run(FORK_CELL.format(address=ray_nodes.address, name=name), timeout=WORKERS_UP_TIMEOUT)
         assert not ran.error, ran.text
         nodes = [p["node_id"] for p in placements(kernel, name)]
@@ -181,9 +186,11 @@ def test_one_zygote_per_node_forks_the_workers_of_cold_and_warm_runs(kernel, run
         parents = [re.search(r"forked from zygote (\d+)", text) for text in texts]
         assert all(parents), texts
         forked_by[name] = {node: int(found.group(1)) for node, found in zip(nodes, parents)}
-    assert len(set(forked_by["zcold"].values())) == 3, forked_by  # one zygote per node
-    assert forked_by["zwarm"] == forked_by["zcold"], forked_by  # the warm run forked from the same ones
-    assert set(forked_by["zcold"].values()) == node_zygote_pids(run_root)
+    assert len(set(forked_by["zwarm"].values())) == 3, forked_by  # one zygote per node
+    assert forked_by["zwarmer"] == forked_by["zwarm"], forked_by  # the same ones again
+    assert set(forked_by["zwarm"].values()) == node_zygote_pids(run_root)
+    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the zygotes' actors on every node
+    assert wait_until(lambda: not node_zygote_pids(run_root), ACTORS_GONE_TIMEOUT), node_zygote_pids(run_root)
 
 
 # Elastic: three workers, one per node, at least two. Generation 0 holds after epoch 1 until the test kills worker

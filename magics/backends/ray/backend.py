@@ -41,13 +41,16 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
     split_address,
 )
 from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
-from nbworkers.magics.backends.ray.node_zygotes import node_zygotes
+from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
+from nbworkers.magics.backends.zygotes import why_not_forked
+from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import Placement
-from nbworkers.protocol import wire
+from nbworkers.protocol import cell_scan, wire
+from nbworkers.protocol.cell_scan import CellScan
 
 ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors' processes are called on the nodes
 # The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
@@ -64,6 +67,7 @@ class _Group:
     where: list[dict[str, Any]]
     open: set[int] = field(default_factory=set)
     zygotes: list[tuple[str | None, str]] | None = None  # per worker: its node's zygote socket, or why not
+    zygotes_asked: Asked | None = None  # the nodes' zygotes asked for as soon as Ray placed the group
 
 
 class RayBackend:
@@ -88,14 +92,20 @@ class RayBackend:
         self._group: _Group | None = None
         self._generation = 0
         self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
+        self.python = ""  # the workers' interpreter (--python; "" = each node's own)
+        self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
+        self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
     @classmethod
     def from_spec(cls, spec: Any) -> "RayBackend":
-        return cls(address=spec.address, cpus_per_worker=spec.cpus_per_worker, gpus_per_worker=spec.gpus_per_worker,
-                   spread=spec.spread, extra_env=spec.env, cluster_name=spec.name)
+        backend = cls(address=spec.address, cpus_per_worker=spec.cpus_per_worker,
+                      gpus_per_worker=spec.gpus_per_worker, spread=spec.spread, extra_env=spec.env,
+                      cluster_name=spec.name)
+        backend.python, backend.scan = spec.python, cell_scan.of_spec(spec)
+        return backend
 
     # ------------------------------------------------------------------ connection
     def _connect(self):
@@ -163,6 +173,7 @@ class RayBackend:
         except Exception as error:
             _remove_placement_group(ray, group)
             raise RayBackendError(self._placement_failure(ray, count, bundle, strategy, error)) from None
+        asked = self._ask_zygotes(ray, group)  # their actors and imports start beside the worker hosts' actors
         remote = _actor_class(ray)
         actors = []
         try:
@@ -178,7 +189,7 @@ class RayBackend:
             self._group = _Group(group, actors, [])
             self._release_group()
             raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
-        self._group = _Group(group, actors, where, open=set(range(count)))
+        self._group = _Group(group, actors, where, open=set(range(count)), zygotes_asked=asked)
         for w in where:
             if self._relay is not None and w.get("relay_client_key"):
                 self._relay.allow_client(w["relay_client_key"])
@@ -223,9 +234,10 @@ class RayBackend:
                 files[name] = (run_dir / name).read_bytes()
         python = "" if not python or python == sys.executable else python
         forwarded = self._worker_variables(env)
-        if group.zygotes is None:  # the launch's first worker: every node's zygote, asked at once
+        if group.zygotes is None:  # the launch's first worker: every node's zygote (asked at placement)
             group.zygotes = node_zygotes().sockets_for(ray, [w["node_id"] for w in group.where], python, env,
-                                                       forwarded, cwd, self.settings.actor_start_timeout)
+                                                       forwarded, cwd, self.settings.actor_start_timeout,
+                                                       group.zygotes_asked)
         zygote, note = group.zygotes[index]
         config = current_settings()
         request = {
@@ -261,6 +273,31 @@ class RayBackend:
                 f" {started['log']}{'' if started['shared'] else ' (copied here)'}\n".encode()
             )
         return RayWorkerProcess(self, index, actor, log_path, started, where)
+
+    def _ask_zygotes(self, ray: Any, group: Any) -> Asked | None:
+        """Every placed node's zygote, asked for before the workers' environments exist: what a launch forwards to
+        the nodes but its per-run variables (the zygotes' key leaves them out; ``launch`` checks that it matches)."""
+        if not current_settings().zygote or self.scan is None or why_not_forked("", "", self.scan) is not None:
+            return None
+        try:
+            from ray.util import placement_group_table
+
+            node_ids = list(placement_group_table(group)["bundles_to_node_id"].values())
+        except Exception:  # the launch asks then
+            return None
+        python = "" if not self.python or self.python == sys.executable else self.python
+        forwarded = self._worker_variables(worker_env(os.environ, self.extra_env, "", "-1", {}))
+        self._zygotes_asked = node_zygotes().ask(ray, node_ids, python, forwarded, only_worth_it=True)
+        return self._zygotes_asked
+
+    def close(self) -> None:
+        """The run ended: the zygotes its nodes had none of start now, for the next launches there."""
+        asked, self._zygotes_asked = self._zygotes_asked, None
+        if asked is not None and asked.later:
+            try:
+                node_zygotes().prewarm(import_ray(), asked)
+            except Exception:  # the cluster is going away: nothing to prepare
+                pass
 
     def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
         """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the

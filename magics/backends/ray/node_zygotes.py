@@ -1,6 +1,9 @@
 """This kernel's zygotes on Ray nodes: one per (node, interpreter, import-time environment), so that a cold
 ``%%worker -n N --backend ray`` pays one TensorFlow import per node, and warm runs, restarts after a node loss
 and sessions fork there instead of importing again (``node_zygote.NbworkersNodeZygote`` is the node side).
+Asked for as soon as Ray placed a group (``ask``), beside the worker hosts' actors. A node with no zygote yet and
+one worker of the launch spawns that worker (a new zygote's import beside the worker's own would only compete
+for the node's cores) and gets its zygote when the run ends (``prewarm``), for the next launches there.
 
 ``sockets_for`` is asked by ``RayBackend.launch`` for the workers of a launch once Ray placed them: the zygote's
 socket on each worker's node (its actor made on first use, pinned to the node; the zygote started again if it
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbworkers.magics.backends.ray.node import ACTOR_ENV
@@ -29,6 +33,19 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.protocol import cell_scan, wire
 
 NODE_PYTHON = "<the node's python>"  # the key's interpreter when the workers use each node's own
+LATER_NOTE = ("spawned, not forked: this node has no zygote yet, and its one worker would wait as long for a new "
+              "zygote's import as for its own; the zygote starts when this run ends, for the next launches here")
+
+
+@dataclass
+class Asked:
+    """The zygotes asked for one launch: their key and, per node, (its actor, the pending ``start`` answer)."""
+
+    key: str
+    python: str
+    forwarded: dict[str, str]
+    refs: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    later: set[str] = field(default_factory=set)  # nodes whose zygote starts after the run (``prewarm``)
 
 
 class NodeZygotes:
@@ -37,41 +54,79 @@ class NodeZygotes:
         self._actors: dict[tuple[str, str], Any] = {}
 
     def sockets_for(self, ray: Any, node_ids: list[str], python: str, env: dict[str, str],
-                    forwarded: dict[str, str], cwd: str, timeout: float) -> list[tuple[str | None, str]]:
+                    forwarded: dict[str, str], cwd: str, timeout: float,
+                    asked: Asked | None = None) -> list[tuple[str | None, str]]:
         """For each worker of a launch, on the node ``node_ids[i]``: (the zygote's socket there, "") or (None, why
-        the worker is spawned). Every node's zygote is asked at once (a new one starts an actor process and
-        imports TensorFlow: in parallel on all nodes). ``env``: a worker's whole environment (the cell's scan);
-        ``forwarded``: what of it the nodes receive (the same for every worker of the launch but the per-run
-        variables, which the key leaves out)."""
+        the worker is spawned). ``env``: a worker's whole environment (the cell's scan); ``forwarded``: what of it
+        the nodes receive (the same for every worker of the launch but the per-run variables, which the key
+        leaves out). ``asked``: what ``ask`` started while Ray placed the group, used when its key matches."""
         config = current_settings()
         if not config.zygote:
             return [(None, "")] * len(node_ids)
         reason = why_not_forked(env.get(wire.ENV_CODE, ""), cwd, cell_scan.from_env(env))
         if reason is not None:
             return [(None, f"spawned, not forked: {reason}")] * len(node_ids)
+        if asked is None or asked.key != zygote_key(python or NODE_PYTHON, forwarded):
+            asked = self.ask(ray, node_ids, python, forwarded)
+        return self.answers(ray, asked, node_ids, timeout)
+
+    def ask(self, ray: Any, node_ids: list[str], python: str, forwarded: dict[str, str],
+            only_worth_it: bool = False) -> Asked:
+        """Ask every node's zygote at once, without waiting (a new one starts an actor process and imports
+        TensorFlow: in parallel on all nodes, and beside the worker hosts' own actors when asked at placement).
+        ``only_worth_it``: a node with no zygote and one worker of the launch is left for later (``Asked.later``):
+        a new zygote would import TensorFlow beside that worker's own import, on the same cores."""
+        config = current_settings()
         key = zygote_key(python or NODE_PYTHON, forwarded)
         request = {"python": python, "env": import_env(forwarded), "idle_timeout": config.zygote_idle_timeout,
                    "marker": str(config.run_root)}
-        answers: dict[str, tuple[str | None, str]] = {}
+        asked = Asked(key, python, forwarded)
         with self._lock:
-            asked = {}
             for node_id in dict.fromkeys(node_ids):
                 actor = self._actors.get((node_id, key))
+                if actor is None and only_worth_it and node_ids.count(node_id) == 1:
+                    asked.later.add(node_id)
+                    continue
                 if actor is None:
                     actor = self._actors[(node_id, key)] = self._new_actor(ray, node_id)
                 # a socket name of its own per node (nodes may share a file system, or be one machine)
                 name = f"{key[:8]}-{node_id[:8]}-{os.getpid()}-{secrets.token_hex(4)}"
-                asked[node_id] = (actor, actor.start.remote({**request, "name": name}))
-            for node_id, (actor, ref) in asked.items():
-                try:
-                    answers[node_id] = ray.get(ref, timeout=timeout)["socket"], ""
-                except Exception as error:  # its node is going away, or the actor could not start: spawn, once
-                    del self._actors[(node_id, key)]
-                    _kill(ray, actor)
-                    first = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-                    why = f"no zygote on this node ({type(error).__name__}: {first})"
-                    answers[node_id] = None, f"spawned, not forked: {why}"
+                asked.refs[node_id] = (actor, actor.start.remote({**request, "name": name}))
+        return asked
+
+    def answers(self, ray: Any, asked: Asked, node_ids: list[str], timeout: float) -> list[tuple[str | None, str]]:
+        """The answers to ``ask``, one per worker. A zygote started just now serves a node with two or more workers
+        of the launch (they wait for its one import instead of importing each); a node's only worker is spawned at
+        once, as it would import no slower than its zygote does, and the zygote is ready for the next launch there.
+        A node whose zygote could not start spawns its workers."""
+        answers: dict[str, tuple[str | None, str]] = {}
+        for node_id in dict.fromkeys(node_ids):
+            if node_id in asked.later:
+                answers[node_id] = None, LATER_NOTE
+                continue
+            if node_id not in asked.refs:  # placed elsewhere than asked: ask that node now
+                asked.refs.update(self.ask(ray, [node_id], asked.python, asked.forwarded).refs)
+            actor, ref = asked.refs[node_id]
+            try:
+                facts = ray.get(ref, timeout=timeout)
+                if facts["started"] and node_ids.count(node_id) == 1:  # waiting would save no import here
+                    answers[node_id] = None, LATER_NOTE
+                else:
+                    answers[node_id] = facts["socket"], ""
+            except Exception as error:  # its node is going away, or the actor could not start: spawn, once
+                with self._lock:
+                    self._actors.pop((node_id, asked.key), None)
+                _kill(ray, actor)
+                first = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+                why = f"no zygote on this node ({type(error).__name__}: {first})"
+                answers[node_id] = None, f"spawned, not forked: {why}"
         return [answers[node_id] for node_id in node_ids]
+
+    def prewarm(self, ray: Any, asked: Asked) -> None:
+        """Start the zygotes left for later (a run ended: its nodes are free), without waiting for them."""
+        if asked.later:
+            self.ask(ray, sorted(asked.later), asked.python, asked.forwarded)
+            asked.later = set()
 
     @staticmethod
     def _new_actor(ray: Any, node_id: str) -> Any:
