@@ -95,10 +95,8 @@ class NodeZygotes:
         return asked
 
     def answers(self, ray: Any, asked: Asked, node_ids: list[str], timeout: float) -> list[tuple[str | None, str]]:
-        """The answers to ``ask``, one per worker. A zygote started just now serves a node with two or more workers
-        of the launch (they wait for its one import instead of importing each); a node's only worker is spawned at
-        once, as it would import no slower than its zygote does, and the zygote is ready for the next launch there.
-        A node whose zygote could not start spawns its workers."""
+        """The answers to ``ask``, one per worker: the node's zygote socket (its workers wait for it to have
+        imported TensorFlow, once), or None and why: left for later (``Asked.later``), or it could not start."""
         answers: dict[str, tuple[str | None, str]] = {}
         for node_id in dict.fromkeys(node_ids):
             if node_id in asked.later:
@@ -108,11 +106,7 @@ class NodeZygotes:
                 asked.refs.update(self.ask(ray, [node_id], asked.python, asked.forwarded).refs)
             actor, ref = asked.refs[node_id]
             try:
-                facts = ray.get(ref, timeout=timeout)
-                if facts["started"] and node_ids.count(node_id) == 1:  # waiting would save no import here
-                    answers[node_id] = None, LATER_NOTE
-                else:
-                    answers[node_id] = facts["socket"], ""
+                answers[node_id] = ray.get(ref, timeout=timeout)["socket"], ""
             except Exception as error:  # its node is going away, or the actor could not start: spawn, once
                 with self._lock:
                     self._actors.pop((node_id, asked.key), None)
