@@ -7,8 +7,9 @@
 - spawned: ``%%worker -n 3 --backend ray --spread`` with zygotes off (``NBWORKERS_ZYGOTE=0``): one TensorFlow
   import per worker, cold (a fresh kernel's first run: Ray starts the actors' processes too) and warm (the same
   cell again: actors start again, TensorFlow is imported again);
-- node zygotes: the same with zygotes on (magics/backends/ray/node_zygotes.py): cold (one import per node, in
-  its zygote, then a fork) and warm (a fork on each node);
+- node zygotes: the same with zygotes on (magics/backends/ray/node_zygotes.py): cold (one worker per node: each
+  spawned, and each node's zygote starts as the run ends) and warm (a fork on each node, once the zygotes are
+  ready: the next cell a user writes; the time they took after the cold run is logged);
 
 then, once: ``-n 2 --spread`` on the three nodes, a long run, ``kill -9`` of worker 1's node (its raylet's
 process group) -> the first step of the group restarted on the two nodes left (forked there). That includes
@@ -52,6 +53,9 @@ def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, 
     out = {}
     try:
         for run in ("cold", "warm"):
+            if run == "warm" and zygote:  # as a user writing the next cell: the nodes' zygotes had time to start
+                out["zygotes_ready_after"] = _wait_node_zygotes_ready(run_root, WORKERS)
+                log(f"ray nodes: the node zygotes were ready {out['zygotes_ready_after']:.1f} s after the cold run")
             name = f"ray-{tag}-{run}"
             paths = [run_root / name / f"worker-{i}.log" for i in range(WORKERS)]
             seconds, forked = _first_step(kernel, _cell(address, name), paths, wait_first_steps)
@@ -61,6 +65,31 @@ def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, 
     finally:
         kernel.shutdown()
     return out
+
+
+def _wait_node_zygotes_ready(run_root: Path, count: int, timeout: float = 120) -> float:
+    """Seconds until ``count`` node zygotes marked with ``run_root`` said ``ready`` in their logs (the cold run
+    spawned its one worker per node; each node's zygote started as that run ended)."""
+    import psutil
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        ready = 0
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                command = proc.info["cmdline"] or []
+                if "nbworkers-ray-zygote" not in " ".join(command) or "--socket" not in command:
+                    continue
+                if (proc.info["environ"] or {}).get("NBWORKERS_SPARE") != str(run_root):
+                    continue
+                log_file = Path(command[command.index("--socket") + 1]).with_suffix(".log")
+                ready += ": ready (" in log_file.read_text(errors="replace")
+            except (psutil.Error, OSError, ValueError, IndexError):
+                continue
+        if ready >= count:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise TimeoutError(f"the node zygotes were not ready within {timeout} s")
 
 
 def _node_kill(BenchKernel, notebook: Path, run_root: Path, env: dict, nodes, wait_first_steps, log) -> float:
@@ -125,6 +154,8 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
     out = [(f"ray, 3 nodes: first step, {WORKERS} workers: hand launch", f"{median('hand'):.2f} s", "baseline", "")]
     for tag, words in (("spawned", "spawned (zygotes off)"), ("zygotes", "node zygotes")):
         for run in ("cold", "warm"):
+            if tag == "zygotes" and run == "warm":
+                words += ", zygotes ready (started as the cold run ended)"
             forked = min(r[f"{tag}_{run}_forked"] for r in result["reps"])
             out.append((f"ray, 3 nodes: {words}, {run} %%worker --spread ({forked}/{WORKERS} forked)",
                         f"{median(f'{tag}_{run}'):.2f} s", f"{ratio(f'{tag}_{run}'):.2f}x hand", ""))

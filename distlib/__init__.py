@@ -52,9 +52,9 @@ _EXPORTS: dict[str, str] = {
     "flush_reports": "reporting",
     "tensorboard_dir": "tensorboard",
     "TensorBoard": "tensorboard",
-    "restore_session_state": "session_state",
-    "NoSavedState": "session_state",
-    "StateNotRestored": "session_state",
+    "restore_session_state": "saved_state.namespace",
+    "NoSavedState": "saved_state.namespace",
+    "StateNotRestored": "saved_state.namespace",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -24,8 +24,9 @@ Commands (``msg_type``; content fields):
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
 - ``save``       seq, gen, cell, max_bytes: before the kernel restarts the processes (their collectives are unusable
                  after an abort), save the namespace into ``<run dir>/session-state/gen-<gen>/worker-<i>/``
-                 (``distlib/session_state.py``: models and variables as ``.npz``, tf.train.Checkpoint files, arrays
-                 and JSON values; ``max_bytes`` bounds the arrays and values); the worker answers ``saved``
+                 (``distlib/saved_state/namespace.py``: models and variables as ``.npz``, tf.train.Checkpoint
+                 files, arrays and JSON values; ``max_bytes`` bounds the arrays and values); the worker answers
+                 ``saved``
 - ``shutdown``   seq, gen: leave the cell loop; the worker exits
 
 The relay kind added to ``wire.KINDS``:
@@ -57,7 +58,7 @@ ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's com
 
 COMMANDS = ("ready", "run", "pull", "push", "interrupt", "pause", "resume", "abort", "save", "shutdown")
 CELL_EVENTS = ("start", "end", "paused", "saved")
-STATE_DIR = "session-state"  # in the run directory: what workers saved before a restart (distlib/session_state.py)
+STATE_DIR = "session-state"  # in the run directory: what workers saved before a restart (distlib/saved_state/)
 SAVED_KINDS = ("model", "variable", "checkpoint", "array", "value")  # what a saved name is (``saved`` event)
 SAVE_MAX_BYTES = 2**30  # the arrays and JSON values one worker saves at most (models and variables: no limit)
 MAX_SAVED_ENTRIES = 2000  # names in one ``saved`` report (more are cut: the worker's manifest keeps them all)

@@ -219,8 +219,8 @@ class SessionWorker:
 
     def save(self, content: dict) -> None:
         """The kernel restarts the processes next (their collectives were aborted): save what the namespace holds
-        (``distlib/session_state.py``) and say what, in a ``saved`` cell event."""
-        from nbworkers.distlib import session_state
+        (``distlib/saved_state/namespace.py``) and say what, in a ``saved`` cell event."""
+        from nbworkers.distlib.saved_state import namespace as session_state
 
         report: dict[str, Any] = {"saved": [], "skipped": [], "dir": "", "error": ""}
         try:
@@ -317,7 +317,7 @@ def _put_back_saved_values(worker: SessionWorker) -> None:
     run_dir = env_settings.RUN_DIR.get()
     if not run_dir or worker.gen < 1:
         return
-    from nbworkers.distlib import session_state
+    from nbworkers.distlib.saved_state import namespace as session_state
 
     try:
         session_state.restore_values_after_restart(worker.namespace, run_dir, worker.gen, worker.index)

@@ -15,7 +15,7 @@ A run directory (made private by ``rundir_prepare``: mode 0700, every file 0600)
   that ``%workers tensorboard`` started (``magics/notebook/tensorboard.py``), ``tensorboard.socket``: the path
   of the Unix socket it serves on;
 - ``session-state/gen-<G>/worker-<i>/``: what a session's workers saved before their processes restarted after an
-  error (``distlib/session_state.py`` writes and reads it; its name is ``protocol/session_wire.STATE_DIR``).
+  error (``distlib/saved_state/namespace.py`` writes and reads it; its name is ``protocol/session_wire.STATE_DIR``).
 
 It also finds runs by name under the run root (never a path outside it) and reads their logs.
 Imports neither psutil nor TensorFlow (the Ray node imports the file names).

@@ -15,7 +15,7 @@ the session runs), so every path is unit-tested in milliseconds (tests/unit/test
   ``session_interrupt_grace`` seconds later, or a second Stop, restarts the processes.
 - restart that loses state: aborted collectives cannot be used again, a stuck cell cannot be reached, so the core
   restarts the processes. First the workers that ended the cell save their namespaces (``SendSave``; worker 0's
-  models and variables, every worker's arrays and values: ``distlib/session_state.py``), for at most
+  models and variables, every worker's arrays and values: ``distlib/saved_state/namespace.py``), for at most
   ``save_wait`` seconds; then it asks for ``RestartLosingState``; the supervisor restarts the group and answers
   ``GroupRestarting``, and the core ends the running cell, cancels the queue and says which cells' state is gone
   from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the

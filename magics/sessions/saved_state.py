@@ -4,7 +4,7 @@ The session core (``magics/sessions/core.py``) collects the workers' ``saved`` a
 ``SavedState``; its ``note`` goes into the failed cell's error and the session's ``lost_note``, its ``summary`` into
 ``%workers``. Worker 0's models, variables and checkpointed objects come back with ``%workers restore NAME`` once
 the cells that build them ran again; every worker's arrays and JSON values come back by themselves
-(``distlib/session_state.py``).
+(``distlib/saved_state/namespace.py``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import mime, session_wire
 
-RESTORE_CELL = ("__import__('nbworkers.distlib.session_state', fromlist=['restore_session_state'])"
+RESTORE_CELL = ("__import__('nbworkers.distlib.saved_state.namespace', fromlist=['restore_session_state'])"
                 ".restore_session_state()\nNone")  # the line's value is shown in the log, not as the cell's Out
 
 
@@ -125,8 +125,8 @@ class Session(Cluster):
 
     def restore(self) -> SessionCell:
         """Queue a cell that puts back what the workers saved before the processes last restarted
-        (``distlib/session_state.py``: ``restore_session_state()`` on every worker): run the cells that build the
-        saved models and variables first. ``SessionEnded`` once the session is stopped."""
+        (``distlib/saved_state/namespace.py``: ``restore_session_state()`` on every worker): run the cells that
+        build the saved models and variables first. ``SessionEnded`` once the session is stopped."""
         return self.submit(RESTORE_CELL)
 
     def pull(self, expression: str, worker: int = 0, timeout: float | None = None) -> Any:

@@ -1,5 +1,5 @@
-"""A session's state saved before its processes restart, and put back (distlib/session_state.py,
-distlib/saved_objects.py) with stand-ins for Keras models and TensorFlow variables: no TensorFlow, no process.
+"""A session's state saved before its processes restart, and put back (distlib/saved_state/namespace.py,
+distlib/saved_state/objects.py) with stand-ins for Keras models and TensorFlow variables: no TensorFlow, no process.
 What is picked from a namespace, the private files it goes to, the values that come back by themselves, the restore
 into rebuilt objects and its errors, and the ``saved`` message's checks. With real workers:
 tests/integration/test_sessions.py (an error on one worker while the other waits in a collective)."""
@@ -14,8 +14,8 @@ import types
 import numpy as np
 import pytest
 
-from nbworkers.distlib import session_state
-from nbworkers.distlib.session_state import Kinds, NoSavedState, StateNotRestored
+from nbworkers.distlib.saved_state import namespace as session_state
+from nbworkers.distlib.saved_state.namespace import Kinds, NoSavedState, StateNotRestored
 from nbworkers.protocol import env_settings, session_wire
 from nbworkers.protocol.private.dirs import UnsafeDirectory
 
@@ -206,7 +206,7 @@ def test_the_saved_message_is_checked_field_by_field():
 
 
 def test_no_tensorflow_class_is_a_kind_until_its_module_is_imported(monkeypatch):
-    from nbworkers.distlib import saved_objects
+    from nbworkers.distlib.saved_state import objects as saved_objects
 
     monkeypatch.setattr(saved_objects, "sys", types.SimpleNamespace(modules={}))  # nothing of TF or Keras loaded
     assert session_state.loaded_kinds() == Kinds()

@@ -1,5 +1,5 @@
 """Models, variables and checkpointable objects as plain arrays and back, for a session's saved state
-(``distlib/session_state.py``). Public TensorFlow and Keras API only; nothing here needs a collective: reading a
+(``distlib/saved_state/namespace.py``). Public TensorFlow and Keras API only; nothing here needs a collective: reading a
 (mirrored) variable reads this process's copy, and assigning one in cross-replica context writes each local copy.
 
 A Keras model or layer is its ``weights`` (``weight_<i>``) and, when it was compiled, its optimizer's variables

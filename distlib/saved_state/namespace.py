@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.distlib import saved_objects
+from nbworkers.distlib.saved_state import objects as saved_objects
 from nbworkers.protocol import env_settings, session_wire
 from nbworkers.protocol.private.dirs import private_dir
 from nbworkers.protocol.private.files import open_own
