@@ -42,9 +42,6 @@ class Elastic:
         size = self.size_for(capacity)
         return size if size > current else None
 
-    def describe(self) -> str:
-        return f"{self.min} to {self.max} workers (--min-workers {self.min})"
-
 
 def growth(elastic: Elastic | None, current: int, capacity: int, busy: str = "") -> tuple[int | None, str]:
     """Whether a group of ``current`` workers restarts bigger, seeing room for ``capacity``: (the new size or
