@@ -28,13 +28,11 @@ from nbworkers.host.command import ZYGOTE_MODULE
 from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.run_env import base_env
 from nbworkers.magics.backends.zygotes import CHILD_ONLY
-from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
 from nbworkers.protocol.private.dirs import module_command, socket_path
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 NODE_ZYGOTE_DIR = "nbworkers-ray-zygote"
-STOP_TIMEOUT = 3.0  # seconds the zygote gets to exit after its pipe is closed, before SIGKILL
 
 
 class NbworkersNodeZygote:
@@ -52,7 +50,7 @@ class NbworkersNodeZygote:
         kernel's run root), name (of the socket file)."""
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
-                return self._facts(started=False)
+                return self._facts()
             python = request["python"] or sys.executable
             env = {k: v for k, v in os.environ.items() if k not in ACTOR_ENV}
             env.update(request["env"])
@@ -71,29 +69,8 @@ class NbworkersNodeZygote:
                     start_new_session=True, close_fds=True,
                 )
             self._socket, self._log = str(sock), str(log)
-            return self._facts(started=True)
+            return self._facts()
 
-    def _facts(self, started: bool) -> dict[str, Any]:
+    def _facts(self) -> dict[str, Any]:
         assert self._proc is not None
-        return {"socket": self._socket, "pid": self._proc.pid, "log": self._log, "started": started}
-
-    def pid(self) -> int | None:
-        """The zygote's pid while it runs (diagnosis and tests)."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def stop(self) -> None:
-        """End of file on its stdin (it exits once its children ended); SIGKILL its group if it lingers."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            kill_group(proc.pid)  # this actor's own child, not reaped yet: the pid is still the zygote's
-            proc.wait()
+        return {"socket": self._socket, "pid": self._proc.pid, "log": self._log}
