@@ -1,10 +1,10 @@
 """Real Ray clusters on this machine for the Ray tests.
 
 ``running_cluster()``: a head node and a second node (two raylets, one CPU each, on this machine's address —
-Ray replaces 127.0.0.1 by it), shared by tests/integration/test_ray_backend.py and test_sessions_ray.py
-(``yield from running_cluster()`` in a module-scoped fixture).
+Ray replaces 127.0.0.1 by it).
 
-``running_cluster(MULTI_NODE_IPS)``: a multi-node cluster as on many machines. Every 127.x.y.z address is
+``running_cluster(MULTI_NODE_IPS)``: a multi-node cluster as on many machines, the one all the Ray tests share
+(tests/integration/ray/conftest.py starts it once for that folder). Every 127.x.y.z address is
 this machine's loopback, so a head with no CPUs of its own and worker nodes started with ``--node-ip-address
 127.0.0.2`` (.3, .4), one CPU each, are distinct Ray nodes with distinct addresses: a worker placed on one
 binds and is reached at its node's address, and ``kill_node`` ends one node (its ``ray start`` session,

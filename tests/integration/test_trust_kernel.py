@@ -16,7 +16,7 @@ for epoch in range(1, epochs + 1):
     for step in range(1, steps + 1):
         time.sleep(0.06)
         now = time.time()
-        first = first or now
+        first = now if (epoch, step) == (epochs - 1, 1) else first
         report(step=step, epoch=epoch, steps_total=steps, epochs_total=epochs, loss=1.0 / step, t=now,
                flush=(step == steps))
 print("SPAN", repr(first), repr(now), flush=True)
@@ -32,8 +32,11 @@ def test_steps_per_sec_matches_the_runs_own_rate_across_epochs(kernel, run_root)
     assert steps[-1] == 40, steps  # the global step: 4 epochs x 10 steps
     span = re.search(r"^SPAN (\S+) (\S+)$", (run_root / "paced" / "worker-0.log").read_text(), re.M)
     assert span, "the worker printed no SPAN line"
-    true_rate = 39 / (float(span.group(2)) - float(span.group(1)))  # from the worker's own report times
-    assert rate is not None and abs(rate - true_rate) / true_rate < 0.10, (rate, true_rate)
+    # the kernel's rate is over its last second or two of reports; the worker's own rate over its last two epochs
+    # (steps 21-40) is the same window within a few steps. Per-epoch steps (the bug this guards) measure nothing
+    # (an epoch is 0.6 s) or a rate off by a factor; the tolerance is for a loaded machine's uneven sleeps.
+    true_rate = 19 / (float(span.group(2)) - float(span.group(1)))
+    assert rate is not None and abs(rate - true_rate) / true_rate < 0.20, (rate, true_rate)
 
 
 def test_stop_all_says_what_it_stopped_and_a_stop_is_not_a_failure(kernel):

@@ -1,5 +1,5 @@
-"""``%%worker --backend ray`` on a multi-node Ray cluster simulated on this machine (tests/ray_helpers.py,
-``running_cluster(MULTI_NODE_IPS)``): a head without CPUs on 127.0.0.1 and three worker nodes at 127.0.0.2,
+"""``%%worker --backend ray`` on a multi-node Ray cluster simulated on this machine (this folder's
+conftest.py, tests/ray_helpers.py): a head without CPUs on 127.0.0.1 and three worker nodes at 127.0.0.2,
 .3 and .4, one CPU each, each its own raylet. Workers on different nodes get their node's own address in
 ``TF_CONFIG``; a node killed with ``kill -9`` (its raylet's process group) is lost as a machine is, and the
 group restarts on the nodes left, from its last checkpoint. The run directory (and the checkpoint in it) is
@@ -20,28 +20,13 @@ from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT,
     MULTI_NODE_IPS,
-    RAY_TEST_ENV,
     RUN_TIMEOUT,
     WORKERS_UP_TIMEOUT,
-    running_cluster,
 )
 
 from nbworkers.host.command import ZYGOTE_MODULE
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(autouse=True)
-def ray_test_environment(kernel_env):
-    """The test kernel (the Ray driver) sees the same Ray settings as the test cluster."""
-    kernel_env.update(RAY_TEST_ENV)
-
-
-@pytest.fixture(scope="module")
-def ray_nodes():
-    """The simulated multi-node cluster, shared by this module's tests (started once) and stopped after them: four
-    idle raylets would cost the rest of the suite CPU."""
-    yield from running_cluster(MULTI_NODE_IPS)
 
 
 def snapshot(kernel, name: str) -> dict:
@@ -62,16 +47,16 @@ def tf_configs(text: str) -> list[dict]:
 
 
 def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_the_kernels_kill_9(
-        kernel, run_root, ray_nodes):
+        kernel, run_root, ray_cluster):
     name = "raythree"
-    cell = worker_cell(f"-n 3 --backend ray --address {ray_nodes.address} --spread --name {name}", SLEEP)
+    cell = worker_cell(f"-n 3 --backend ray --address {ray_cluster.address} --spread --name {name}", SLEEP)
     assert not kernel.run(cell).error
     assert wait_until(lambda: logs(kernel, name).count("worker up") == 3, WORKERS_UP_TIMEOUT, interval=1)
     assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
-    assert len(ray_nodes.actor_processes()) == 3
+    assert len(ray_cluster.actor_processes()) == 3
     assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
     os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
-    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
     assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
     # the node zygotes go too (their actors belonged to the kernel), and the kernel's own zygote
     assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), ACTORS_GONE_TIMEOUT), \
@@ -99,15 +84,15 @@ FORK_CELL = worker_cell("-n 3 --backend ray --address {address} --spread --name 
                         "import tensorflow as tf\nprint('TF', tf.__version__, flush=True)\n")
 
 
-def test_one_zygote_per_node_forks_the_workers_of_warm_runs(kernel, run_root, ray_nodes):
+def test_one_zygote_per_node_forks_the_workers_of_warm_runs(kernel, run_root, ray_cluster):
     """One worker per node: the cold run spawns each (a new zygote's import beside the worker's own saves nothing)
     and every node's zygote starts when it ends; the warm run forks, each node's worker from that node's zygote;
     the kernel's kill -9 ends them all."""
-    cold = kernel.run(FORK_CELL.format(address=ray_nodes.address, name="zcold"), timeout=WORKERS_UP_TIMEOUT)
+    cold = kernel.run(FORK_CELL.format(address=ray_cluster.address, name="zcold"), timeout=WORKERS_UP_TIMEOUT)
     assert not cold.error, cold.text
     texts = [(run_root / "zcold" / f"worker-{i}.log").read_text() for i in range(3)]
     assert all("this node has no zygote yet" in text for text in texts), texts
-    warm = kernel.run(FORK_CELL.format(address=ray_nodes.address, name="zwarm"), timeout=WORKERS_UP_TIMEOUT)
+    warm = kernel.run(FORK_CELL.format(address=ray_cluster.address, name="zwarm"), timeout=WORKERS_UP_TIMEOUT)
     assert not warm.error, warm.text
     nodes = [p["node_id"] for p in placements(kernel, "zwarm")]
     texts = [(run_root / "zwarm" / f"worker-{i}.log").read_text() for i in range(3)]
@@ -143,10 +128,10 @@ print("EPOCHS_RUN", len(history.history["loss"]), "GENERATION", generation)
 """, CHECKSUM)
 
 
-def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_returns(kernel, run_root, ray_nodes):
+def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_returns(kernel, run_root, ray_cluster):
     name = "rayelastic"
     kernel.run("import nbworkers; nbworkers.settings().elastic_check_interval = 1.0")
-    launched = kernel.run(ELASTIC_CELL.format(address=ray_nodes.address, name=name))
+    launched = kernel.run(ELASTIC_CELL.format(address=ray_cluster.address, name=name))
     assert not launched.error, launched.text
     holding = lambda generation: logs(kernel, name).count(f"HOLDING GENERATION {generation}")  # noqa: E731
     assert wait_until(lambda: holding(0) == 3, WORKERS_UP_TIMEOUT, interval=1), logs(kernel, name)
@@ -166,7 +151,7 @@ def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_r
     assert all(f"on {p['ip']} node {p['node_id'][:8]}" in shown for p in first), shown
 
     lost = first[2]["ip"]
-    ray_nodes.kill_node(lost)  # no spare node: the group goes on with the two workers left
+    ray_cluster.kill_node(lost)  # no spare node: the group goes on with the two workers left
     assert wait_until(lambda: holding(1) == 2, RUN_TIMEOUT, interval=1), logs(kernel, name)
     snap = snapshot(kernel, name)
     assert len(snap["workers"]) == 2 and snap["generation"] == 1, snap["restart_history"]
@@ -178,7 +163,7 @@ def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_r
     asked = kernel.run(f"%workers resize {name}")
     assert "no change: it runs 2 of at most 3 workers and the cluster has room for 2" in asked.stdout, asked.text
 
-    ray_nodes.add_node(lost)  # room again: the next look grows the group back to three
+    ray_cluster.add_node(lost)  # room again: the next look grows the group back to three
     waited = kernel.run(f"%workers wait {name} --timeout {RUN_TIMEOUT}", timeout=RUN_TIMEOUT + 30)
     assert not waited.error, waited.text
     snap = snapshot(kernel, name)
@@ -197,11 +182,11 @@ def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_r
     assert "node lost" in texts[2], texts[2]
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
-    assert wait_until(lambda: not ray_nodes.actor_processes(), ACTORS_GONE_TIMEOUT), ray_nodes.actor_processes()
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
 
 
-def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(kernel, ray_nodes):
-    session = f"%%worker --session rn -n 2 --backend ray --address {ray_nodes.address} --spread --block\n"
+def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(kernel, ray_cluster):
+    session = f"%%worker --session rn -n 2 --backend ray --address {ray_cluster.address} --spread --block\n"
     cell = "import os\nimport numpy as np\nx = np.arange(1, 5) + int(os.environ['NBWORKERS_WORKER'])\n"
     built = kernel.run(session + cell, timeout=WORKERS_UP_TIMEOUT + 60)
     assert not built.error, built.text
@@ -212,7 +197,7 @@ def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(k
     assert len({p["node_id"] for p in first}) == 2, first
 
     lost = first[1]["ip"]
-    ray_nodes.kill_node(lost)  # the session's processes restart on the nodes left (a spare one is there)
+    ray_cluster.kill_node(lost)  # the session's processes restart on the nodes left (a spare one is there)
     assert wait_until(lambda: kernel.value("nbworkers.session('rn').restarts") == 1, RUN_TIMEOUT, interval=1)
     entry = snapshot(kernel, "rn")["restart_history"][0]
     assert entry["kind"] == "NodeLost" and lost in entry["cause"], entry
@@ -223,4 +208,4 @@ def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(k
     assert kernel.value("nbworkers.session('rn').pull('6 * 7', worker=1)") == 42
     assert lost not in {p["ip"] for p in placements(kernel, "rn")}
     kernel.run("%workers stop rn")
-    ray_nodes.add_node(lost)  # the cluster as it was, for the next test
+    ray_cluster.add_node(lost)  # the cluster as it was, for the next test

@@ -1,8 +1,7 @@
-"""``%%worker --backend ray`` on a real two-node Ray cluster started on this machine.
+"""``%%worker --backend ray`` on a real Ray cluster started on this machine.
 
-The cluster (tests/ray_helpers.py, shared with tests/integration/test_sessions_ray.py): a head node and a second node
-(two raylets, one CPU each, on this machine's address), each ``ray start --block`` in a session of its own.
-``--spread`` puts one worker on each node. The tests that need Ray are skipped, saying so, when it is not
+The cluster is this folder's (conftest.py): a head without CPUs and three worker nodes on loopback addresses, one
+CPU each, each ``ray start --block`` in a session of its own. ``--spread`` puts one worker on each node. The tests that need Ray are skipped, saying so, when it is not
 installed (the ``ray`` extra); the checks of the errors a user without Ray sees always run.
 """
 
@@ -21,26 +20,13 @@ from cells import CHECKSUM, IMPORTS, KERAS_MODEL, KILLABLE, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT,
-    RAY_TEST_ENV,
     RUN_TIMEOUT,
     WORKERS_UP_TIMEOUT,
     free_port,
     needs_ray,
-    running_cluster,
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(autouse=True)
-def ray_test_environment(kernel_env):
-    """The test kernel (the Ray driver) sees the same Ray settings as the test cluster."""
-    kernel_env.update(RAY_TEST_ENV)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    yield from running_cluster()
 
 
 # Two workers, one per node, train a tf_keras model under MWMS on different data. Generation 0 holds after
@@ -218,11 +204,11 @@ def test_missing_ray_says_how_to_install_it(kernel_without_ray, kernel, run_root
 def test_a_group_ray_cannot_place_says_why_and_leaves_nothing(kernel, run_root, ray_cluster):
     configured = kernel.run("nbworkers.settings().config.RaySettings.placement_timeout = 5")
     assert not configured.error, configured.error
-    # three workers, one per node, on a two-node cluster
-    result = kernel.run(f"%%worker -n 3 --backend ray --address {ray_cluster.address} --spread --name crowded\n"
+    # four workers, one per node, on three nodes with CPUs
+    result = kernel.run(f"%%worker -n 4 --backend ray --address {ray_cluster.address} --spread --name crowded\n"
                         "print('hi')\n")
-    assert "Ray could not place 3 workers with 1 CPU each on separate nodes (--spread)" in result.failure, result.text
-    assert "the cluster has 2 node(s)" in result.failure and "Nothing was started" in result.failure
+    assert "Ray could not place 4 workers with 1 CPU each on separate nodes (--spread)" in result.failure, result.text
+    assert "the cluster has 4 node(s)" in result.failure and "Nothing was started" in result.failure
     assert not processes_of_run_root(run_root)
     assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT)
 

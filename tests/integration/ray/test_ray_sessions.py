@@ -1,5 +1,5 @@
-"""Interactive sessions (``%%worker --session``) on ``--backend ray``: one real 2-worker TensorFlow session on the two-node Ray
-cluster of tests/ray_helpers.py, shared by the checks of this module, in order (state across cells, pull, Stop,
+"""Interactive sessions (``%%worker --session``) on ``--backend ray``: one real 2-worker TensorFlow session on the Ray
+cluster of this folder (conftest.py), shared by the checks of this module, in order (state across cells, pull, Stop,
 the CurveZMQ command socket, kill -9 of a worker, then of the kernel: no actor or process is left)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
 from integration.test_sessions import BUILD as LOCAL_BUILD
 from integration.test_sessions import LONG_FIT as LOCAL_LONG_FIT
-from ray_helpers import ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, WORKERS_UP_TIMEOUT, running_cluster
+from ray_helpers import ACTORS_GONE_TIMEOUT, RAY_TEST_ENV, WORKERS_UP_TIMEOUT
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -54,12 +54,7 @@ for s in strangers:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    yield from running_cluster()
-
-
-@pytest.fixture(scope="module")
-def ray_kernel(tmp_path_factory, ray_cluster):
+def ray_kernel(tmp_path_factory, ray_cluster_once):
     base = tmp_path_factory.mktemp("ray-sessions")
     (base / "runs").mkdir()
     (base / "notebook").mkdir()
