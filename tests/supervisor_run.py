@@ -7,7 +7,8 @@ from nbworkers.magics.launch import roles
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
-from nbworkers.magics.run.core.supervisor import Supervisor, Timings
+from nbworkers.magics.run.core.supervisor import Supervisor
+from nbworkers.magics.run.core.timings import Timings
 
 
 class Clock:

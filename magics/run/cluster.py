@@ -6,8 +6,9 @@ requests (``stop()``, a widget button on any thread, or the server extension's `
 the core decides (stop, kill, dump stacks, relaunch). Every status change, failure decision and restart is the
 core's (magics/run/core/supervisor.py, its policy magics/run/core/restart_policy.py): one worker fails, the
 others are stopped (they would hang in a collective). The thread also writes the state file and refreshes the
-views at most every ``flush_interval`` seconds (magics/run/outputs.py); launching the group is
-magics/run/group_launch.py. Everything a user calls on a ``Cluster`` returns at once except ``wait()``.
+views at most every ``flush_interval`` seconds (magics/run/outputs.py). Launching the group is
+magics/run/group_launch.py, reaching its processes magics/run/worker_group.py. Everything a user calls on a
+``Cluster`` returns at once except ``wait()``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import time
 import traceback
 from typing import Any, Callable, assert_never
 
-from nbworkers.magics.backends.zygotes import zygote_pids
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import cpp_log_level
@@ -29,27 +29,25 @@ from nbworkers.magics.run.capacity import CapacityLooks, elastic_start
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import WorkerFailure
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
-from nbworkers.magics.run.core.supervisor import Supervisor, Timings
+from nbworkers.magics.run.core.supervisor import Supervisor
+from nbworkers.magics.run.core.timings import Timings
 from nbworkers.magics.run.failed import run_failure
 from nbworkers.magics.run.group_launch import backend_for, initial_state, launch_group, new_worker_state
 from nbworkers.magics.run.messages import message_events
 from nbworkers.magics.run.noise import NoiseFilter, noise_level
 from nbworkers.magics.run.outputs import LiveViews, final_snapshot, read_logs, state_file_data, wait_for
 from nbworkers.magics.run.relay import Message, RelayReceiver
+from nbworkers.magics.run.worker_group import WorkerGroup
 from nbworkers.magics.rundir import layout as rundir
-from nbworkers.magics.rundir.layout import log_path, read_tail  # the run directory's layout: rundir.py
+from nbworkers.magics.rundir.layout import log_path  # the run directory's layout: rundir.py
 from nbworkers.magics.rundir.prepare import prepare_run_dir
 from nbworkers.magics.settings import WorkerSettings
 from nbworkers.magics.settings import settings as current_settings
-from nbworkers.magics.shapes import Backend, ClusterSnapshot, View, WorkerHandle
+from nbworkers.magics.shapes import Backend, ClusterSnapshot, View
 from nbworkers.magics.views.view import default_view_factory
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.private.files import sign_push
-
-# Lines of a failed worker's log read to classify its exit: TensorFlow's graph errors put the exception line
-# (UnavailableError: a lost peer) before a "Detected at node ... defined at" stack of 20-40 more lines.
-EXIT_LOG_TAIL_LINES = 200
 
 
 class Cluster:
@@ -73,7 +71,7 @@ class Cluster:
         self._stop_event = threading.Event()
         self._restart_event = threading.Event()
         self._looks = CapacityLooks(self.backend, self.settings.elastic_check_interval)  # elastic runs
-        self._procs: list[WorkerHandle] = []
+        self._worker_group = WorkerGroup()  # the processes of the current attempt (worker_group.py)
         self._dirty = True
         self._last_state_write = 0.0
         self._key = wire.new_key()
@@ -209,13 +207,13 @@ class Cluster:
         try:
             self._launch_group()
         except BaseException as error:
-            self._kill_all()
+            self._worker_group.kill()
             self._relay.close()
             self._close_backend()
             if isinstance(error, LaunchError):  # refused before anything ran: leave no trace
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
-        self._write_state(force=True)
+        self._write_state()
         self._thread = threading.Thread(target=self._supervise, name=f"nbworkers-{self.name}", daemon=True)
         self._thread.start()
         return self
@@ -229,10 +227,10 @@ class Cluster:
 
     def _launch_group(self) -> None:
         # each worker's address, GPUs, TF_CONFIG and environment: group_launch.py
-        self._procs = []
-        launch_group(self._procs, backend=self.backend, spec=self.spec, settings=self.settings, tasks=self._tasks,
-                     run_dir=self.run_dir, generation=self.state.generation, relay=self.relay, key=self._key,
-                     run_id=self.run_id, extra_env=self._extra_env())
+        self._worker_group = WorkerGroup()
+        launch_group(self._worker_group.handles, backend=self.backend, spec=self.spec, settings=self.settings,
+                     tasks=self._tasks, run_dir=self.run_dir, generation=self.state.generation, relay=self.relay,
+                     key=self._key, run_id=self.run_id, extra_env=self._extra_env())
 
     def _extra_env(self) -> dict[str, str]:
         """More environment for every worker of this run (subclasses: sessions)."""
@@ -268,12 +266,11 @@ class Cluster:
             with self._lock:
                 self._handle(ev.SupervisorCrashed(traceback.format_exc()))
         finally:
-            self._write_state(force=True)
+            self._write_state()
             # released before the run says it is done: a restart() of the ended run (the same backend) may follow
             if self._relay is not None:
                 self._relay.close()
-            for proc in self._procs:
-                proc.close()
+            self._worker_group.close()
             self._close_backend()
             self._done.set()
             with self._lock:
@@ -295,15 +292,13 @@ class Cluster:
         for action in actions:
             match action:
                 case ev.StopGroup():
-                    for proc in self._procs:
-                        proc.request_stop()
+                    self._worker_group.request_stop()
                 case ev.KillGroup():
-                    self._kill_all()
+                    self._worker_group.kill()
                 case ev.DumpStacks():
-                    for proc in self._procs:
-                        proc.dump_stacks()
+                    self._worker_group.dump_stacks()
                 case ev.RetireWorker():
-                    self._procs[action.index].request_stop()
+                    self._worker_group.retire(action.index)
                 case ev.Relaunch():
                     self._relaunch()
                 case ev.RestartScheduled():
@@ -314,7 +309,7 @@ class Cluster:
                     assert_never(action)
 
     def _apply(self, message: Message) -> None:
-        events, dropped = message_events(message, self.state.generation, self._noise, self._node_label)
+        events, dropped = message_events(message, self.state.generation, self._noise, self._worker_group.node_label)
         if dropped:
             self.relay.drops.note(*dropped)
             return
@@ -322,11 +317,7 @@ class Cluster:
         for event in events:
             self._handle(event)
             if isinstance(event, ev.Hello):
-                self._procs[event.worker].note_worker(event.pid, zygote_pids())  # recorded with its create time
-
-    def _node_label(self, index: int) -> str:
-        """A remote backend knows the worker's machine better than the worker's host name (simulated nodes)."""
-        return getattr(self._procs[index], "node_label", "")
+                self._worker_group.note_worker(event.worker, event.pid)
 
     def _check_requests(self) -> None:
         """Stop and restart requests (any thread, or the server extension's request files) to the core."""
@@ -343,19 +334,14 @@ class Cluster:
         self._looks.look(self._core, lambda event: self._handle(event), self._lock)
 
     def _check_processes(self) -> None:
-        exits = []
-        for proc, worker in zip(self._procs, self.state.workers):
-            code = proc.poll() if worker.exit_code is None else None
-            if code is not None:
-                exits.append((worker.index, code, read_tail(proc.log_path, EXIT_LOG_TAIL_LINES) if code else ""))
+        exits = self._worker_group.exits([w.index for w in self.state.workers if w.exit_code is None])
         if exits:
             self._handle(ev.Exited(tuple(exits)))
 
     def _relaunch(self) -> None:
         """The group again, on fresh ports (the core has started a new attempt)."""
-        self._kill_all()
-        for proc in self._procs:
-            proc.close()
+        self._worker_group.kill()
+        self._worker_group.close()
         if len(self._tasks) != len(self.state.workers):  # an elastic group changed size (the core's decision)
             self._tasks = self._core.tasks
             self._noise = self._noise[:len(self._tasks)] + [
@@ -363,7 +349,7 @@ class Cluster:
         try:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
-            self._kill_all()
+            self._worker_group.kill()
             self._handle(ev.LaunchFailed(str(error)))
         self._dirty = True
 
@@ -389,11 +375,6 @@ class Cluster:
             if not messages:
                 break
 
-    def _kill_all(self) -> None:
-        for proc in self._procs:  # SIGKILL what is left; only processes that are ours (the handles use process_kill.py)
-            if proc.alive() or proc.pgids():
-                proc.kill()
-
     def _drop_counts(self) -> dict[str, int]:
         return self._relay.drops.counts() if self._relay else {}
 
@@ -418,10 +399,10 @@ class Cluster:
     def _finish_views(self, error_below: bool = False, echoed: bool = False) -> None:
         self._views.finish(lambda: final_snapshot(self.snapshot(), error_below, echoed))
 
-    def _write_state(self, force: bool = False) -> None:
+    def _write_state(self) -> None:
         self._last_state_write = time.monotonic()
         with self._lock:
-            data = state_file_data(self._snapshot(), self._procs, self.run_id)
+            data = state_file_data(self._snapshot(), self._worker_group.handles, self.run_id)
         try:
             rundir.write_state(self.run_dir, data)  # atomic, 0600
         except OSError:

@@ -145,7 +145,7 @@ def test_a_lost_peer_is_recognised_behind_tensorflows_long_graph_stack(tmp_path)
             "\t [[{{node sgd_1/CollectiveReduceV2}}]] [Op:__inference_train_step_326]\n")
     log = tmp_path / "worker-1.log"
     log.write_text("--- nbworkers: worker 1\n" * 50 + tail)
-    from nbworkers.magics.run import cluster
+    from nbworkers.magics.run import worker_group
 
-    read = cluster.read_tail(log, cluster.EXIT_LOG_TAIL_LINES)  # what the cluster reads of an exited worker's log
+    read = worker_group.read_tail(log, worker_group.EXIT_LOG_TAIL_LINES)  # what is read of an exited worker's log
     assert isinstance(classify_exit(1, 1, read), PeerLost)

@@ -73,3 +73,13 @@ def same_cluster(wanted: str, current: str) -> bool:
         return False
     client = wanted.strip().startswith("ray://") or current.strip().startswith("ray://")
     return client or want[1] == have[1]
+
+
+def route_address(host: str) -> str:
+    """This machine's address on the route to ``host`` (no packet is sent): where nodes reach the kernel's relay."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((host, 9))
+            return sock.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())

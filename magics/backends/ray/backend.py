@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.backends.ray.address import connected_address, remember_connection, same_cluster
+from nbworkers.magics.backends.ray.address import connected_address, remember_connection, route_address, same_cluster
 from nbworkers.magics.backends.ray.capacity import placeable
 from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendError, check_launch: this module's API too)
     INSTALL_HINT,
@@ -151,7 +151,7 @@ class RayBackend:
             return "0.0.0.0", self.settings.relay_host
         if self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
             head = split_address(self.address)  # a ray:// address always has a host
-            return "0.0.0.0", _route_address(head[0] if head else "")
+            return "0.0.0.0", route_address(head[0] if head else "")
         return "0.0.0.0", ray.util.get_node_ip_address()
 
     # ------------------------------------------------------------------ placement
@@ -385,21 +385,3 @@ def _actor_failure(error: BaseException, timeout: float) -> str:
                 " Nothing was started.")
     return f"the worker host actors could not start: {_first_line(error)}. Nothing was started."
 
-
-def _same_host(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    try:
-        return socket.gethostbyname(a) == socket.gethostbyname(b)
-    except OSError:
-        return False
-
-
-def _route_address(host: str) -> str:
-    """This machine's address on the route to ``host`` (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect((host, 9))
-            return sock.getsockname()[0]
-        except OSError:
-            return socket.gethostbyname(socket.gethostname())
