@@ -1,8 +1,9 @@
 """``%%worker --backend ray`` on a real Ray cluster started on this machine.
 
 The cluster is this folder's (conftest.py): a head without CPUs and three worker nodes on loopback addresses, one
-CPU each, each ``ray start --block`` in a session of its own. ``--spread`` puts one worker on each node. The tests that need Ray are skipped, saying so, when it is not
-installed (the ``ray`` extra); the checks of the errors a user without Ray sees always run.
+CPU each, each ``ray start --block`` in a session of its own. ``--spread`` puts one worker on each node. The tests
+that need Ray are skipped, saying so, when it is not installed (the ``ray`` extra); the checks of the errors a user
+without Ray sees always run.
 """
 
 from __future__ import annotations
@@ -161,14 +162,7 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 
 
-def test_kernel_death_ends_the_actors_and_their_workers(kernel, run_root, ray_cluster):
-    name = "rayorphans"
-    assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
-    assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
-    assert len(processes_of_run_root(run_root)) >= 4  # two hosts and two workers
-    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors
-    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
-    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
+# The kernel's kill -9 ending every actor and process: test_ray_nodes.py (three nodes, node zygotes too).
 
 
 @needs_ray
