@@ -82,7 +82,6 @@ class Cluster:
         elastic, capacity = elastic_start(spec, self.backend)  # --min-workers: as many as the cluster can place
         tasks = roles.plan(elastic.size_for(capacity) if elastic else spec.workers, chief=spec.chief,
                            evaluator=spec.evaluator, ps=spec.ps, cell=spec.code, names=cell_scan.of_spec(spec).names)
-        self._tasks = tasks
         self.state = initial_state(self.name, self.backend.name, self.run_dir, tasks, self.settings)
         self._noise_level = noise_level(cpp_log_level(os.environ, spec.env))  # C++ chatter: magics/run/noise.py
         self._noise = [NoiseFilter(self._noise_level) for _ in self.state.workers]
@@ -223,13 +222,13 @@ class Cluster:
         code = "\n" + self.spec.code  # line 1: the %%worker line
         push = sign_push(self._key, pickle.dumps(self.spec.push)) if self.spec.push else None  # checked by workers
         prepare_run_dir(self.run_dir, code, push,
-                        [log_path(self.run_dir, i) for i in range(len(self._tasks))])
+                        [log_path(self.run_dir, i) for i in range(len(self._core.tasks))])
 
     def _launch_group(self) -> None:
         # each worker's address, GPUs, TF_CONFIG and environment: group_launch.py
         self._worker_group = WorkerGroup()
         launch_group(self._worker_group.handles, backend=self.backend, spec=self.spec, settings=self.settings,
-                     tasks=self._tasks, run_dir=self.run_dir, generation=self.state.generation, relay=self.relay,
+                     tasks=self._core.tasks, run_dir=self.run_dir, generation=self.state.generation, relay=self.relay,
                      key=self._key, run_id=self.run_id, extra_env=self._extra_env())
 
     def _extra_env(self) -> dict[str, str]:
@@ -342,10 +341,8 @@ class Cluster:
         """The group again, on fresh ports (the core has started a new attempt)."""
         self._worker_group.kill()
         self._worker_group.close()
-        if len(self._tasks) != len(self.state.workers):  # an elastic group changed size (the core's decision)
-            self._tasks = self._core.tasks
-            self._noise = self._noise[:len(self._tasks)] + [
-                NoiseFilter(self._noise_level) for _ in range(len(self._noise), len(self._tasks))]
+        size = len(self._core.tasks)  # an elastic group may have changed size (the core's decision)
+        self._noise = self._noise[:size] + [NoiseFilter(self._noise_level) for _ in range(len(self._noise), size)]
         try:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
