@@ -10,8 +10,13 @@ It starts the worker in a session and process group of its own, then
 - watches its stdin, a pipe from the kernel: ``stop`` stops the worker group, ``stacks`` makes the worker
   dump its Python stacks (SIGUSR1, see bootstrap), and end-of-file — the kernel died, even by ``kill -9`` —
   stops the worker group at once;
-- on SIGTERM stops the worker group (TERM, a grace period, KILL), then reports the worker's exit code and
-  exits with it (128+N when the worker was killed by signal N).
+- on SIGTERM stops the worker group, then reports the worker's exit code and exits with it (128+N when the
+  worker was killed by signal N).
+
+Stopping the group (``procs.kill.interrupt_group``): SIGINT first — the worker gets ``KeyboardInterrupt`` in its
+main thread, so the cell's ``finally:`` blocks and ``atexit`` run (``distlib/worker/stop_signal.py``) —, SIGTERM
+after ``NBWORKERS_STOP_INTERRUPT_GRACE`` seconds if it is still there (a worker blocked in C code), SIGKILL at
+``--grace`` (the ``stop_grace`` setting).
 
 With ``--zygote SOCKET`` (``zygotes``, the default for local workers) the worker is not spawned but forked by
 the kernel's zygote, TensorFlow already imported (``zygote_client``): this host passes it the write end of its
@@ -48,17 +53,21 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def _die_with_host():
-    """A ``preexec_fn`` that makes the worker get SIGKILL when this host dies (Linux; elsewhere None): a host
-    killed before its worker's ``hello`` — the kernel does not know the worker's pid yet — leaves no worker."""
+    """A ``preexec_fn`` that makes the worker get SIGKILL when this host dies (Linux; elsewhere only the SIGINT
+    below): a host killed before its worker's ``hello`` — the kernel does not know the worker's pid yet — leaves
+    no worker. It also gives SIGINT back its default, which this host ignores and an ``exec`` would pass on: a stop
+    starts with SIGINT (``stop_group``), and Python makes it a ``KeyboardInterrupt`` only when it starts with the
+    default."""
     try:
         import ctypes
 
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return None
+        return lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     host = os.getpid()
 
     def arm() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != host:  # the host died between fork and prctl
             os._exit(137)
@@ -114,6 +123,14 @@ def kill_group(pgid: int, grace: float) -> None:
     from nbworkers.procs.kill import kill_group as kill
 
     kill(pgid, grace)
+
+
+def stop_group(pgid: int, grace: float) -> None:
+    """SIGINT the process group, SIGTERM after the interrupt grace, SIGKILL at ``grace`` seconds, each only while
+    it is there (``procs.kill.interrupt_group``; imported when needed, as above)."""
+    from nbworkers.procs.kill import interrupt_group
+
+    interrupt_group(pgid, grace, env_settings.STOP_INTERRUPT_GRACE.get())
 
 
 def group_alive(pgid: int) -> bool:
@@ -186,7 +203,7 @@ class LogForwarder:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nbworkers-host")
     parser.add_argument("--log", required=True, help="the worker's log file (appended to)")
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds from a stop's SIGINT to SIGKILL")
     parser.add_argument("--role", default="worker")
     parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
                         "spawn the command when it cannot")
@@ -233,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop_worker() -> None:
         if stop_once.acquire(blocking=False):
-            kill_group(worker.pid, args.grace)
+            stop_group(worker.pid, args.grace)
 
     def watch_kernel() -> None:
         for line in sys.stdin:

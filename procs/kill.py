@@ -12,6 +12,10 @@ is TERM, up to ``grace`` seconds for the processes to go, KILL, then up to ``wai
 - ``stop_processes(procs, grace)``: processes already checked to be ours (``liveness.leftover_processes``).
 - ``kill_group(pgid, grace)``: a group this process just started itself (the host's worker, a test's child):
   no ownership check.
+- ``interrupt_group(pgid, grace, interrupt_grace)``: the same group, asked first: SIGINT (a Python worker gets
+  ``KeyboardInterrupt`` in its main thread, so its ``finally:`` blocks and ``atexit`` run), up to
+  ``interrupt_grace`` s, then ``kill_group``'s TERM and KILL at ``grace`` s from the start (the steps:
+  ``stop_steps``).
 - ``kill_process_groups(procs)``: SIGKILL the group of each process found by ``strays.processes_under`` (tests,
   the demo, benchmarks: what a run root left behind).
 
@@ -24,13 +28,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
 from nbworkers.procs.ownership import RunMarker, ours_in_group
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when processes are stopped directly
+INTERRUPT_GRACE = 1.0  # interrupt_group: seconds between SIGINT and SIGTERM (NBWORKERS_STOP_INTERRUPT_GRACE)
 POLL_INTERVAL = 0.05  # seconds between checks while waiting for processes to go
 
 
@@ -156,6 +161,38 @@ def kill_group(pgid: int, grace: float = 0.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_steps(grace: float, interrupt_grace: float) -> list[tuple[float, signal.Signals]]:
+    """When ``interrupt_group`` sends which signal, in seconds from its start: SIGINT at once, SIGTERM after
+    ``interrupt_grace`` (no later than ``grace``), SIGKILL at ``grace``; ``grace`` 0: SIGKILL at once."""
+    if grace <= 0:
+        return [(0.0, signal.SIGKILL)]
+    return [(0.0, signal.SIGINT), (min(max(interrupt_grace, 0.0), grace), signal.SIGTERM), (grace, signal.SIGKILL)]
+
+
+def interrupt_group(pgid: int, grace: float, interrupt_grace: float = INTERRUPT_GRACE,
+                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                    send: Callable[[int, int], None] = os.killpg,
+                    alive: Callable[[int], bool] | None = None) -> list[signal.Signals]:
+    """A group this process started itself (no ownership check), stopped as ``stop_steps`` says, each step only
+    while a member is left. Returns the signals sent. (``clock``, ``sleep``, ``send``, ``alive``: tests' fakes.)"""
+    is_alive = group_alive if alive is None else alive
+    start = clock()
+    sent: list[signal.Signals] = []
+    for at, sig in stop_steps(grace, interrupt_grace):
+        while clock() - start < at:
+            if not is_alive(pgid):
+                return sent
+            sleep(min(POLL_INTERVAL, max(at - (clock() - start), 0.0)))
+        if sent and not is_alive(pgid):
+            return sent
+        try:
+            send(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return sent
+        sent.append(sig)
+    return sent
 
 
 def kill_process_groups(procs: list[psutil.Process]) -> list[int]:

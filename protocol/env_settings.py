@@ -235,6 +235,10 @@ PREEMPTION_WAIT = _declare(EnvSetting(
 PREEMPTION_SAVE_TIMEOUT = _declare(EnvSetting(
     "NBWORKERS_PREEMPTION_SAVE_TIMEOUT", 60.0, SECONDS, WORKERS, "seconds from SIGTERM to exit, at most"))
 
+STOP_INTERRUPT_GRACE = _declare(EnvSetting(
+    "NBWORKERS_STOP_INTERRUPT_GRACE", 1.0, SECONDS, HOSTS,
+    "a stopped worker gets SIGINT (KeyboardInterrupt: its `finally:` blocks run), then SIGTERM after this many "
+    "seconds if it is still there, then SIGKILL at the `stop_grace` setting"))
 LOG_BATCH_INTERVAL = _declare(EnvSetting(
     "NBWORKERS_LOG_BATCH_INTERVAL", 0.05, POSITIVE_SECONDS, HOSTS,
     "seconds between the relay messages that carry a worker's output to the kernel"))

@@ -6,6 +6,8 @@ kernel variables, and the directory the cell runs in (put first on ``sys.path`` 
 ``%%writefile`` import as in the tutorials).
 
 ``SIGUSR1`` dumps every thread's Python stack into the worker's log (the no-progress watchdog uses it).
+``SIGINT`` is the host's stop (``stop_signal``): a ``KeyboardInterrupt`` in the cell, whose ``finally:`` blocks run,
+then the ``atexit`` functions; the worker reports itself ``stopped`` and exits with ``stop_signal.STOPPED_EXIT_CODE``.
 
 A worker forked from a zygote (``nbworkers.distlib.worker.zygote``) does not start here: the zygote imported
 ``PRELOAD`` ahead, and its child takes the run's environment (``adopt_environment``) and calls ``main()``.
@@ -13,16 +15,18 @@ A worker forked from a zygote (``nbworkers.distlib.worker.zygote``) does not sta
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import faulthandler
 import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 import types
 
-from nbworkers.distlib.worker import startup
+from nbworkers.distlib.worker import startup, stop_signal
 from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.private import files as own_files
 from nbworkers.protocol.private import netns
@@ -41,6 +45,7 @@ PRELOAD = (
     "nbworkers.distlib.compat.keras_compat",
     "nbworkers.distlib.reporting",
 )
+ATEXIT_TIMEOUT_S = 10.0  # the atexit functions' time at a worker's end; then it leaves without waiting for them
 
 
 def load_pushed(path: str | None, key: str = "") -> dict:
@@ -79,6 +84,7 @@ def main() -> int:
     netns.join_from_env()  # the run's private network namespace, while this process has one thread (netns.py)
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    stop_signal.install()  # the host's stop: KeyboardInterrupt in the cell (a spawned worker inherits SIGINT ignored)
     code_path = os.environ[wire.ENV_CODE]
     cwd = os.environ.get(wire.ENV_CWD) or os.getcwd()
     os.chdir(cwd)
@@ -118,20 +124,63 @@ def main() -> int:
         exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        if stop_signal.requested():
+            print(f"--- nbworkers: stopped ({stopped_where(code_path)})", file=sys.stderr)
+            exit_code = stop_signal.STOPPED_EXIT_CODE
+        else:  # raised by the cell itself
+            detail = print_user_traceback(code_path)
+            exit_code = 1
     except BaseException:
         detail = print_user_traceback(code_path)
         exit_code = 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cell is over: a stop now has nothing left to interrupt
     try:
         run_startup_hook("after_user_code")
     except Exception:
         traceback.print_exc()
+    # stopped: interrupted, or ended (a cell that caught the KeyboardInterrupt), or left after a preemption save
+    stopped = stop_signal.requested() and exit_code in (stop_signal.STOPPED_EXIT_CODE, 0, wire.PREEMPTION_EXIT_CODE)
+    if stopped and exit_code == 0:
+        exit_code = stop_signal.STOPPED_EXIT_CODE
+    run_atexit(exit_code)
     sys.stdout.flush()
     sys.stderr.flush()
     if sender is not None:
-        ended = WorkerStatus.FINISHED if exit_code == 0 else WorkerStatus.FAILED
+        ended = WorkerStatus.STOPPED if stopped else WorkerStatus.FINISHED if exit_code == 0 else WorkerStatus.FAILED
         sender.send("status", state=ended.value, detail=detail)
         sender.close()
     return exit_code
+
+
+def stopped_where(code_path: str) -> str:
+    """Where the stop's ``KeyboardInterrupt`` met the cell: ``at line 7 of the cell`` (its deepest line)."""
+    tb = sys.exc_info()[2]
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == code_path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"at line {line} of the cell" if line is not None else "outside the cell's own lines"
+
+
+def run_atexit(exit_code: int, timeout: float = ATEXIT_TIMEOUT_S) -> None:
+    """Run the ``atexit`` functions now (the worker leaves with ``os._exit``, which skips them), for at most
+    ``timeout`` seconds: then the worker leaves with ``exit_code`` without waiting for the rest."""
+    def give_up() -> None:
+        if not finished.wait(timeout):
+            print(f"nbworkers: the atexit functions took more than {timeout:g} s: leaving without them",
+                  file=sys.stderr, flush=True)
+            os._exit(exit_code)
+
+    finished = threading.Event()
+    threading.Thread(target=give_up, name="nbworkers-atexit-timeout", daemon=True).start()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # (atexit prints a failing function's traceback itself)
+        pass
+    finally:
+        finished.set()
 
 
 def adopt_environment(env: dict[str, str]) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
 from nbworkers.distlib.compat import collectives_at_start
-from nbworkers.distlib.worker import leader_wait
+from nbworkers.distlib.worker import leader_wait, stop_signal
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol import (
     cell_scan,  # standard library only: no kernel machinery
@@ -90,5 +90,9 @@ def arm(tensorflow_module: object = None) -> bool:
         send_status(WorkerStatus.WAITING, f"connecting to the {info.num_workers} workers")
         leader_wait.wait_for_leader(info)
 
-    return collectives_at_start.arm(info, before_connect=before_connect,
-                                    after_connect=lambda: send_status(WorkerStatus.RUNNING), on_configured=remember)
+    def after_connect() -> None:
+        stop_signal.reassert_sigterm()  # the coordination service's C-level SIGTERM handler would swallow a stop
+        send_status(WorkerStatus.RUNNING)
+
+    return collectives_at_start.arm(info, before_connect=before_connect, after_connect=after_connect,
+                                    on_configured=remember)

@@ -17,6 +17,12 @@ in the cell. What we add around PCH:
   (a peer died) still reacts: when no training step finishes for ``NBWORKERS_PREEMPTION_WAIT`` seconds (or 3
   step times, whichever is longer) it leaves without a save, killed by SIGTERM as it would have been
   without us. ``NBWORKERS_PREEMPTION_SAVE_TIMEOUT`` caps the whole wait.
+- A stop from the worker's host starts with SIGINT (``stop_signal``: elsewhere a ``KeyboardInterrupt``); while a
+  training loop runs it is taken as SIGTERM is (save at the same step, then leave), and the host's SIGTERM that
+  follows it is part of the same stop, not a second one. A SIGINT is seen in the main thread (Python runs
+  handlers there), so a worker blocked in C code sees the stop at the host's SIGTERM. A SIGINT the process
+  announced as its own (a session interrupting its cell) stays a ``KeyboardInterrupt``. When the loop ends before
+  the save step, a stop that began with SIGINT leaves with ``KeyboardInterrupt`` (``finally:`` blocks run).
 - ``NBWORKERS_PREEMPTION``: ``auto`` (default: on for workers of a cluster), ``1`` (also without TF_CONFIG),
   ``0`` (off: SIGTERM kills as usual).
 """
@@ -34,7 +40,7 @@ from typing import Any, Callable
 from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat import preemption_handler
 from nbworkers.distlib.reporting import flush_reports
-from nbworkers.distlib.worker import worker_facts
+from nbworkers.distlib.worker import stop_signal, worker_facts
 from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.private.dirs import runtime_dir
 
@@ -97,6 +103,8 @@ class PreemptionSaver:
         self._lock = threading.Lock()
         self._term_at: float | None = None
         self._terms = 0
+        self._asked_by: int | None = None  # the signal of the first leave request (SIGTERM, or a stop's SIGINT)
+        self._previous_int_handler: Any = None
         self._last_step_at = time.monotonic()
         self._step_time = 0.0
         self._steps = 0
@@ -126,6 +134,7 @@ class PreemptionSaver:
             self._active = True
             self._last_step_at = time.monotonic()
         self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm_in_main_thread)
+        self._previous_int_handler = signal.signal(signal.SIGINT, self._on_sigint_in_main_thread)
         self._install_wakeup()
         return True
 
@@ -134,9 +143,15 @@ class PreemptionSaver:
             self._active = False
             self._save_fn = None
             terminating = self._term_at is not None
+            stopped = self._asked_by == signal.SIGINT
         if threading.current_thread() is threading.main_thread():
             self._remove_wakeup()
             signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
+            signal.signal(signal.SIGINT, self._previous_int_handler or signal.default_int_handler)
+            if stopped:  # a stop, and the loop ended before the save step: leave as any stopped worker does
+                _log("stopped; training ended before the checkpoint step: leaving")
+                stop_signal.note_stop()
+                raise KeyboardInterrupt
         if terminating:  # asked to leave and the loop ended before the save step: leave now
             _log("SIGTERM received; training ended before the checkpoint step: leaving")
             _die_by_sigterm()
@@ -184,7 +199,8 @@ class PreemptionSaver:
 
     def _exit_after_save(self) -> None:
         self.leaving = True
-        received = "received SIGTERM" if self._term_at is not None else "a peer received SIGTERM"
+        received = ("was stopped" if self._asked_by == signal.SIGINT
+                    else "received SIGTERM" if self._term_at is not None else "a peer received SIGTERM")
         _log(f"{received}; every worker saved a checkpoint at the same step; exiting with code "
              f"{PREEMPTION_EXIT_CODE} so the group restarts from it")
         try:
@@ -197,6 +213,16 @@ class PreemptionSaver:
     def _on_sigterm_in_main_thread(self, signum, frame) -> None:
         if self._wakeup_r is None:  # no wakeup fd: this handler is the only one that sees the signal
             self._on_term()
+
+    def _on_sigint_in_main_thread(self, signum, frame) -> None:
+        """A stop (the host's SIGINT) saves as SIGTERM does; the process's own interrupt stays one."""
+        if stop_signal.take_own_interrupt():
+            raise KeyboardInterrupt
+        if not self._active:  # (between _stop's flag and its handler reset)
+            stop_signal.note_stop()
+            raise KeyboardInterrupt
+        stop_signal.note_stop(hold_sigterm=False)  # the worker reports "stopped" after its save
+        self._on_term(signal.SIGINT)
 
     def _install_wakeup(self) -> None:
         if self._wakeup_r is not None:
@@ -238,7 +264,7 @@ class PreemptionSaver:
                 if not data:
                     return
                 for signum in data:
-                    if signum == signal.SIGTERM:
+                    if signum == signal.SIGTERM:  # (SIGINT: its handler, in the main thread)
                         self._on_term()
         finally:
             try:
@@ -246,18 +272,26 @@ class PreemptionSaver:
             except OSError:
                 pass
 
-    def _on_term(self) -> None:
+    def _on_term(self, signum: int = signal.SIGTERM) -> None:
+        """A request to leave: SIGTERM (from any thread), or a stop's SIGINT (main thread)."""
         if self.leaving:  # the checkpoint is saved and the worker is exiting with code 42 anyway
             return
         with self._lock:
-            self._terms += 1
-            first = self._terms == 1
+            first = self._asked_by is None
+            # the host's SIGTERM after its stop's SIGINT is the same stop going on, not a second request
+            same_stop = signum == signal.SIGINT or (self._asked_by == signal.SIGINT and self._terms == 0)
+            if signum == signal.SIGTERM:
+                self._terms += 1
             active = self._active
             if first:
+                self._asked_by = signum
                 self._term_at = time.monotonic()
+        if same_stop and not first:
+            return
         if not first or not active:
             _die_by_sigterm()
-        _log("SIGTERM received: saving a checkpoint at the next step before leaving")
+        asked = "stopped" if signum == signal.SIGINT else "SIGTERM received"
+        _log(f"{asked}: saving a checkpoint at the next step before leaving")
         threading.Thread(target=self._announce, daemon=True, name="nbworkers-preemption-notice").start()
         threading.Thread(target=self._watch_deadline, daemon=True, name="nbworkers-preemption-deadline").start()
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import env_settings, session_data, session_wire, wire
 
@@ -111,6 +112,7 @@ class SessionWorker:
 
     def interrupt(self) -> None:
         if self.in_cell and self._main_ident is not None:  # (the main thread's ident is always set)
+            stop_signal.own_interrupt()  # this SIGINT ends the cell, not the session (a host's SIGINT is a stop)
             signal.pthread_kill(self._main_ident, signal.SIGINT)
 
     def abort(self, reason: str) -> None:
@@ -141,14 +143,17 @@ class SessionWorker:
             raise KeyboardInterrupt
 
     def _on_sigint(self, signum, frame) -> None:
+        if not stop_signal.take_own_interrupt():  # the host's: the session stops (serve() returns after the cell)
+            stop_signal.note_stop()
+            raise KeyboardInterrupt
         if self.in_cell:
             raise KeyboardInterrupt
         # between cells: nothing to interrupt
 
     # ------------------------------------------------------------------------------ the main thread
     def serve(self) -> int:
-        signal.signal(signal.SIGINT, self._on_sigint)  # the host started us with SIGINT ignored
-        while True:
+        signal.signal(signal.SIGINT, self._on_sigint)  # the cells' interrupts and the host's stop (stop_signal)
+        while not stop_signal.requested():  # (a stop between cells raises KeyboardInterrupt out of get())
             kind, content = self.commands.get()
             if kind == "shutdown":
                 return 0
@@ -162,6 +167,7 @@ class SessionWorker:
                 self.push(content)
             elif kind == "save":
                 self.save(content)
+        return 0  # stopped in a cell: the bootstrap reports the stop
 
     def run_cell(self, cell: int, code: str) -> None:
         filename = f"<session cell {cell}>"

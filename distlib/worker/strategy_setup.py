@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
-import threading
 from typing import Any
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 from nbworkers.distlib.compat import eager_context, mwms_patch
-from nbworkers.distlib.worker import collective_startup, leader_wait, worker_facts
+from nbworkers.distlib.worker import collective_startup, leader_wait, stop_signal, worker_facts
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol.statuses import WorkerStatus
 
@@ -58,15 +56,6 @@ def check_devices_agree(extended: Any) -> None:
     collectives.check_worker_facts(facts)
 
 
-def restore_default_sigterm() -> None:
-    """TensorFlow (2.21) installs a C-level SIGTERM handler with the strategy that logs "SIGTERM caught" and
-    carries on, so a stop or a preemption would wait out the whole grace period. Give SIGTERM back its default
-    action, unless Python code installed a handler of its own (distlib's preemption handler installs its own
-    later, at the first training step)."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def before_setup(cluster_resolver: Any, extended: Any) -> None:
     """Right before the strategy connects to the other workers."""
     enabled = collective_startup.enabled_for()
@@ -83,8 +72,8 @@ def before_setup(cluster_resolver: Any, extended: Any) -> None:
 
 
 def after_setup(extended: Any, eagerly: bool) -> None:
-    """Right after: SIGTERM back to its default, the cross-worker device check, "running"."""
-    restore_default_sigterm()
+    """Right after: SIGTERM back to Python's disposition, the cross-worker device check, "running"."""
+    stop_signal.reassert_sigterm()
     if eagerly and mwms_patch.shape_of(extended).num_workers > 1:
         check_devices_agree(extended)
     send_status(WorkerStatus.RUNNING)

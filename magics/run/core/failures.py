@@ -55,7 +55,7 @@ class WorkerCrashed(WorkerFailure):
 
 
 class WorkerPreempted(WorkerFailure):
-    """Asked to leave (SIGTERM) and left after saving a checkpoint."""
+    """Asked to leave (SIGTERM, or a stop's SIGINT), perhaps after saving a checkpoint."""
 
     retryable = True
 
@@ -141,6 +141,8 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
             name = f"signal {-code}"
         if -code == signal.SIGTERM:
             return WorkerPreempted(f"worker {worker} was terminated ({name})", worker, log_tail)
+        if -code == signal.SIGINT:  # a stop's first signal (procs/kill.py: interrupt_group), as SIGTERM: asked to go
+            return WorkerPreempted(f"worker {worker} was interrupted ({name})", worker, log_tail)
         return WorkerCrashed(f"worker {worker} was killed by {name}", worker, log_tail)
     if code == OOM_KILLED_CODE:
         return WorkerCrashed(f"worker {worker} was killed (exit code 137: out of memory?)", worker, log_tail)

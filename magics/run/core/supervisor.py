@@ -197,8 +197,8 @@ class Supervisor:
         """An exit seen after the restart was decided. A peer's loss is often noticed first: a kill -9'd worker's
         exit can reach the kernel a loop after its peer's "lost a peer" exit, and Ray declares a node dead only
         after missed health checks. A crash or a lost node seen then is the restart's cause (it explains the peer's
-        failure). What our own stop did is not: SIGTERM, a preemption exit (42), a SIGKILL after the stop's grace,
-        and anything once the user asked for the restart."""
+        failure). What our own stop did is not: SIGINT or SIGTERM, a preemption exit (42), a SIGKILL after the stop's
+        grace, and anything once the user asked for the restart."""
         if not code or self.pending is None or isinstance(self.pending, UserRestart):
             return
         late = classify_exit(index, code, log_tail)

@@ -1,0 +1,90 @@
+"""A worker's side of a stop: SIGINT from its host is a ``KeyboardInterrupt`` in the main thread.
+
+The host stops a worker with SIGINT first (``procs.kill.interrupt_group``), then SIGTERM after
+``NBWORKERS_STOP_INTERRUPT_GRACE`` seconds if it is still there, then SIGKILL at the ``stop_grace`` setting.
+``install()`` (the bootstrap, in the main thread) makes the first of these a ``KeyboardInterrupt`` raised where
+the cell is, so its ``finally:`` blocks and ``with`` exits run, then the bootstrap's end and ``atexit``. Once it
+has been raised, SIGTERM is ignored: the cell's clean-up gets until SIGKILL, not until the host's SIGTERM. A
+worker that never gets back to Python (blocked in C code, a collective whose peer is gone) cannot raise it: the
+SIGTERM that follows ends it.
+
+Workers never get the notebook's Interrupt (their hosts run in sessions of their own), so a SIGINT is a stop.
+A session worker interrupts its own cells with SIGINT too: it says so first (``own_interrupt``), and only a
+SIGINT it did not announce is a stop. While distlib saves on preemption (``preemption.py``, a training loop with a
+checkpoint), that handler takes SIGINT as it takes SIGTERM: save at the next step, then leave.
+
+The bootstrap reports a worker ended this way as ``stopped`` (not failed) with ``STOPPED_EXIT_CODE``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+STOPPED_EXIT_CODE = 128 + signal.SIGINT  # as a shell reports a process ended by SIGINT (the kernel reads -2)
+
+_stop_requested = False
+_own_interrupts = 0  # SIGINTs the session worker announced for its own cell interrupts
+_lock = threading.Lock()
+
+
+def requested() -> bool:
+    """Has the host asked this worker to stop?"""
+    return _stop_requested
+
+
+def install() -> None:
+    """Make the host's SIGINT a stop (main thread only; a spawned worker may have inherited SIGINT ignored)."""
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def own_interrupt() -> None:
+    """The next SIGINT is the process's own (a session worker interrupting its cell), not a stop."""
+    global _own_interrupts
+    with _lock:
+        _own_interrupts += 1
+
+
+def take_own_interrupt() -> bool:
+    """True once for each ``own_interrupt()``: the SIGINT being handled was announced."""
+    global _own_interrupts
+    with _lock:
+        if _own_interrupts <= 0:
+            return False
+        _own_interrupts -= 1
+        return True
+
+
+def note_stop(hold_sigterm: bool = True) -> None:
+    """The host asked this worker to stop: remember it, and (``hold_sigterm``) from now on ignore SIGTERM (the
+    clean-up that follows runs until it ends, or until SIGKILL at the stop grace)."""
+    global _stop_requested
+    _stop_requested = True
+    if not hold_sigterm:  # (preemption.py: its own handler takes the SIGTERM that follows)
+        return
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread (handlers always run there; kept for safety)
+        pass
+
+
+def reassert_sigterm() -> None:
+    """TensorFlow (2.21) installs a C-level SIGTERM handler when its coordination service starts (with
+    MultiWorkerMirroredStrategy, or at the first op of a cell whose collectives ``collective_startup`` set up early:
+    any cell that calls ``distlib.report()``) that logs "SIGTERM caught" and carries on, so a stop would wait out
+    the whole stop grace. Give SIGTERM back the disposition Python knows of (the default, a stop's SIG_IGN, or a
+    Python handler such as ``preemption``'s). Main thread only; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if current is not None:  # (None: set from C before Python looked: nothing of Python's to give back)
+        signal.signal(signal.SIGTERM, current)
+
+
+def on_sigint(signum: int, frame: Any) -> None:
+    """SIGINT's handler: a stop (``KeyboardInterrupt`` now); an announced interrupt of the process's own raises
+    ``KeyboardInterrupt`` too, without the stop."""
+    if not take_own_interrupt():
+        note_stop()
+    raise KeyboardInterrupt
