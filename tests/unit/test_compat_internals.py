@@ -28,8 +28,9 @@ TF215_PYTHON = REPO / ".venv-tf215" / "bin" / "python"  # `make estimator-env`: 
 PRIVATE_MODULE = r"(?:tensorflow\.(?:python|core|compiler)|keras\.src|tf_keras\.src|tensorflow_estimator\.python)[\w.]*"
 PRIVATE_IMPORT = re.compile(rf"(?:from|import)\s+({PRIVATE_MODULE})|[\"']({PRIVATE_MODULE})[\"']")
 # Private names distlib uses that are not TensorFlow's/Keras's: the standard library's, and the state nbworkers'
-# own subclasses of upstream classes keep (estimator.ReportHook, keras_fit's save-on-SIGTERM callback).
-NOT_UPSTREAM = {"_exit", "_every", "_loss", "_guard", "_batch"}
+# own subclasses of upstream classes keep (estimator.ReportHook, keras_fit's save-on-SIGTERM callback). The
+# standard library's: os._exit, and atexit._run_exitfuncs (the bootstrap runs the atexit functions before os._exit).
+NOT_UPSTREAM = {"_exit", "_run_exitfuncs", "_every", "_loss", "_guard", "_batch"}
 # Base classes that keep a class nbworkers' own (its attributes are not upstream's): the mixin of tf_keras's
 # callback protocol declares upstream names itself, in compat/, where they are registered.
 OWN_BASES = ("object", "Exception", "RuntimeError", "ValueError", "TfKerasProtocol")

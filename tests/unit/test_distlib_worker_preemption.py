@@ -20,3 +20,59 @@ def test_preemption_saving_is_on_only_for_cluster_workers_and_can_be_turned_off(
     monkeypatch.delenv("TF_CONFIG")
     monkeypatch.setenv(preemption.ENV_PREEMPTION, "1")
     assert preemption.enabled()
+
+
+class _Saver:
+    """A PreemptionSaver in a training loop, without TensorFlow: its threads and its SIGTERM death recorded."""
+
+    def __init__(self, monkeypatch):
+        from nbworkers.distlib.worker import preemption, stop_signal
+
+        monkeypatch.setattr(stop_signal, "_stop_requested", False)
+        self.deaths = 0
+        self.saves_started = 0
+        monkeypatch.setattr(preemption, "_die_by_sigterm", self._die)
+        self.saver = preemption.PreemptionSaver()
+        self.saver._active = True
+        monkeypatch.setattr(self.saver, "_announce", lambda: None)
+        monkeypatch.setattr(self.saver, "_watch_deadline", lambda: None)
+        monkeypatch.setattr(preemption, "_log", lambda message: self._logged(message))
+
+    def _die(self) -> None:
+        self.deaths += 1
+
+    def _logged(self, message: str) -> None:
+        self.saves_started += "saving a checkpoint" in message
+
+
+def test_a_stops_sigint_saves_and_the_hosts_sigterm_after_it_is_the_same_stop(monkeypatch):
+    import signal
+
+    from nbworkers.distlib.worker import stop_signal
+
+    run = _Saver(monkeypatch)
+    run.saver._on_sigint_in_main_thread(signal.SIGINT, None)  # the stop: save at the next step, no KeyboardInterrupt
+    assert run.saves_started == 1 and run.deaths == 0 and stop_signal.requested()
+    run.saver._on_term(signal.SIGTERM)  # the host's SIGTERM after its interrupt grace: the same stop
+    run.saver._on_term(signal.SIGINT)
+    assert run.saves_started == 1 and run.deaths == 0
+    run.saver._on_term(signal.SIGTERM)  # a second SIGTERM: leave at once, as before
+    assert run.deaths == 1
+
+
+def test_a_second_sigterm_still_kills_and_an_own_interrupt_stays_a_keyboard_interrupt(monkeypatch):
+    import signal
+
+    import pytest
+
+    from nbworkers.distlib.worker import stop_signal
+
+    run = _Saver(monkeypatch)
+    run.saver._on_term(signal.SIGTERM)
+    assert run.saves_started == 1 and run.deaths == 0
+    run.saver._on_term(signal.SIGTERM)
+    assert run.deaths == 1
+    monkeypatch.setattr(stop_signal, "_own_interrupts", 0)
+    stop_signal.own_interrupt()  # a session's Stop of its cell
+    with pytest.raises(KeyboardInterrupt):
+        _Saver(monkeypatch).saver._on_sigint_in_main_thread(signal.SIGINT, None)

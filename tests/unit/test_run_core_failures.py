@@ -22,6 +22,7 @@ def test_classification_of_exits():
     assert isinstance(classify_exit(1, -9, ""), WorkerCrashed)
     assert isinstance(classify_exit(1, 137, ""), WorkerCrashed)
     assert isinstance(classify_exit(1, -15, ""), WorkerPreempted)
+    assert isinstance(classify_exit(1, -2, ""), WorkerPreempted)  # a stop's SIGINT (130 from the worker): asked to go
     assert isinstance(classify_exit(1, 42, ""), WorkerPreempted)
     assert isinstance(classify_exit(0, 1, "E grpc_server_lib Could not start gRPC server"), PortCollision)
     assert isinstance(classify_exit(0, 1, "Traceback...\nValueError: shapes differ"), WorkerRaised)

@@ -166,6 +166,39 @@ def test_a_user_stop_is_not_a_failure():
     assert not any(isinstance(a, ev.Failed) for a in run.actions)
 
 
+def test_workers_interrupted_by_a_stop_read_stopped_not_failed():
+    """A stop's SIGINT: each worker's finally blocks run, it says "stopped" and exits 130 (the kernel reads -2)."""
+    run = Run()
+    run.send(ev.StatusReported(0, "running"))
+    run.send(ev.StopRequested())
+    run.send(ev.StatusReported(0, "stopped"))
+    run.send(ev.StatusReported(1, "stopped"))
+    assert run.exit((0, -signal.SIGINT, ""), (1, -signal.SIGINT, "")) == []
+    assert run.workers() == [W.STOPPED, W.STOPPED]
+    run.end()
+    assert run.state.status == C.STOPPED and run.state.failure_kind == "" and run.state.error == ""
+    assert not any(isinstance(a, ev.Failed) for a in run.actions)
+
+
+def test_a_failure_stops_the_others_with_an_interrupt_and_they_read_stopped():
+    run = Run(max_restarts=0)
+    actions = run.exit((1, 1, RAISED_LOG))
+    assert kinds(actions) == ["StopGroup", "Failed"]
+    run.send(ev.StatusReported(0, "stopped"))  # worker 0, interrupted by the stop
+    run.exit((0, -signal.SIGINT, ""))
+    assert run.workers() == [W.STOPPED, W.FAILED]
+    run.end()
+    assert run.state.status == C.FAILED and run.state.failure_kind == "WorkerRaised"
+
+
+def test_an_interrupt_of_our_restart_stop_changes_no_cause():
+    """Within the stop's grace, a worker the restart's stop interrupted exits -2: ours, not a second cause."""
+    run = Run(backoff=0.5)
+    run.exit((0, 1, "Traceback...\ntensorflow.python.framework.errors_impl.UnavailableError: Socket closed"))
+    run.exit((1, -signal.SIGINT, ""))
+    assert kinds(run.tick(0.5)) == ["Relaunch"] and run.state.restart_history[0]["kind"] == "PeerLost"
+
+
 def test_a_stop_cancels_a_pending_restart():
     run = Run(backoff=10.0)
     run.exit((1, -9, ""))

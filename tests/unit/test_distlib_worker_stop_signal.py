@@ -1,0 +1,57 @@
+"""A worker's side of a stop (distlib/worker/stop_signal.py): the host's SIGINT is a KeyboardInterrupt and a stop,
+after which SIGTERM waits for the clean-up; a session's own announced interrupt is not a stop. The handler is
+called directly: no signal is sent, and SIGTERM's disposition in this process is put back after each test."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from nbworkers.distlib.worker import stop_signal
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setattr(stop_signal, "_stop_requested", False)
+    monkeypatch.setattr(stop_signal, "_own_interrupts", 0)
+    term, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGTERM, term)
+    signal.signal(signal.SIGINT, interrupt)
+
+
+def test_the_hosts_sigint_is_a_keyboard_interrupt_and_holds_sigterm_for_the_clean_up():
+    assert not stop_signal.requested()
+    with pytest.raises(KeyboardInterrupt):
+        stop_signal.on_sigint(signal.SIGINT, None)
+    assert stop_signal.requested()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # the finally blocks get until SIGKILL
+
+
+def test_an_announced_interrupt_is_the_processs_own_not_a_stop():
+    stop_signal.own_interrupt()
+    with pytest.raises(KeyboardInterrupt):
+        stop_signal.on_sigint(signal.SIGINT, None)
+    assert not stop_signal.requested()
+    assert signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
+    with pytest.raises(KeyboardInterrupt):  # the next one was not announced: a stop
+        stop_signal.on_sigint(signal.SIGINT, None)
+    assert stop_signal.requested()
+
+
+def test_a_stop_noted_for_preemption_leaves_sigterm_to_its_handler():
+    stop_signal.note_stop(hold_sigterm=False)
+    assert stop_signal.requested() and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
+
+
+def test_install_makes_sigint_a_stop_even_when_it_was_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a spawned worker inherits it from its host
+    stop_signal.install()
+    assert signal.getsignal(signal.SIGINT) is stop_signal.on_sigint
+
+
+def test_reassert_sigterm_keeps_pythons_disposition():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stop_signal.reassert_sigterm()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
