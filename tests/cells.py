@@ -82,6 +82,26 @@ if os.environ["NBWORKERS_GENERATION"] == "0":
 print("done", flush=True)
 """
 
+# A loop that runs until it is stopped, writing "<marker>-finally-<worker>" in its finally block and
+# "<marker>-atexit-<worker>" from an atexit function; {setup} is one line run first, {body} one run at each step.
+LOOP_WITH_FINALLY = """\
+import atexit, os, time
+from nbworkers import distlib
+{setup}
+marker = {marker!r}
+me = os.environ["NBWORKERS_WORKER"]
+atexit.register(lambda: open(f"{{marker}}-atexit-{{me}}", "w").write("atexit ran"))
+step = 0
+try:
+    print("worker up", flush=True)
+    while True:
+        step += 1
+        {body}
+        time.sleep(0.01)
+finally:
+    open(f"{{marker}}-finally-{{me}}", "w").write(f"finally ran at step {{step}}")
+"""
+
 
 def worker_cell(flags: str, *parts: str) -> str:
     """``%%worker <flags>`` and the code ``parts``, joined."""

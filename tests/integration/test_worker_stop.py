@@ -1,0 +1,46 @@
+"""A stop is quick and clean: ``%workers stop`` gives each worker a KeyboardInterrupt first (SIGINT from its host),
+so the cell's ``finally:`` and its ``atexit`` functions run, and the run reads "stopped" with no worker killed by
+SIGTERM or SIGKILL. Both a plain loop and one that calls ``distlib.report()`` (whose first TensorFlow op starts the
+coordination service, and with it TensorFlow's own SIGTERM handler) stop so. Real kernel, real workers."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from cells import LOOP_WITH_FINALLY, worker_cell
+from conftest import processes_of_run_root, wait_until
+
+LOOPS = {  # name: (setup, body)
+    "plain": ("pass", "pass"),
+    # with TensorFlow imported, report() writes TensorBoard scalars: its first op starts TensorFlow's runtime
+    "reporting": ("import tensorflow", "distlib.report(step=step, loss=1.0 / step)"),
+}
+
+
+@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+def test_a_stop_runs_every_workers_finally_and_atexit_and_reads_stopped(kernel, run_root, tmp_path, zygote):
+    assert not kernel.run(f"nbworkers.settings().zygote = {zygote}").error
+    for name, (setup, body) in LOOPS.items():
+        marker = str(tmp_path / name)
+        cell = LOOP_WITH_FINALLY.format(marker=marker, setup=setup, body=body)
+        launched = kernel.run(worker_cell(f"-n 2 --name {name}", cell))
+        assert not launched.error, launched.error
+        assert wait_until(lambda: kernel.run(f"%workers logs {name}").stdout.count("worker up") == 2, 120)
+        if name == "reporting":  # past the first report: TensorFlow's runtime (and its SIGTERM handler) started
+            assert wait_until(lambda: all(w["step"] for w in kernel.value(
+                f"nbworkers.get_cluster({name!r}).snapshot()")["workers"]), 120)
+        stopped = kernel.run(f"%workers stop {name}")
+        assert not stopped.error, stopped.error
+        snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
+        assert snap["status"] == "stopped", snap
+        for worker in snap["workers"]:
+            assert worker["status"] == "stopped", worker
+            assert worker["exit_code"] not in (-signal.SIGKILL, -signal.SIGTERM), worker
+        for i in range(2):
+            assert (tmp_path / f"{name}-finally-{i}").read_text().startswith("finally ran"), f"{name} worker {i}"
+            assert (tmp_path / f"{name}-atexit-{i}").read_text() == "atexit ran", f"{name} worker {i}"
+        assert "--- nbworkers: stopped" in kernel.run(f"%workers logs {name} -w 0 --tail 5").stdout
+        assert not processes_of_run_root(run_root)
+    waited = kernel.run("%workers wait reporting")  # a user's stop is not a failure: the wait does not raise
+    assert not waited.error, waited.error
