@@ -7,7 +7,8 @@ kernel variables, and the directory the cell runs in (put first on ``sys.path`` 
 
 ``SIGUSR1`` dumps every thread's Python stack into the worker's log (the no-progress watchdog uses it).
 ``SIGINT`` is the host's stop (``stop_signal``): a ``KeyboardInterrupt`` in the cell, whose ``finally:`` blocks run,
-then the ``atexit`` functions; the worker reports itself ``stopped`` and exits with ``stop_signal.STOPPED_EXIT_CODE``.
+then the ``atexit`` functions; the worker exits with ``stop_signal.STOPPED_EXIT_CODE``, and no ``failed`` status: the
+kernel, which asked for the stop, records the worker as stopped.
 
 A worker forked from a zygote (``nbworkers.distlib.worker.zygote``) does not start here: the zygote imported
 ``PRELOAD`` ahead, and its child takes the run's environment (``adopt_environment``) and calls ``main()``.
@@ -147,8 +148,9 @@ def main() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if sender is not None:
-        ended = WorkerStatus.STOPPED if stopped else WorkerStatus.FINISHED if exit_code == 0 else WorkerStatus.FAILED
-        sender.send("status", state=ended.value, detail=detail)
+        if not stopped:  # (stopped: the kernel asked for it and says so itself; a retired task keeps its detail)
+            ended = WorkerStatus.FINISHED if exit_code == 0 else WorkerStatus.FAILED
+            sender.send("status", state=ended.value, detail=detail)
         sender.close()
     return exit_code
 

@@ -13,7 +13,8 @@ A session worker interrupts its own cells with SIGINT too: it says so first (``o
 SIGINT it did not announce is a stop. While distlib saves on preemption (``preemption.py``, a training loop with a
 checkpoint), that handler takes SIGINT as it takes SIGTERM: save at the next step, then leave.
 
-The bootstrap reports a worker ended this way as ``stopped`` (not failed) with ``STOPPED_EXIT_CODE``.
+A worker ended this way exits with ``STOPPED_EXIT_CODE`` and reports no failure (the bootstrap): the kernel, which
+asked for the stop, records it as stopped.
 """
 
 from __future__ import annotations

@@ -167,12 +167,10 @@ def test_a_user_stop_is_not_a_failure():
 
 
 def test_workers_interrupted_by_a_stop_read_stopped_not_failed():
-    """A stop's SIGINT: each worker's finally blocks run, it says "stopped" and exits 130 (the kernel reads -2)."""
+    """A stop's SIGINT: each worker's finally blocks run, then it exits 130 (the kernel reads -2), saying nothing."""
     run = Run()
     run.send(ev.StatusReported(0, "running"))
     run.send(ev.StopRequested())
-    run.send(ev.StatusReported(0, "stopped"))
-    run.send(ev.StatusReported(1, "stopped"))
     assert run.exit((0, -signal.SIGINT, ""), (1, -signal.SIGINT, "")) == []
     assert run.workers() == [W.STOPPED, W.STOPPED]
     run.end()
@@ -184,8 +182,7 @@ def test_a_failure_stops_the_others_with_an_interrupt_and_they_read_stopped():
     run = Run(max_restarts=0)
     actions = run.exit((1, 1, RAISED_LOG))
     assert kinds(actions) == ["StopGroup", "Failed"]
-    run.send(ev.StatusReported(0, "stopped"))  # worker 0, interrupted by the stop
-    run.exit((0, -signal.SIGINT, ""))
+    run.exit((0, -signal.SIGINT, ""))  # worker 0, interrupted by the stop
     assert run.workers() == [W.STOPPED, W.FAILED]
     run.end()
     assert run.state.status == C.FAILED and run.state.failure_kind == "WorkerRaised"
