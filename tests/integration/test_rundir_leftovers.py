@@ -304,8 +304,9 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         assert not error, error
         assert out.split() == ["[]", "True", "failed", "True"], out
         # the attached run works with %workers like one of the kernel's own
-        out, error = second.run_text("%workers logs doomed -w 1 --tail 1")
-        assert not error and out.strip() == "worker up", (out, error)
+        out, error = second.run_text("%workers logs doomed -w 1 --tail 2")  # (the last: the stop's own line)
+        assert not error and out.strip().splitlines()[0] == "worker up", (out, error)
+        assert out.strip().splitlines()[-1].startswith("--- nbworkers: stopped"), (out, error)
         out, error = second.run_text("%workers")
         assert not error and "doomed" in out and "failed" in out, (out, error)
         out, error = second.run_text("%workers wait doomed --timeout 10")
