@@ -18,6 +18,7 @@ per repetition before the median).
   the time spent inside ReportCallback's hooks as a share of the fits' time (the A/B comparison is limited by
   this shared machine's fit-to-fit noise; the share is not);
 - recovery: ``kill -9`` of a worker to the first step of the restarted group;
+- stop: ``%workers stop`` of a plain loop and of a ``report()`` loop, with exit codes and ``finally:`` (``stop.py``);
 - memory: the kernel's resident size with a cluster running (the kernel never imports TensorFlow).
 
 ``--quick`` runs each once with smaller loads (about two minutes). The machine is shared: the load average
@@ -65,7 +66,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
                         help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation,"
-                             "ray_nodes")
+                             "ray_nodes,stop")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
@@ -73,7 +74,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
                                                         "keras_fit", "sessions", "data", "zygote", "isolation",
-                                                        "ray_nodes"}
+                                                        "ray_nodes", "stop"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -144,6 +145,10 @@ def main() -> int:
                 results["ray_nodes"] = ray_nodes.bench(tmp, handdir, env, 1 if args.quick else args.reps,
                                                        BenchKernel=BenchKernel, hand_launch=hand_launch,
                                                        wait_first_steps=wait_first_steps, log=log)
+            if "stop" in only:  # %workers stop of a plain and a report() loop (benchmarks/stop.py)
+                import stop
+
+                results["stop"] = stop.bench(kernel, tmp, 1 if args.quick else args.reps, log)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

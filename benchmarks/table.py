@@ -125,6 +125,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import data
 
         rows += data.rows(results["data"])
+    if results.get("stop"):
+        import stop
+
+        rows += stop.rows(results["stop"])
     rss = results.get("rss")
     if rss:
         rows.append(("kernel resident memory: idle with nbworkers / first cluster running / most seen",
