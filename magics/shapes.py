@@ -176,7 +176,7 @@ class WorkerHandle(Protocol):
     worker_pid: int | None  # the pid the worker reported (``hello``); None off this machine
 
     def poll(self) -> int | None: ...  # exit code (negative: killed by that signal), None while it runs
-    def request_stop(self) -> None: ...  # TERM, the stop grace, KILL; returns at once
+    def request_stop(self) -> None: ...  # INT, TERM, the stop grace, KILL; returns at once
     def dump_stacks(self) -> None: ...
     def pgids(self) -> list[int]: ...  # process groups of this machine to kill
     def note_worker(self, pid: int, zygote_pids: frozenset[int] = frozenset()) -> None: ...  # its hello's pid

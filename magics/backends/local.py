@@ -96,7 +96,8 @@ class WorkerProcess:
             pass
 
     def request_stop(self) -> None:
-        """Ask the host to stop the worker group (TERM, grace, KILL); returns at once."""
+        """Ask the host to stop the worker group (INT, TERM, grace, KILL: ``procs.kill.interrupt_group``);
+        returns at once."""
         self._tell_host("stop")
 
     def dump_stacks(self) -> None:

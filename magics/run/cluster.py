@@ -116,7 +116,7 @@ class Cluster:
         return data
 
     def stop(self) -> None:
-        """Ask the supervisor to stop every worker (TERM, a grace period, KILL). Thread-safe; returns at once."""
+        """Ask the supervisor to stop every worker (INT, TERM, a grace period, KILL). Thread-safe; returns at once."""
         self._stop_event.set()
 
     def restart(self) -> None:

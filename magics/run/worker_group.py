@@ -22,7 +22,8 @@ class WorkerGroup:
         self.handles: list[WorkerHandle] = []  # worker i's handle at index i
 
     def request_stop(self) -> None:
-        """TERM every worker, then KILL after the stop grace (each handle's own timer); returns at once."""
+        """Interrupt every worker (SIGINT: KeyboardInterrupt), then TERM, then KILL after the stop grace (each
+        handle's host times it); returns at once."""
         for handle in self.handles:
             handle.request_stop()
 

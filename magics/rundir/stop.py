@@ -49,7 +49,7 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
              poll_interval: float = POLL_INTERVAL) -> dict[str, Any]:
     """Stop a run and wait for it to be gone.
 
-    1. write ``stop-requested``: a live kernel's supervisor stops the group (TERM, grace, KILL) and records it;
+    1. write ``stop-requested``: a live kernel's supervisor stops the group (INT, TERM, grace, KILL) and records it;
     2. after ``stop_timeout`` (default: the stop grace + a margin), or at once when the kernel is dead,
        TERM then KILL whatever is left of the host and worker process groups;
     3. when the kernel is dead, record the run as stopped in its state file.

@@ -194,7 +194,7 @@ class NbworkersWorkerHost:
         return host.wait()
 
     def tell(self, command: str) -> None:
-        """``stop`` (TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
+        """``stop`` (INT, TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
         host = self._host
         if host is None or host.stdin is None or host.poll() is not None:
             return
@@ -255,7 +255,7 @@ class NbworkersWorkerHost:
             kill_group(host.pid)
 
     def release(self, grace: float) -> bool:
-        """Leave nothing behind: stop the worker group (TERM, ``grace``, KILL) if it still runs, reap the
+        """Leave nothing behind: stop the worker group (INT, TERM, ``grace``, KILL) if it still runs, reap the
         host. True when everything is gone."""
         host = self._host
         if host is None:

@@ -148,7 +148,7 @@ class RayWorkerProcess:
             self._sent.append(getattr(self.actor, method).remote(*args))
 
     def request_stop(self) -> None:
-        """Ask the host to stop the worker group (TERM, grace, KILL); returns at once."""
+        """Ask the host to stop the worker group (INT, TERM, grace, KILL); returns at once."""
         self._send("tell", "stop")
 
     def dump_stacks(self) -> None:

@@ -128,7 +128,7 @@ class SupervisorCrashed:
 # ----------------------------------------------------------------------------------------------- actions
 @dataclass(frozen=True)
 class StopGroup:
-    """Ask every worker to stop (TERM; the kill deadline follows)."""
+    """Ask every worker to stop (INT, then TERM; the kill deadline follows)."""
 
 
 @dataclass(frozen=True)
