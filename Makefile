@@ -2,16 +2,19 @@
 #   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
 #   make test   set up, then run the whole test suite: tests/unit, then tests/integration
 #   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
+#   make test-installed   the tests marked `installed`, against the wheel installed in .venv-installed
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TF215_VENV := .venv-tf215
+INSTALLED_VENV := .venv-installed
+INSTALLED_EXTRAS := test,ray,tensorboard
 STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension clean
+.PHONY: setup demo test test-fast test-installed lab bench wheel installed-env estimator-env browser-deps labextension clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -31,11 +34,21 @@ $(STAMP): pyproject.toml
 browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-# The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on).
-# nbworkers itself is re-installed every time (cheap): an editable install made while a package folder was
-# incomplete is recorded wrongly by setuptools.
-estimator-env: $(TF215_VENV)/.installed
-	$(TF215_VENV)/bin/python -m pip install -q --no-deps -e .
+# dist/nbworkers-*.whl from the checkout. (A placeholder: the real target comes with the wheel's own change.)
+wheel: $(STAMP)
+	rm -rf dist && $(PY) -m pip wheel -q --no-deps -w dist .
+
+# .venv-installed: a venv with the wheel installed (not editable) and its extras from the registry (pip's cache), for
+# the tests marked `installed` (make test-installed). A re-run is cheap while the wheel's content is the same; when
+# only nbworkers changed it alone is reinstalled; other dependencies: a fresh venv (tools/installed_env.py).
+installed-env: wheel
+	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel-dir dist --extras $(INSTALLED_EXTRAS)
+
+# The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on), with nbworkers
+# installed the README's way for `%%worker --python`: `pip install --no-deps`, here from the wheel (re-installed
+# every time: cheap).
+estimator-env: $(TF215_VENV)/.installed wheel
+	$(TF215_VENV)/bin/python -m pip install -q --no-deps --force-reinstall dist/nbworkers-*.whl
 
 $(TF215_VENV)/.installed: pyproject.toml
 	test -x $(TF215_VENV)/bin/python || $(PYTHON) -m venv $(TF215_VENV)
@@ -50,14 +63,24 @@ demo: setup
 # is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The integration
 # tests run even when a unit test failed; the exit status is non-zero when either run failed (5, nothing selected
 # by PYTEST_ARGS' markers in one folder, is not a failure).
-# PYTEST_ARGS goes to both, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray).
+# PYTEST_ARGS goes to both, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
+# installed). The tests marked `installed` run once, in a third run: on the wheel installed in .venv-installed
+# (--installed-tests=only), never in .venv's (--installed-tests=skip). That run is the venv's `pytest` script, not
+# `python -m pytest`, so the checkout's root (its folders distlib/, magics/...) is not on sys.path; tests/conftest.py
+# stops it when nbworkers is not imported from .venv-installed's site-packages.
 PYTEST_ARGS ?=
+RUN_INSTALLED = $(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --installed-tests=only $(PYTEST_ARGS)
 
-test: setup browser-deps estimator-env
+test: setup browser-deps estimator-env installed-env
 	@status=0; for kind in unit integration; do \
-	  $(PY) -m pytest tests/$$kind $(PYTEST_ARGS); code=$$?; \
+	  $(PY) -m pytest tests/$$kind --installed-tests=skip $(PYTEST_ARGS); code=$$?; \
 	  [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
-	done; exit $$status
+	done; \
+	$(RUN_INSTALLED); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
+	exit $$status
+
+test-installed: installed-env browser-deps estimator-env
+	@$(RUN_INSTALLED); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
 
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -78,4 +101,4 @@ labextension: setup
 	$(PY) tools/labextension_stamp.py --write
 
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
+	rm -rf $(VENV) $(TF215_VENV) $(INSTALLED_VENV) dist build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,46 @@ from nbworkers.kernel_driver import (  # noqa: F401 (tests import CellResult and
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.procs.strays import kill_strays, processes_under
 
+INSTALLED_TESTS_OPTION = "--installed-tests"
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        INSTALLED_TESTS_OPTION, choices=("skip", "only"), default=None,
+        help="the tests marked `installed`: skip them (the run on the checkout's editable install) or run only them "
+             "(the run on the wheel installed in .venv-installed: make test-installed); default: no filter")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The installed run must test the installed package: nbworkers from this interpreter's site-packages."""
+    if session.config.getoption(INSTALLED_TESTS_OPTION) != "only":
+        return
+    import nbworkers
+
+    module = Path(nbworkers.__file__).resolve()
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    checkout = Path(__file__).resolve().parent.parent
+    on_path = [entry for entry in sys.path if Path(entry or ".").resolve() == checkout]
+    if sys.prefix == sys.base_prefix or not module.is_relative_to(purelib) or on_path:
+        raise pytest.UsageError(
+            f"{INSTALLED_TESTS_OPTION}=only tests the installed package, but nbworkers was imported from {module} "
+            f"(this venv's site-packages: {purelib}), checkout on sys.path: {bool(on_path)}. Run `make "
+            "test-installed`: the .venv-installed/bin/pytest script, not `python -m pytest`, which puts the "
+            "checkout's root, with its folders distlib/, magics/..., on sys.path")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mode = config.getoption(INSTALLED_TESTS_OPTION)
+    if mode is None:
+        return
+    wanted = mode == "only"
+    kept = [item for item in items if (item.get_closest_marker("installed") is not None) == wanted]
+    deselected = [item for item in items if (item.get_closest_marker("installed") is not None) != wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 class Kernel(KernelDriver):
