@@ -39,12 +39,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
     checkout = Path(__file__).resolve().parent.parent
     on_path = [entry for entry in sys.path if Path(entry or ".").resolve() == checkout]
-    if sys.prefix == sys.base_prefix or not module.is_relative_to(purelib) or on_path:
+    if sys.prefix == sys.base_prefix or not module.is_relative_to(purelib):
         raise pytest.UsageError(
-            f"{INSTALLED_TESTS_OPTION}=only tests the installed package, but nbworkers was imported from {module} "
-            f"(this venv's site-packages: {purelib}), checkout on sys.path: {bool(on_path)}. Run `make "
-            "test-installed`: the .venv-installed/bin/pytest script, not `python -m pytest`, which puts the "
-            "checkout's root, with its folders distlib/, magics/..., on sys.path")
+            f"{INSTALLED_TESTS_OPTION}=only tests the installed package, but nbworkers was imported from {module}, "
+            f"not from this venv's site-packages ({purelib}): run `make test-installed`")
+    if on_path:
+        raise pytest.UsageError(
+            f"{INSTALLED_TESTS_OPTION}=only tests the installed package, but the checkout {checkout} is on sys.path "
+            "(`python -m pytest` puts it there, with its folders distlib/, magics/...): run `make test-installed`, "
+            "which runs the venv's pytest script")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
