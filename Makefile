@@ -1,6 +1,6 @@
 # nbworkers: everything a fresh machine needs, from the project's own files.
 #   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
-#   make test   set up, then run the whole test suite: tests/unit, then tests/integration
+#   make test   set up, then run the whole test suite: tests/unit, tests/integration, then the tests marked installed
 #   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
 #   make test-installed   the tests marked `installed`, against the wheel installed in .venv-installed
 SHELL := /bin/bash
@@ -59,11 +59,11 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# Two pytest runs: the unit tests' output comes first (a broken piece shows in seconds), and no integration module
-# is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The integration
-# tests run even when a unit test failed; the exit status is non-zero when either run failed (5, nothing selected
-# by PYTEST_ARGS' markers in one folder, is not a failure).
-# PYTEST_ARGS goes to both, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
+# Three pytest runs: the unit tests' output comes first (a broken piece shows in seconds), and no integration module
+# is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The later runs go on
+# even when an earlier one failed; the exit status is non-zero when any run failed (5, nothing selected by
+# PYTEST_ARGS' markers in one run, is not a failure).
+# PYTEST_ARGS goes to all three, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
 # installed). The tests marked `installed` run once, in a third run: on the wheel installed in .venv-installed
 # (--installed-tests=only), never in .venv's (--installed-tests=skip). That run is the venv's `pytest` script, not
 # `python -m pytest`, so the checkout's root (its folders distlib/, magics/...) is not on sys.path; tests/conftest.py
