@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension clean
+.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension wheel clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -19,7 +19,7 @@ setup: $(STAMP)
 	@if [ -d $(LABEXT_LINK) ] && [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); fi
 	@mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(CURDIR)/$(LABEXT_BUILD) $(LABEXT_LINK)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard]'
@@ -77,5 +77,13 @@ labextension: setup
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 
+# What users install: dist/nbworkers-<version>-py3-none-any.whl and its sdist, the wheel built from the sdist (as
+# pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks this wheel
+# instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(ls dist/*.whl).
+wheel: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
+	rm -rf $(VENV) $(TF215_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
