@@ -77,13 +77,16 @@ labextension: setup
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 
-# What users install: dist/nbworkers-<version>-py3-none-any.whl and its sdist, the wheel built from the sdist (as
-# pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks this wheel
-# instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(ls dist/*.whl).
+# What users install: dist/nbworkers-<version>-py3-none-any.whl ($(WHEEL)) and its sdist, the wheel built from the
+# sdist (as pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks
+# this wheel instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(CURDIR)/$(WHEEL).
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' pyproject.toml)
+WHEEL := dist/nbworkers-$(VERSION)-py3-none-any.whl
 wheel: setup
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 	$(PY) -m twine check --strict dist/*
+	test -f $(WHEEL)
 
 clean:
 	rm -rf $(VENV) $(TF215_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
