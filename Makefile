@@ -9,12 +9,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TF215_VENV := .venv-tf215
 INSTALLED_VENV := .venv-installed
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' pyproject.toml)
+WHEEL := dist/nbworkers-$(VERSION)-py3-none-any.whl
 INSTALLED_EXTRAS := test,ray,tensorboard
 STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast test-installed lab bench wheel installed-env estimator-env browser-deps labextension clean
+.PHONY: setup demo test test-fast test-installed lab bench installed-env estimator-env browser-deps labextension wheel clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -22,7 +24,7 @@ setup: $(STAMP)
 	@if [ -d $(LABEXT_LINK) ] && [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); fi
 	@mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(CURDIR)/$(LABEXT_BUILD) $(LABEXT_LINK)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard]'
@@ -34,21 +36,17 @@ $(STAMP): pyproject.toml
 browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-# dist/nbworkers-*.whl from the checkout. (A placeholder: the real target comes with the wheel's own change.)
-wheel: $(STAMP)
-	rm -rf dist && $(PY) -m pip wheel -q --no-deps -w dist .
-
 # .venv-installed: a venv with the wheel installed (not editable) and its extras from the registry (pip's cache), for
 # the tests marked `installed` (make test-installed). A re-run is cheap while the wheel's content is the same; when
 # only nbworkers changed it alone is reinstalled; other dependencies: a fresh venv (tools/installed_env.py).
 installed-env: wheel
-	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel-dir dist --extras $(INSTALLED_EXTRAS)
+	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel $(WHEEL) --extras $(INSTALLED_EXTRAS)
 
 # The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on), with nbworkers
 # installed the README's way for `%%worker --python`: `pip install --no-deps`, here from the wheel (re-installed
 # every time: cheap).
 estimator-env: $(TF215_VENV)/.installed wheel
-	$(TF215_VENV)/bin/python -m pip install -q --no-deps --force-reinstall dist/nbworkers-*.whl
+	$(TF215_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEEL)
 
 $(TF215_VENV)/.installed: pyproject.toml
 	test -x $(TF215_VENV)/bin/python || $(PYTHON) -m venv $(TF215_VENV)
@@ -100,5 +98,14 @@ labextension: setup
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 
+# What users install: dist/nbworkers-<version>-py3-none-any.whl ($(WHEEL)) and its sdist, the wheel built from the
+# sdist (as pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks
+# this wheel instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(CURDIR)/$(WHEEL).
+wheel: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	test -f $(WHEEL)
+
 clean:
-	rm -rf $(VENV) $(TF215_VENV) $(INSTALLED_VENV) dist build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
+	rm -rf $(VENV) $(TF215_VENV) $(INSTALLED_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo

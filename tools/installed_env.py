@@ -1,6 +1,7 @@
-"""Make .venv-installed: nbworkers installed from the wheel in dist/ (not editable), with its extras.
+"""Make .venv-installed: nbworkers installed from the wheel `make wheel` built (not editable), with its extras.
 
-    python3 tools/installed_env.py --venv .venv-installed --wheel-dir dist --extras test,ray,tensorboard
+    python3 tools/installed_env.py --venv .venv-installed --wheel dist/nbworkers-VERSION-py3-none-any.whl \
+        --extras test,ray,tensorboard
 
 `make installed-env` runs it after `make wheel`; `make test-installed` runs the tests marked `installed` there. A
 re-run is cheap: the stamp (VENV/.installed) records the wheel's content (its RECORD: a hash of every file, unlike
@@ -31,14 +32,6 @@ dist = importlib.metadata.distribution("nbworkers")
 print(json.dumps({"file": nbworkers.__file__, "purelib": sysconfig.get_paths()["purelib"], "prefix": sys.prefix,
                   "direct_url": json.loads(dist.read_text("direct_url.json") or "{}")}))
 """
-
-
-def the_wheel(wheel_dir: Path) -> Path:
-    wheels = sorted(wheel_dir.glob("nbworkers-*.whl"))
-    if len(wheels) != 1:
-        sys.exit(f"installed_env: expected one nbworkers wheel in {wheel_dir}/, found {[w.name for w in wheels]}: "
-                 "run `make wheel`")
-    return wheels[0]
 
 
 def wheel_identity(wheel: Path, extras: str) -> dict[str, str]:
@@ -104,10 +97,12 @@ def check_imports_from_venv(venv: Path, checkout: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, required=True)
-    parser.add_argument("--wheel-dir", type=Path, required=True)
+    parser.add_argument("--wheel", type=Path, required=True)
     parser.add_argument("--extras", default="test,ray,tensorboard")
     args = parser.parse_args()
-    wheel = the_wheel(args.wheel_dir)
+    wheel = args.wheel
+    if not wheel.is_file():
+        sys.exit(f"installed_env: no wheel at {wheel}: run `make wheel`")
     install(args.venv, wheel, args.extras, wheel_identity(wheel, args.extras), sys.executable)
     check_imports_from_venv(args.venv, Path.cwd())
 
