@@ -6,6 +6,7 @@ Marked `installed`: `make test-installed` runs it on the wheel installed in .ven
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -47,9 +48,10 @@ def section(listing: str, heading: str, next_heading: str) -> str:
 
 
 def test_labextension_list_shows_the_sidebar_enabled_and_ok(tmp_path):
-    version = importlib.metadata.version("nbworkers")
+    labextensions = os.path.join(sys.prefix, "share", "jupyter", "labextensions")
+    version = json.loads(Path(labextensions, "nbworkers", "package.json").read_text())["version"]  # the sidebar's own
     listing = jupyter(tmp_path, "labextension", "list")
-    ours = section(listing, os.path.join(sys.prefix, "share", "jupyter", "labextensions"), "/")
+    ours = section(listing, labextensions, "/")
     # (python, nbworkers): installed by the Python package (its install.json), not linked by hand
     assert re.search(rf"^\s+nbworkers v{re.escape(version)} enabled OK \(python, nbworkers\)$", ours, re.M), listing
 
