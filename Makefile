@@ -7,11 +7,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TF215_VENV := .venv-tf215
+INSTALLED_VENV := .venv-installed
 STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension clean
+.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -76,6 +77,16 @@ labextension: setup
 	cd labextension && npm ci --no-audit --no-fund
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
+
+# JupyterHub for tests/integration/test_jupyterhub.py (marked hub, installed): jupyterhub into .venv-installed
+# (the hub's environment, where nbworkers is installed from the wheel: make installed-env), and its proxy,
+# configurable-http-proxy, from npm into build/hub-proxy (pinned by tools/hub-proxy/package-lock.json). ~15 s.
+HUB_PROXY := build/hub-proxy
+hub-deps:
+	@test -x $(INSTALLED_VENV)/bin/python || { echo "hub-deps: $(INSTALLED_VENV) is missing: make installed-env first"; exit 1; }
+	$(INSTALLED_VENV)/bin/python -m pip install -q 'jupyterhub==6.1.*'
+	mkdir -p $(HUB_PROXY) && cp tools/hub-proxy/package.json tools/hub-proxy/package-lock.json $(HUB_PROXY)/
+	cd $(HUB_PROXY) && npm ci --no-audit --no-fund --loglevel=error
 
 clean:
 	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
