@@ -206,7 +206,14 @@ def stop_hub(proc: subprocess.Popen, uids: set[int]) -> None:
     deadline = time.monotonic() + USER_EXIT_TIMEOUT
     while processes_of(uids) and time.monotonic() < deadline:
         time.sleep(0.5)
-    kill_by_pid([child for child in children if child.is_running() and child.uids().real == 0])
+    kill_by_pid([child for child in children if runs_as_root(child)])
+
+
+def runs_as_root(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.uids().real == 0
+    except psutil.Error:
+        return False
 
 
 @contextlib.contextmanager

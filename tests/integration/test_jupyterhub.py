@@ -28,15 +28,14 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import psutil
 import pytest
 from browser_helpers import cell_executed, chromium_page, run_cell, wait_kernel_idle, write_notebook
-from hub_helpers import PROXY, VENV_BIN, Hub, UnixUser, as_user, jupyterhub, processes_of, unix_users
+from hub_helpers import PROXY, VENV_BIN, Hub, UnixUser, as_user, jupyterhub, processes_of, unix_users, write_as
 
-pytestmark = [pytest.mark.installed, pytest.mark.browser, pytest.mark.hub]
+pytestmark = [pytest.mark.installed, pytest.mark.browser, pytest.mark.hub,
+              pytest.mark.timeout(900)]  # hub, two spawns, two kernels and runs, stops, shutdown: ~2.5 min here
 
 RUN_TIMEOUT_MS = 300_000  # a user's server spawn, kernel start, zygote, two workers up (2 shared cores)
 STOP_TIMEOUT_MS = 90_000
@@ -121,14 +120,12 @@ def hub(tmp_path_factory):
         for user in users.values():
             prepare_home(user)
         with jupyterhub(users, work) as running:
-            print(f"\nauthenticator: {running.authenticator} ({running.why})")
+            print(f"\nauthenticator: {running.authenticator} ({running.why}); the hub's log: {running.log_path}")
             yield running
 
 
 def prepare_home(user: UnixUser) -> None:
     """The notebook in the user's home, and JupyterLab's news and update pop-ups off (files owned by the user)."""
-    from hub_helpers import write_as
-
     name = f"run-{user.name[-1]}"
     notebook = user.home / "hub.ipynb"
     write_notebook(notebook, ["%load_ext nbworkers", RUN_CELL.format(name=name), f"%workers stop {name}"])
@@ -242,8 +239,10 @@ def test_two_users_on_one_hub_see_and_reach_only_their_own_runs(hub):
         log_in_and_start(page_a, hub, a)
         log_in_and_start(page_b, hub, b)
 
-        # the sidebar: each user's only lists that user's run
-        time.sleep(3)  # a few sidebar polls after both runs are up
+        # the sidebar: each user's only lists that user's run (read after a poll that came once both runs were up)
+        for page, own in ((page_a, "run-a"), (page_b, "run-b")):
+            before = page.get_attribute(row(own), "data-step")
+            wait_row(page, own, f"r.dataset.step !== {before!r}", 60_000)
         assert sidebar_names(page_a) == ["run-a"], sidebar_names(page_a)
         assert sidebar_names(page_b) == ["run-b"], sidebar_names(page_b)
 
