@@ -108,8 +108,9 @@ def check_prerequisites() -> None:
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     required(probe.returncode == 0 and probe.stdout.strip() == sys.version,
              f"the hub's environment {VENV_BIN.parent} does not run as another user as it does as root "
-             f"({probe.stdout.strip() or probe.stderr.strip()[-300:]!r} vs {sys.version!r}): make it with a Python "
-             "every user can read, e.g. PYTHON=/usr/bin/python3 (a venv's interpreter under /root is root's only)")
+             f"({probe.stdout.strip() or probe.stderr.strip()[-300:]!r} vs {sys.version!r}): make it from a Python "
+             "every user can read (a venv's interpreter under /root is root's only), e.g. `rm -rf .venv-installed && "
+             "make installed-env hub-deps PYTHON=/usr/bin/python3`")
 
 
 @pytest.fixture(scope="module")
