@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension hub-deps clean
+.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -20,7 +20,7 @@ setup: $(STAMP)
 	@if [ -d $(LABEXT_LINK) ] && [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); fi
 	@mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(CURDIR)/$(LABEXT_BUILD) $(LABEXT_LINK)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard]'
@@ -78,6 +78,17 @@ labextension: setup
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 
+# What users install: dist/nbworkers-<version>-py3-none-any.whl ($(WHEEL)) and its sdist, the wheel built from the
+# sdist (as pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks
+# this wheel instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(CURDIR)/$(WHEEL).
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' pyproject.toml)
+WHEEL := dist/nbworkers-$(VERSION)-py3-none-any.whl
+wheel: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	test -f $(WHEEL)
+
 # JupyterHub for tests/integration/test_jupyterhub.py (marked hub, installed): jupyterhub into .venv-installed
 # (the hub's environment, where nbworkers is installed from the wheel: make installed-env), and its proxy,
 # configurable-http-proxy, from npm into build/hub-proxy (pinned by tools/hub-proxy/package-lock.json; npm ci runs
@@ -93,4 +104,4 @@ $(HUB_PROXY)/.installed: tools/hub-proxy/package.json tools/hub-proxy/package-lo
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
+	rm -rf $(VENV) $(TF215_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
