@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast test-installed lab bench installed-env estimator-env browser-deps labextension wheel clean
+.PHONY: setup demo test test-fast test-installed lab bench installed-env estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -106,6 +106,20 @@ wheel: setup
 	$(PY) -m build --outdir dist .
 	$(PY) -m twine check --strict dist/*
 	test -f $(WHEEL)
+
+# JupyterHub for tests/integration/test_jupyterhub.py (marked hub, installed): jupyterhub into .venv-installed
+# (the hub's environment, where nbworkers is installed from the wheel: make installed-env), and its proxy,
+# configurable-http-proxy, from npm into build/hub-proxy (pinned by tools/hub-proxy/package-lock.json; npm ci runs
+# again only when the lock file changes). ~30 s the first time (pip's cache), ~3 s after.
+HUB_PROXY := build/hub-proxy
+hub-deps: $(HUB_PROXY)/.installed
+	@test -x $(INSTALLED_VENV)/bin/python || { echo "hub-deps: $(INSTALLED_VENV) is missing: make installed-env first"; exit 1; }
+	$(INSTALLED_VENV)/bin/python -m pip install -q 'jupyterhub==6.1.*'
+
+$(HUB_PROXY)/.installed: tools/hub-proxy/package.json tools/hub-proxy/package-lock.json
+	mkdir -p $(HUB_PROXY) && cp tools/hub-proxy/package.json tools/hub-proxy/package-lock.json $(HUB_PROXY)/
+	cd $(HUB_PROXY) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 clean:
 	rm -rf $(VENV) $(TF215_VENV) $(INSTALLED_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
