@@ -1,6 +1,6 @@
 # nbworkers: everything a fresh machine needs, from the project's own files.
 #   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
-#   make test   set up, then run the whole test suite: tests/unit, tests/integration, then the tests marked installed
+#   make test   set up, then run the whole test suite: tests/unit, then tests/integration (tools/test_suite.sh)
 #   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
 #   make test-installed   the tests marked `installed`, against the wheel installed in .venv-installed
 SHELL := /bin/bash
@@ -39,8 +39,14 @@ browser-deps:
 # .venv-installed: a venv with the wheel installed (not editable) and its extras from the registry (pip's cache), for
 # the tests marked `installed` (make test-installed). A re-run is cheap while the wheel's content is the same; when
 # only nbworkers changed it alone is reinstalled; other dependencies: a fresh venv (tools/installed_env.py).
+# It is made from Debian's python3 (python3-venv), which every user can run: the JupyterHub test's users run it too.
+# JupyterHub is installed beside the wheel: the hub's environment is the one nbworkers is installed in.
+INSTALLED_PYTHON ?= /usr/bin/python3
 installed-env: wheel
-	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel $(WHEEL) --extras $(INSTALLED_EXTRAS)
+	@$(INSTALLED_PYTHON) -c 'import ensurepip, venv' 2>/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
+	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel $(WHEEL) --extras $(INSTALLED_EXTRAS) \
+	  --base-python $(INSTALLED_PYTHON) --with 'jupyterhub==6.1.*'
+
 
 # The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on), with nbworkers
 # installed the README's way for `%%worker --python`: `pip install --no-deps`, here from the wheel (re-installed
@@ -57,28 +63,20 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# Three pytest runs: the unit tests' output comes first (a broken piece shows in seconds), and no integration module
-# is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The later runs go on
-# even when an earlier one failed; the exit status is non-zero when any run failed (5, nothing selected by
-# PYTEST_ARGS' markers in one run, is not a failure).
-# PYTEST_ARGS goes to all three, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
-# installed). The tests marked `installed` run once, in a third run: on the wheel installed in .venv-installed
-# (--installed-tests=only), never in .venv's (--installed-tests=skip). That run is the venv's `pytest` script, not
-# `python -m pytest`, so the checkout's root (its folders distlib/, magics/...) is not on sys.path; tests/conftest.py
-# stops it when nbworkers is not imported from .venv-installed's site-packages.
+# The unit tests, then the integration tests as the runs of tests/tracks.py (tools/test_suite.sh): the Ray tests
+# alone; then the rest on .venv beside the browser tests and tutorials (which mostly wait) followed by the tests
+# marked `installed` on the wheel installed in .venv-installed. Every run goes on when one before it failed; the
+# last line adds them up; the exit status is non-zero when any run failed (5, nothing selected, is not a failure).
+# PYTEST_ARGS goes to every run, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
+# installed, hub).
 PYTEST_ARGS ?=
-RUN_INSTALLED = $(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --installed-tests=only $(PYTEST_ARGS)
 
-test: setup browser-deps estimator-env installed-env
-	@status=0; for kind in unit integration; do \
-	  $(PY) -m pytest tests/$$kind --installed-tests=skip $(PYTEST_ARGS); code=$$?; \
-	  [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
-	done; \
-	$(RUN_INSTALLED); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
-	exit $$status
+test: setup browser-deps estimator-env installed-env hub-deps
+	@PYTEST_ARGS='$(PYTEST_ARGS)' tools/test_suite.sh
 
-test-installed: installed-env browser-deps estimator-env
-	@$(RUN_INSTALLED); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
+test-installed: installed-env browser-deps estimator-env hub-deps
+	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
+	  code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
 
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -107,14 +105,11 @@ wheel: setup
 	$(PY) -m twine check --strict dist/*
 	test -f $(WHEEL)
 
-# JupyterHub for tests/integration/test_jupyterhub.py (marked hub, installed): jupyterhub into .venv-installed
-# (the hub's environment, where nbworkers is installed from the wheel: make installed-env), and its proxy,
-# configurable-http-proxy, from npm into build/hub-proxy (pinned by tools/hub-proxy/package-lock.json; npm ci runs
-# again only when the lock file changes). ~30 s the first time (pip's cache), ~3 s after.
+# JupyterHub's proxy for tests/integration/test_jupyterhub.py (marked hub, installed; JupyterHub itself is in
+# .venv-installed: make installed-env): configurable-http-proxy from npm into build/hub-proxy (pinned by
+# tools/hub-proxy/package-lock.json; npm ci runs again only when the lock file changes). ~10 s the first time.
 HUB_PROXY := build/hub-proxy
-hub-deps: $(HUB_PROXY)/.installed
-	@test -x $(INSTALLED_VENV)/bin/python || { echo "hub-deps: $(INSTALLED_VENV) is missing: make installed-env first"; exit 1; }
-	$(INSTALLED_VENV)/bin/python -m pip install -q 'jupyterhub==6.1.*'
+hub-deps: installed-env $(HUB_PROXY)/.installed
 
 $(HUB_PROXY)/.installed: tools/hub-proxy/package.json tools/hub-proxy/package-lock.json
 	mkdir -p $(HUB_PROXY) && cp tools/hub-proxy/package.json tools/hub-proxy/package-lock.json $(HUB_PROXY)/

@@ -16,7 +16,7 @@ TensorFlow's gRPC server would) and report steps. Then:
   process, no namespace holder, nothing in the workers' namespaces).
 
 Users, homes and every process of theirs go afterwards (the hub's ``cleanup_servers``, then by pid).
-Needs root, ``setpriv``, ``useradd``, ``make hub-deps`` (jupyterhub, configurable-http-proxy) and chromium.
+Needs root, ``setpriv``, ``useradd``, ``make installed-env hub-deps`` (jupyterhub, configurable-http-proxy) and chromium.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ def required(ok: bool, reason: str) -> None:
 def check_prerequisites() -> None:
     required(os.geteuid() == 0 and bool(shutil.which("setpriv")) and bool(shutil.which("useradd")),
              "a JupyterHub with real users needs root, setpriv and useradd")
-    required(PROXY.exists(), f"{PROXY} missing: run `make hub-deps` (jupyterhub, configurable-http-proxy)")
+    required(PROXY.exists(), f"{PROXY} missing: run `make hub-deps` (configurable-http-proxy)")
     required((VENV_BIN / "jupyterhub-singleuser").exists(),
-             f"jupyterhub is not installed in {VENV_BIN.parent}: run `make hub-deps`")
+             f"jupyterhub is not installed in {VENV_BIN.parent}: run `make installed-env`")
     # the users run this venv's Python: it must work for them as it does for root (a venv made from a Python
     # under /root would run with another standard library, or not at all, as another user)
     probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -110,7 +110,7 @@ def check_prerequisites() -> None:
              f"the hub's environment {VENV_BIN.parent} does not run as another user as it does as root "
              f"({probe.stdout.strip() or probe.stderr.strip()[-300:]!r} vs {sys.version!r}): make it from a Python "
              "every user can read (a venv's interpreter under /root is root's only), e.g. `rm -rf .venv-installed && "
-             "make installed-env hub-deps PYTHON=/usr/bin/python3`")
+             "make installed-env hub-deps INSTALLED_PYTHON=/usr/bin/python3`")
 
 
 @pytest.fixture(scope="module")
