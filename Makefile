@@ -1,17 +1,22 @@
 # nbworkers: everything a fresh machine needs, from the project's own files.
 #   make demo   set up, then run a real 2-worker training through the extension (a real kernel)
-#   make test   set up, then run the whole test suite: tests/unit, then tests/integration
+#   make test   set up, then run the whole test suite: tests/unit, then tests/integration (tools/test_suite.sh)
 #   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
+#   make test-installed   the tests marked `installed`, against the wheel installed in .venv-installed
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TF215_VENV := .venv-tf215
+INSTALLED_VENV := .venv-installed
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' pyproject.toml)
+WHEEL := dist/nbworkers-$(VERSION)-py3-none-any.whl
+INSTALLED_EXTRAS := test,ray,tensorboard
 STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast lab bench estimator-env browser-deps labextension clean
+.PHONY: setup demo test test-fast test-installed lab bench installed-env estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -19,7 +24,7 @@ setup: $(STAMP)
 	@if [ -d $(LABEXT_LINK) ] && [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); fi
 	@mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(CURDIR)/$(LABEXT_BUILD) $(LABEXT_LINK)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard]'
@@ -31,11 +36,23 @@ $(STAMP): pyproject.toml
 browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-# The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on).
-# nbworkers itself is re-installed every time (cheap): an editable install made while a package folder was
-# incomplete is recorded wrongly by setuptools.
-estimator-env: $(TF215_VENV)/.installed
-	$(TF215_VENV)/bin/python -m pip install -q --no-deps -e .
+# .venv-installed: a venv with the wheel installed (not editable) and its extras from the registry (pip's cache), for
+# the tests marked `installed` (make test-installed). A re-run is cheap while the wheel's content is the same; when
+# only nbworkers changed it alone is reinstalled; other dependencies: a fresh venv (tools/installed_env.py).
+# It is made from Debian's python3 (python3-venv), which every user can run: the JupyterHub test's users run it too.
+# JupyterHub is installed beside the wheel: the hub's environment is the one nbworkers is installed in.
+INSTALLED_PYTHON ?= /usr/bin/python3
+installed-env: wheel
+	@$(INSTALLED_PYTHON) -c 'import ensurepip, venv' 2>/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
+	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel $(WHEEL) --extras $(INSTALLED_EXTRAS) \
+	  --base-python $(INSTALLED_PYTHON) --with 'jupyterhub==6.1.*'
+
+
+# The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on), with nbworkers
+# installed the README's way for `%%worker --python`: `pip install --no-deps`, here from the wheel (re-installed
+# every time: cheap).
+estimator-env: $(TF215_VENV)/.installed wheel
+	$(TF215_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEEL)
 
 $(TF215_VENV)/.installed: pyproject.toml
 	test -x $(TF215_VENV)/bin/python || $(PYTHON) -m venv $(TF215_VENV)
@@ -46,18 +63,20 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# Two pytest runs: the unit tests' output comes first (a broken piece shows in seconds), and no integration module
-# is imported before them (tests/unit/conftest.py checks that no unit test imports TensorFlow). The integration
-# tests run even when a unit test failed; the exit status is non-zero when either run failed (5, nothing selected
-# by PYTEST_ARGS' markers in one folder, is not a failure).
-# PYTEST_ARGS goes to both, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray).
+# The unit tests, then the integration tests as the runs of tests/tracks.py (tools/test_suite.sh): the Ray tests
+# alone; then the rest on .venv beside the browser tests and tutorials (which mostly wait) followed by the tests
+# marked `installed` on the wheel installed in .venv-installed. Every run goes on when one before it failed; the
+# last line adds them up; the exit status is non-zero when any run failed (5, nothing selected, is not a failure).
+# PYTEST_ARGS goes to every run, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
+# installed, hub).
 PYTEST_ARGS ?=
 
-test: setup browser-deps estimator-env
-	@status=0; for kind in unit integration; do \
-	  $(PY) -m pytest tests/$$kind $(PYTEST_ARGS); code=$$?; \
-	  [ $$code -eq 0 ] || [ $$code -eq 5 ] || status=$$code; \
-	done; exit $$status
+test: setup browser-deps estimator-env installed-env hub-deps
+	@PYTEST_ARGS='$(PYTEST_ARGS)' tools/test_suite.sh
+
+test-installed: installed-env browser-deps estimator-env hub-deps
+	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
+	  code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
 
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -77,5 +96,25 @@ labextension: setup
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 
+# What users install: dist/nbworkers-<version>-py3-none-any.whl ($(WHEEL)) and its sdist, the wheel built from the
+# sdist (as pip builds one from PyPI's sdist), both checked with twine. tests/integration/test_packaging.py checks
+# this wheel instead of building its own when NBWORKERS_WHEEL names it: NBWORKERS_WHEEL=$(CURDIR)/$(WHEEL).
+wheel: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	test -f $(WHEEL)
+
+# JupyterHub's proxy for tests/integration/test_jupyterhub.py (marked hub, installed; JupyterHub itself is in
+# .venv-installed: make installed-env): configurable-http-proxy from npm into build/hub-proxy (pinned by
+# tools/hub-proxy/package-lock.json; npm ci runs again only when the lock file changes). ~10 s the first time.
+HUB_PROXY := build/hub-proxy
+hub-deps: installed-env $(HUB_PROXY)/.installed
+
+$(HUB_PROXY)/.installed: tools/hub-proxy/package.json tools/hub-proxy/package-lock.json
+	mkdir -p $(HUB_PROXY) && cp tools/hub-proxy/package.json tools/hub-proxy/package-lock.json $(HUB_PROXY)/
+	cd $(HUB_PROXY) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(TF215_VENV) build *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo
+	rm -rf $(VENV) $(TF215_VENV) $(INSTALLED_VENV) build dist *.egg-info test-results labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo

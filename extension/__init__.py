@@ -10,11 +10,14 @@ the magics, IPython or the widget.
 
 from typing import Any
 
-__version__ = "0.1.0"
-
 
 def __getattr__(name: str) -> Any:
-    """``nbworkers.RunFailed`` (what a waited-for failed run raises), loaded on first use."""
+    """``nbworkers.__version__`` (from the package metadata) and ``nbworkers.RunFailed`` (what a waited-for failed
+    run raises), both looked up on first use: a worker that never asks imports neither."""
+    if name == "__version__":
+        from nbworkers.version import installed_version
+
+        return installed_version()
     if name == "RunFailed":
         from nbworkers.magics.errors import RunFailed
 

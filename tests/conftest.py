@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+from tracks import TRACK_OPTION, TRACKS, select
 
 from nbworkers.kernel_driver import (  # noqa: F401 (tests import CellResult and wait_until from here)
     CellResult,
@@ -18,6 +20,45 @@ from nbworkers.procs.strays import kill_strays, processes_under
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        TRACK_OPTION, choices=TRACKS, default=None,
+        help="run only the tests of one of `make test`'s runs (tests/tracks.py: ray, main, beside, installed); "
+             "default: every test collected")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The installed run must test the installed package: nbworkers from this interpreter's site-packages."""
+    if session.config.getoption(TRACK_OPTION) != "installed":
+        return
+    import nbworkers
+
+    module = Path(nbworkers.__file__).resolve()
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    checkout = Path(__file__).resolve().parent.parent
+    on_path = [entry for entry in sys.path if Path(entry or ".").resolve() == checkout]
+    if sys.prefix == sys.base_prefix or not module.is_relative_to(purelib):
+        raise pytest.UsageError(
+            f"{TRACK_OPTION}=installed tests the installed package, but nbworkers was imported from {module}, "
+            f"not from this venv's site-packages ({purelib}): run `make test-installed`")
+    if on_path:
+        raise pytest.UsageError(
+            f"{TRACK_OPTION}=installed tests the installed package, but the checkout {checkout} is on sys.path "
+            "(`python -m pytest` puts it there, with its folders distlib/, magics/...): run `make test-installed`, "
+            "which runs the venv's pytest script")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only the tests of one run of `make test` when --track names it (tests/tracks.py)."""
+    track = config.getoption(TRACK_OPTION)
+    if track is None:
+        return
+    kept, deselected = select(items, track)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 class Kernel(KernelDriver):

@@ -21,6 +21,7 @@ from nbworkers.magics.notebook.session_magic import (
     session_column,
     stop_cell,
 )
+from nbworkers.magics.notebook.version_info import listing_footer, version_text
 from nbworkers.magics.notebook.zygotes_listing import warm_text_html
 from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.failed import mark_error_below, run_failure
@@ -143,13 +144,15 @@ class WorkerMagics(Magics):
     @argument("--timeout", type=float, default=None, help="wait: give up after this many seconds")
     @argument("--no-raise", action="store_true",
               help="wait: a failed run (or a wait that timed out) does not fail the cell")
+    @argument("--version", action="store_true",
+              help="nbworkers' version, and a line with it, Python's, TensorFlow's and Ray's for a bug report")
     @line_magic
     def workers(self, line: str):
         """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
         `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
         e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries),
         `%workers resize NAME` (an elastic run grows now when its cluster has room), `%workers restore NAME` (a
-        session's models, variables and values saved before its processes restarted)."""
+        session's models, variables and values saved before its processes restarted), `%workers --version`."""
         if _wants_help(line):
             print(_usage(self.workers, "%workers"))
             return None
@@ -157,6 +160,9 @@ class WorkerMagics(Magics):
             args = parse_argstring(self.workers, line)
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%workers --help`.") from None
+        if args.version:
+            print(version_text())
+            return None
         action = args.action
         if action == "list":
             from nbworkers.magics.rundir.layout import UnsafeRunRoot, checked_run_root
@@ -310,7 +316,7 @@ def _cluster_table() -> tuple[str, str]:
     if not clusters:
         text = "no clusters yet: run a cell with %%worker"
         page = "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
-        return (text + "\n" + warm_text if warm_text else text), page + warm_html
+        return _with_footer(text + "\n" + warm_text if warm_text else text, page + warm_html)
     rows = []
     for cluster in clusters:
         snap = cluster.snapshot()
@@ -330,7 +336,15 @@ def _cluster_table() -> tuple[str, str]:
 
     cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
     table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
-    return (text + "\n" + warm_text if warm_text else text), table + warm_html
+    return _with_footer(text + "\n" + warm_text if warm_text else text, table + warm_html)
+
+
+def _with_footer(text: str, page: str) -> tuple[str, str]:
+    """The listing ends with nbworkers' version (a user pastes it into a bug report)."""
+    import html
+
+    footer = listing_footer()
+    return f"{text}\n{footer}", f"{page}<p><small>{html.escape(footer)}</small></p>"
 
 
 def _session_column(snapshot: ClusterSnapshot) -> str:

@@ -250,6 +250,7 @@ print("DONE", os.environ["TF_CONFIG"], flush=True)
 
 
 @pytest.mark.estimator
+@pytest.mark.installed  # `%%worker --python` from the wheel's kernel side into .venv-tf215, set up the README's way
 @pytest.mark.skipif(not TF215_PYTHON.exists(),
                     reason=f"needs the TensorFlow 2.15 environment at {TF215_PYTHON}: run `make estimator-env`")
 def test_estimator_train_and_evaluate_reports_the_evaluators_metrics(kernel, run_root):

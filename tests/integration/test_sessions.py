@@ -1,45 +1,21 @@
 """Interactive sessions (``%%worker --session``) end to end: a real kernel, one real 2-worker TensorFlow session shared by the
-checks of this module, in order (state across cells, --block failures, pull, Stop, one worker's error in a
-collective, hostile pull replies, kill -9 of a worker). The kill -9 of the kernel has its own kernel."""
+checks of this module, in order (state across cells, --block failures, pull, Stop, hostile pull replies, kill -9 of
+a worker). The kill -9 of the kernel has its own kernel. One worker's error in a collective, the session's restart and
+the saved values coming back are in test_sessions_saved_state.py (run on the installed wheel)."""
 
 from __future__ import annotations
 
 import base64
 import os
 import signal
-import sys
 import time
 
 import pytest
-from conftest import Kernel, kill_leftovers, processes_of_run_root, wait_until
+from conftest import processes_of_run_root, wait_until
+from session_helpers import BUILD, TRAIN, cell_log, session_kernel_in
 
 pytestmark = pytest.mark.timeout(300)
 
-BUILD = """%%worker -n 2 --session train --block
-import base64
-import os
-import numpy as np
-import tensorflow as tf
-import keras
-from nbworkers import distlib
-
-strategy = distlib.strategy()
-rng = np.random.default_rng(int(os.environ["NBWORKERS_WORKER"]))  # different data on each worker
-x = rng.normal(size=(512, 8)).astype("float32")
-y = (x.sum(axis=1) > 0).astype("int64")
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
-with strategy.scope():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
-    step_size = tf.Variable(0.5)
-built_in_cell = 1
-"""
-TRAIN = """%%worker --session train --block
-history = distlib.fit(model, dataset, epochs=2, steps_per_epoch=8, verbose=0)
-print("TRAINED", len(history.history["loss"]))
-"""
 EVALUATE = """%%worker --session train --block
 checksum = float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))
 print("CHECKSUM", repr(checksum), "BUILT", built_in_cell)
@@ -51,36 +27,12 @@ LONG_FIT_BLOCK = """%%worker --session train --block
 marker = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batch == 3 and print("STEPPING", flush=True))
 history = distlib.fit(model, dataset, epochs=1000, steps_per_epoch=50, verbose=0, callbacks=[marker])
 """
-RAISE_ON_ONE = """%%worker --session train --block
-if os.environ["NBWORKERS_WORKER"] == "1":
-    raise ValueError("only worker 1 fails")
-distlib.fit(model, dataset, epochs=5, steps_per_epoch=50, verbose=0)  # worker 0 waits in the all-reduce
-"""
 
 
 @pytest.fixture(scope="module")
 def session_kernel(tmp_path_factory):
-    base = tmp_path_factory.mktemp("sessions")
-    run_root = base / "runs"
-    run_root.mkdir()
-    notebook = base / "notebook"
-    notebook.mkdir()
-    env = dict(os.environ)
-    env.update({"NBWORKERS_RUN_ROOT": str(run_root), "TF_CPP_MIN_LOG_LEVEL": "2",
-                "NBWORKERS_ZYGOTE_PREWARM": "0"})  # workers forked from a zygote the first session starts
-    env.pop("TF_CONFIG", None)
-    kernel = Kernel(notebook, env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
-    kernel.run_root = run_root
-    loaded = kernel.run("%load_ext nbworkers\nimport nbworkers\nimport numpy as np")
-    assert not loaded.error, loaded.error
-    yield kernel
-    kernel.shutdown()
-    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), "session processes outlived the kernel"
-    kill_leftovers(run_root)
-
-
-def cell_log(kernel, number: int, worker: int) -> list[str]:
-    return kernel.value(f"nbworkers.session('train').cells[{number - 1}].snapshot()['workers'][{worker}]['log_tail']")
+    with session_kernel_in(tmp_path_factory.mktemp("sessions")) as kernel:
+        yield kernel
 
 
 def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel):
@@ -212,70 +164,6 @@ def test_the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps
     assert len(lines) == 2 and lines[0] == lines[1], lines  # stopped at the same step on both workers
     assert int(lines[0].split()[1]) > steps_before and lines[0].endswith(" 1")  # same model, trained further
     assert k.value("nbworkers.session('train').restarts") == 0
-
-
-def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(session_kernel):
-    k = session_kernel
-    session = "nbworkers.session('train')"
-    k.run("%%worker --session train --block\nstep_size.assign(0.25)\nnote = {'lr': 0.01, 'tags': ['a']}")
-    k.run(f"weights_before = {session}.pull('model.get_weights()')\n"
-          f"kept_before = {session}.pull('[int(model.optimizer.iterations.numpy()), float(step_size.numpy())]')\n"
-          f"x1_before = {session}.pull('x[:2]', worker=1)")
-    number = k.value(f"len({session}.cells)") + 1
-    started = time.monotonic()
-    result = k.run(RAISE_ON_ONE, timeout=120)  # bounded: without the abort worker 0 would wait forever
-    print(f"error on worker 1 -> saved, restarted, cell ended: {time.monotonic() - started:.2f} s\n{result.error_line}")
-    assert result.status == "error" and "RunFailed" in result.error, result.text
-    assert "worker 1: ValueError: only worker 1 fails" in result.error
-    assert f'File "<session cell {number}>", line 3' in result.error  # worker 1's traceback
-    assert f"state of cells 1-{number} is gone" in result.error
-    # before the restart worker 0 saved its model and variable, and every worker its arrays and values
-    assert "worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
-    assert "step_size (variable: float32 ())" in result.error and "`%workers restore train`" in result.error
-    assert "Back by themselves in the new processes (each worker its own): " in result.error
-    for name in ("x", "y", "built_in_cell", "note"):
-        assert f" {name}," in result.error or f" {name}." in result.error, (name, result.error)
-    assert "Not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
-    statuses = k.value(f"[w['status'] for w in {session}.cells[-1].snapshot()['workers']]")
-    assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
-    listing = k.run("%workers")
-    assert f"train: saved before the restart after cell {number}: model, step_size" in listing.displays[-1]["text/plain"]
-    # the new processes: the arrays and values are back by themselves (each worker its own), the model is not
-    fresh = k.run("%%worker --session train --block\nprint('FRESH', 'model' in globals(), built_in_cell, x.shape, "
-                  "note)")
-    assert not fresh.error, fresh.text
-    for worker in (0, 1):
-        assert "FRESH False 1 (512, 8) {'lr': 0.01, 'tags': ['a']}" in cell_log(k, number + 1, worker)
-    assert k.value(f"bool(np.array_equal({session}.pull('x[:2]', worker=1), x1_before))")
-    assert k.value(f"{session}.snapshot()['session']['alive_from']") == number + 1
-    # rebuild the model as cell 1 did (fresh weights), then the one command brings the saved state back
-    rebuilt = k.run(BUILD.replace("%%worker -n 2 --session train --block", "%%worker --session train --block"))
-    assert not rebuilt.error, rebuilt.text
-    assert not k.value(f"all(np.array_equal(a, b) for a, b in zip({session}.pull('model.get_weights()'), "
-                       "weights_before))")
-    started = time.monotonic()
-    restored = k.run("%workers restore train")
-    print(f"%workers restore train: {time.monotonic() - started:.2f} s")
-    assert not restored.error, restored.text
-    for worker in (0, 1):
-        weights = f"{session}.pull('model.get_weights()', worker={worker})"
-        assert k.value(f"all(np.array_equal(a, b) for a, b in zip({weights}, weights_before))"), worker
-        kept = k.value(f"{session}.pull('[int(model.optimizer.iterations.numpy()), float(step_size.numpy())]', "
-                       f"worker={worker})")
-        assert kept == k.value("kept_before") and kept[1] == 0.25, (worker, kept)
-    trained = k.run(TRAIN)  # the restored model trains on: collectives work in the new processes
-    assert not trained.error, trained.text
-    assert k.value(f"{session}.pull('int(model.optimizer.iterations.numpy())')") == k.value("kept_before")[0] + 16
-
-
-def test_restore_says_what_to_do_when_a_model_was_not_rebuilt(session_kernel):
-    k = session_kernel
-    k.run("%%worker --session train --block\ndel step_size")
-    failed = k.run("%workers restore train")
-    assert failed.status == "error" and "StateNotRestored" in failed.error, failed.text
-    assert "step_size: (variable) not in this namespace: run the cell that builds it, then restore" in failed.error
-    unknown = k.run("%workers restore nosuch")
-    assert unknown.status == "error" and "no live session named 'nosuch'" in unknown.stderr, unknown.text
 
 
 HOSTILE = """
@@ -429,7 +317,7 @@ board_steps = {"epochs": summary_steps("train", "epoch_loss"), "reports": summar
 
 def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
     k = session_kernel
-    built = k.run(BOARD_BUILD)  # (the processes restarted since the first cells: a model of their own)
+    built = k.run(BOARD_BUILD)  # a model of its own
     assert not built.error, built.text
     for _ in range(2):
         fitted = k.run(BOARD_FIT)

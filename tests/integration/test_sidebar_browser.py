@@ -24,7 +24,7 @@ from browser_helpers import (
     write_notebook,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.installed]  # the sidebar as pip installs it (make test-installed)
 RUN_TIMEOUT_MS = 180_000  # kernel start, zygote, two workers up, on 2 shared cores
 STOP_TIMEOUT_MS = 60_000  # Stop -> stopped (stop_grace is 5 s)
 SIDEBAR = "#nbworkers-sidebar"

@@ -90,6 +90,7 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.installed  # the README's first command, on the wheel (make test-installed)
 @pytest.mark.timeout(DEMO_TIMEOUT + 60)
 def test_demo_trains_prints_progress_and_result_and_leaves_nothing(tmp_path):
     env = dict(os.environ)

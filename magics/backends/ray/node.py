@@ -18,7 +18,6 @@ installed there). It imports neither TensorFlow nor IPython, and Ray only inside
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import socket
 import subprocess
@@ -34,6 +33,7 @@ from nbworkers.procs.ownership import RUN_ID_ENV
 from nbworkers.protocol import wire
 from nbworkers.protocol.private.dirs import private_dir, runtime_dir
 from nbworkers.protocol.relay_curve import client_keypair
+from nbworkers.version import installed_version
 
 # The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
 # SIGKILL from Ray, stops the worker group (see the module docstring).
@@ -86,14 +86,6 @@ def node_run_dir(name: str) -> Path:
     return private_dir(runtime_dir(NODE_RUN_ROOT) / name)
 
 
-
-def _installed_version() -> str:
-    """The nbworkers version installed on this node (the kernel compares it with its own)."""
-    try:
-        return importlib.metadata.version("nbworkers")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
 class NbworkersWorkerHost:
     """Hosts one worker on its node. Wrapped with ``ray.remote`` (threaded: ``wait`` blocks in one thread
     while ``tell``, ``read_log`` and ``kill`` answer in others) by the kernel side."""
@@ -125,7 +117,7 @@ class NbworkersWorkerHost:
             "hostname": socket.gethostname(),
             "actor_pid": os.getpid(),
             "python": sys.executable,
-            "version": _installed_version(),
+            "version": installed_version(),  # this node's
         }
 
     # ------------------------------------------------------------------ the worker

@@ -1,0 +1,89 @@
+"""A session whose cell fails on one worker: the cell ends on both, the session restarts, and what was saved comes
+back (arrays and values by themselves, the model and a variable with `%workers restore`). Its own kernel and session
+(a model built and trained as in test_sessions.py); marked `installed`: `make test-installed` runs it on the wheel,
+whose package list must hold every module the workers' saved state needs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from session_helpers import BUILD, RAISE_ON_ONE, TRAIN, cell_log, session_kernel_in
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.installed]
+
+
+@pytest.fixture(scope="module")
+def session_kernel(tmp_path_factory):
+    """A kernel whose session `train` has built its model (cell 1) and trained it (cell 2)."""
+    with session_kernel_in(tmp_path_factory.mktemp("saved-state")) as kernel:
+        for code in (BUILD, TRAIN):
+            result = kernel.run(code)
+            assert not result.error and result.status == "ok", result.text
+        yield kernel
+
+
+def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(session_kernel):
+    k = session_kernel
+    session = "nbworkers.session('train')"
+    k.run("%%worker --session train --block\nstep_size.assign(0.25)\nnote = {'lr': 0.01, 'tags': ['a']}")
+    k.run(f"weights_before = {session}.pull('model.get_weights()')\n"
+          f"kept_before = {session}.pull('[int(model.optimizer.iterations.numpy()), float(step_size.numpy())]')\n"
+          f"x1_before = {session}.pull('x[:2]', worker=1)")
+    number = k.value(f"len({session}.cells)") + 1
+    started = time.monotonic()
+    result = k.run(RAISE_ON_ONE, timeout=120)  # bounded: without the abort worker 0 would wait forever
+    print(f"error on worker 1 -> saved, restarted, cell ended: {time.monotonic() - started:.2f} s\n{result.error_line}")
+    assert result.status == "error" and "RunFailed" in result.error, result.text
+    assert "worker 1: ValueError: only worker 1 fails" in result.error
+    assert f'File "<session cell {number}>", line 3' in result.error  # worker 1's traceback
+    assert f"state of cells 1-{number} is gone" in result.error
+    # before the restart worker 0 saved its model and variable, and every worker its arrays and values
+    assert "worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
+    assert "step_size (variable: float32 ())" in result.error and "`%workers restore train`" in result.error
+    assert "Back by themselves in the new processes (each worker its own): " in result.error
+    for name in ("x", "y", "built_in_cell", "note"):
+        assert f" {name}," in result.error or f" {name}." in result.error, (name, result.error)
+    assert "Not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
+    statuses = k.value(f"[w['status'] for w in {session}.cells[-1].snapshot()['workers']]")
+    assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
+    listing = k.run("%workers")
+    assert f"train: saved before the restart after cell {number}: model, step_size" in listing.displays[-1]["text/plain"]
+    # the new processes: the arrays and values are back by themselves (each worker its own), the model is not
+    fresh = k.run("%%worker --session train --block\nprint('FRESH', 'model' in globals(), built_in_cell, x.shape, "
+                  "note)")
+    assert not fresh.error, fresh.text
+    for worker in (0, 1):
+        assert "FRESH False 1 (512, 8) {'lr': 0.01, 'tags': ['a']}" in cell_log(k, number + 1, worker)
+    assert k.value(f"bool(np.array_equal({session}.pull('x[:2]', worker=1), x1_before))")
+    assert k.value(f"{session}.snapshot()['session']['alive_from']") == number + 1
+    # rebuild the model as cell 1 did (fresh weights), then the one command brings the saved state back
+    rebuilt = k.run(BUILD.replace("%%worker -n 2 --session train --block", "%%worker --session train --block"))
+    assert not rebuilt.error, rebuilt.text
+    assert not k.value(f"all(np.array_equal(a, b) for a, b in zip({session}.pull('model.get_weights()'), "
+                       "weights_before))")
+    started = time.monotonic()
+    restored = k.run("%workers restore train")
+    print(f"%workers restore train: {time.monotonic() - started:.2f} s")
+    assert not restored.error, restored.text
+    for worker in (0, 1):
+        weights = f"{session}.pull('model.get_weights()', worker={worker})"
+        assert k.value(f"all(np.array_equal(a, b) for a, b in zip({weights}, weights_before))"), worker
+        kept = k.value(f"{session}.pull('[int(model.optimizer.iterations.numpy()), float(step_size.numpy())]', "
+                       f"worker={worker})")
+        assert kept == k.value("kept_before") and kept[1] == 0.25, (worker, kept)
+    trained = k.run(TRAIN)  # the restored model trains on: collectives work in the new processes
+    assert not trained.error, trained.text
+    assert k.value(f"{session}.pull('int(model.optimizer.iterations.numpy())')") == k.value("kept_before")[0] + 16
+
+
+def test_restore_says_what_to_do_when_a_model_was_not_rebuilt(session_kernel):
+    k = session_kernel
+    k.run("%%worker --session train --block\ndel step_size")
+    failed = k.run("%workers restore train")
+    assert failed.status == "error" and "StateNotRestored" in failed.error, failed.text
+    assert "step_size: (variable) not in this namespace: run the cell that builds it, then restore" in failed.error
+    unknown = k.run("%workers restore nosuch")
+    assert unknown.status == "error" and "no live session named 'nosuch'" in unknown.stderr, unknown.text
+
+

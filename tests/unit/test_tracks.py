@@ -1,0 +1,80 @@
+"""tests/conftest.py's --track (tests/tracks.py): each test in exactly one of `make test`'s runs; `installed` keeps
+the tests marked so and refuses to run where nbworkers is not this venv's installed package (the run on
+.venv-installed). The real conftest over a small suite (pytester, in this process).
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import nbworkers
+
+TESTS_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+SUITE = """
+import pytest
+
+@pytest.mark.installed
+@pytest.mark.browser
+def test_on_the_wheel():
+    pass
+
+def test_on_the_checkout():
+    pass
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_on_ray():
+    pass
+
+@pytest.mark.browser
+def test_in_a_browser():
+    pass
+
+@pytest.mark.slow
+def test_a_notebook():
+    pass
+"""
+EVERY_TEST = ["test_a_notebook", "test_in_a_browser", "test_on_ray", "test_on_the_checkout", "test_on_the_wheel"]
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makeconftest(TESTS_CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    installed: on the wheel\n    browser: b\n    ray: r\n    slow: s\n")
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def passed(recorded) -> list[str]:
+    return sorted(r.nodeid.split("::")[1] for r in recorded.getreports("pytest_runtest_logreport")
+                  if r.passed and r.when == "call")
+
+
+@pytest.mark.parametrize("option, runs", [
+    ([], EVERY_TEST),
+    (["--track=main"], ["test_on_the_checkout"]),
+    (["--track=ray"], ["test_on_ray"]),
+    (["--track=beside"], ["test_a_notebook", "test_in_a_browser"]),
+])
+def test_each_test_is_in_one_run(suite, option, runs):
+    recorded = suite.inline_run("-p", "no:cacheprovider", *option)
+    assert passed(recorded) == runs
+    assert len(recorded.getcalls("pytest_deselected")) == (1 if option else 0)
+
+
+def test_an_unknown_track_is_refused(suite):
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=browsers")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--track*invalid choice*browsers*"])
+
+
+def test_installed_refuses_a_checkouts_nbworkers(suite):
+    if Path(nbworkers.__file__).resolve().is_relative_to(Path(sysconfig.get_paths()["purelib"]).resolve()):
+        pytest.skip("nbworkers is installed here, not the checkout's editable install")
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=installed")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--track=installed tests the installed package, but nbworkers was imported "
+                                 "from*not from this venv's site-packages*make test-installed*"])
