@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast test-installed lab bench installed-env estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo test test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -41,12 +41,16 @@ browser-deps:
 # only nbworkers changed it alone is reinstalled; other dependencies: a fresh venv (tools/installed_env.py).
 # It is made from Debian's python3 (python3-venv), which every user can run: the JupyterHub test's users run it too.
 # JupyterHub is installed beside the wheel: the hub's environment is the one nbworkers is installed in.
+# installed-venv makes it from the wheel already in dist/ (`make test` makes it beside the browser tests).
 INSTALLED_PYTHON ?= /usr/bin/python3
 installed-env: wheel
+	@$(MAKE) --no-print-directory installed-venv
+
+installed-venv:
+	@test -f $(WHEEL) || { echo "installed-venv: no $(WHEEL): run make wheel"; exit 1; }
 	@$(INSTALLED_PYTHON) -c 'import ensurepip, venv' 2>/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
 	$(PYTHON) tools/installed_env.py --venv $(INSTALLED_VENV) --wheel $(WHEEL) --extras $(INSTALLED_EXTRAS) \
 	  --base-python $(INSTALLED_PYTHON) --with 'jupyterhub==6.1.*'
-
 
 # The TensorFlow 2.15 environment Estimator workers run in (tf.estimator is gone from TF 2.16 on), with nbworkers
 # installed the README's way for `%%worker --python`: `pip install --no-deps`, here from the wheel (re-installed
@@ -63,16 +67,16 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# The unit tests, then the integration tests as the runs of tests/tracks.py (tools/test_suite.sh): the Ray tests
-# alone; then the rest on .venv beside the browser tests and tutorials (which mostly wait) followed by the tests
-# marked `installed` on the wheel installed in .venv-installed. Every run goes on when one before it failed; the
-# last line adds them up; the exit status is non-zero when any run failed (5, nothing selected, is not a failure).
+# The unit tests, then the integration tests as the runs of tests/tracks.py in three lanes at once
+# (tools/test_suite.sh): the Ray tests then the fault-tolerance modules; the rest on .venv; the browser tests and
+# tutorials (which mostly wait) while .venv-installed is made, then the tests marked `installed` on it. Every run goes
+# on when one before it failed; the last line adds them up; the exit status is non-zero when any run failed.
 # PYTEST_ARGS goes to every run, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
 # installed, hub).
 PYTEST_ARGS ?=
 
-test: setup browser-deps estimator-env installed-env hub-deps
-	@PYTEST_ARGS='$(PYTEST_ARGS)' tools/test_suite.sh
+test: setup browser-deps estimator-env hub-deps
+	@PYTEST_ARGS='$(PYTEST_ARGS)' PYTHON='$(PYTHON)' tools/test_suite.sh
 
 test-installed: installed-env browser-deps estimator-env hub-deps
 	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
@@ -109,7 +113,7 @@ wheel: setup
 # .venv-installed: make installed-env): configurable-http-proxy from npm into build/hub-proxy (pinned by
 # tools/hub-proxy/package-lock.json; npm ci runs again only when the lock file changes). ~10 s the first time.
 HUB_PROXY := build/hub-proxy
-hub-deps: installed-env $(HUB_PROXY)/.installed
+hub-deps: $(HUB_PROXY)/.installed
 
 $(HUB_PROXY)/.installed: tools/hub-proxy/package.json tools/hub-proxy/package-lock.json
 	mkdir -p $(HUB_PROXY) && cp tools/hub-proxy/package.json tools/hub-proxy/package-lock.json $(HUB_PROXY)/

@@ -1,13 +1,13 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
-`make test` runs the integration tests as a few pytest runs so that tests that mostly wait (a browser, a hub, a
-notebook's cells) run beside the ones that keep both cores busy, and nothing runs twice:
-
-- ``ray``: the Ray tests, alone (a loaded machine makes raylets time out at start), first;
-- ``main``: the rest on ``.venv`` (the editable checkout), beside
-- ``beside``: the browser tests and the tutorial notebooks on ``.venv``, then
-- ``installed``: the tests marked ``installed``, on ``.venv-installed`` (the wheel users get, installed
-  non-editable), in the same sequence as ``beside``.
+`make test` runs the integration tests as a few pytest runs in three lanes at once: most tests wait (for a kernel,
+a worker's import, a grace period, a browser), so three lanes keep two cores busier than one, and nothing runs
+twice. One lane: ``ray``, the Ray tests (one simulated cluster), then ``faults``, the fault-tolerance modules
+(FAULT_MODULES). The second: ``main``, the rest on ``.venv`` (the editable checkout). The third: ``beside``, the
+browser tests and the tutorial notebooks, then ``installed``, the tests marked ``installed`` on
+``.venv-installed`` (the wheel users get, installed non-editable). The lanes were balanced on measured times
+(2026-11-27: ray 7.6 min, the fault modules 7 min, main 14 min, beside 10.8 min and installed 3.2 min when run
+two at a time).
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-TRACKS = ("ray", "main", "beside", "installed")
+TRACKS = ("ray", "faults", "main", "beside", "installed")
+# Modules of the `faults` run: kill -9s, preemption, the watchdog and restart policies (~7 min): after the Ray tests.
+FAULT_MODULES = frozenset({"test_fault_tolerance.py", "test_fault_soak.py", "test_restart_policy.py"})
 TRACK_OPTION = "--track"
 
 
@@ -31,6 +33,8 @@ def track_of(item: pytest.Item) -> str:
         return "ray"
     if "browser" in marks or "slow" in marks:
         return "beside"
+    if item.path.name in FAULT_MODULES:
+        return "faults"
     return "main"
 
 
