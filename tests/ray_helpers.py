@@ -49,10 +49,6 @@ RAY_BIN = Path(sys.executable).with_name("ray")
 # Hermetic: a token in ~/.ray/auth_token (Ray writes one when ray.init() starts a local cluster) would
 # otherwise switch `ray start` to token authentication.
 RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
-# A raylet must register with the head within 30 s by default, which a loaded machine can miss ("The current node
-# timed out during startup ... Try increase the RAY_raylet_start_wait_time_s config"): the Ray tests run beside
-# others (tests/tracks.py).
-RAYLET_REGISTRATION_ENV = {"RAY_raylet_start_wait_time_s": "120"}
 # Worker nodes of the multi-node cluster: loopback addresses, each a Ray node of its own (one CPU each).
 MULTI_NODE_IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 # Ray's GCS declares a node dead after this many missed health checks, one a second (default: 5 every 3 s
@@ -95,7 +91,7 @@ class RayTestCluster:
         self.nodes: dict[str, subprocess.Popen] = {}  # a worker node's --node-ip-address -> its `ray start`
         self.last_started: subprocess.Popen | None = None
         self.address = ""
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV, **RAYLET_REGISTRATION_ENV)
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV)
         env.pop("RAY_ADDRESS", None)
         self.env = env
 

@@ -6,8 +6,8 @@ twice. One lane: ``ray``, the Ray tests (one simulated cluster), then ``faults``
 (FAULT_MODULES). The second: ``main``, the rest on ``.venv`` (the editable checkout). The third: ``beside``, the
 browser tests and the tutorial notebooks, then ``installed``, the tests marked ``installed`` on
 ``.venv-installed`` (the wheel users get, installed non-editable). The lanes were balanced on measured times
-(2026-11-27: ray 7.6 min, the fault modules 7 min, main 14 min, beside 10.8 min and installed 3.2 min when run
-two at a time).
+(2026-11-27, a fresh clone, three lanes at once: ray 7.6 min, the fault modules 7.3, main 17.3, beside 10.9,
+installed 3.3). Lanes 2 and 3 run below lane 1's CPU priority (tools/test_suite.sh says why).
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
