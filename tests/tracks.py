@@ -1,13 +1,15 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
-`make test` runs the integration tests as a few pytest runs in three lanes at once: most tests wait (for a kernel,
-a worker's import, a grace period, a browser), so three lanes keep two cores busier than one, and nothing runs
-twice. One lane: ``ray``, the Ray tests (one simulated cluster), then ``faults``, the fault-tolerance modules
-(FAULT_MODULES). The second: ``main``, the rest on ``.venv`` (the editable checkout). The third: ``beside``, the
-browser tests and the tutorial notebooks, then ``installed``, the tests marked ``installed`` on
-``.venv-installed`` (the wheel users get, installed non-editable). The lanes were balanced on measured times
-(2026-11-27, a fresh clone, three lanes at once: ray 7.6 min, the fault modules 7.3, main 17.3, beside 10.9,
-installed 3.3). Lanes 2 and 3 run below lane 1's CPU priority (tools/test_suite.sh says why).
+`make test` runs ``ray``, the Ray tests (one simulated cluster), alone: a Ray node the tests start again after
+killing it must register with its head within Ray's fixed 30 s, which it missed whenever other tests ran beside
+(even at a lower CPU priority). Then three lanes at once: most tests wait (for a kernel, a worker's import, a grace
+period, a browser), so three lanes keep two cores busier than one, and nothing runs twice. Lane 1: ``processes``
+(PROCESS_MODULES: a run's processes across their life, launched, stopped, killed, preempted, hung, restarted).
+Lane 2: ``main``, the rest on ``.venv`` (the editable checkout). Lane 3: ``beside``, the browser tests and the
+tutorial notebooks, then ``installed``, the tests marked ``installed`` on ``.venv-installed`` (the wheel users get,
+installed non-editable). The lanes were balanced on measured times (2026-11-27, a fresh clone, three lanes at
+once: the fault modules 7.3 min, worker_magic + zygote + roles_cluster + worker_stop 4.3, the rest of main 13.0,
+beside 10.9, installed 3.3; ray alone 7.6).
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
@@ -18,9 +20,13 @@ from __future__ import annotations
 
 import pytest
 
-TRACKS = ("ray", "faults", "main", "beside", "installed")
-# Modules of the `faults` run: kill -9s, preemption, the watchdog and restart policies (~7 min): after the Ray tests.
-FAULT_MODULES = frozenset({"test_fault_tolerance.py", "test_fault_soak.py", "test_restart_policy.py"})
+TRACKS = ("ray", "processes", "main", "beside", "installed")
+# Modules of the `processes` run (~11.5 min): launches by the magic, zygotes, roles, stops, kill -9s, preemption, the
+# watchdog and restart policies.
+PROCESS_MODULES = frozenset({
+    "test_worker_magic.py", "test_zygote.py", "test_roles_cluster.py", "test_worker_stop.py",
+    "test_fault_tolerance.py", "test_fault_soak.py", "test_restart_policy.py",
+})
 TRACK_OPTION = "--track"
 
 
@@ -33,8 +39,8 @@ def track_of(item: pytest.Item) -> str:
         return "ray"
     if "browser" in marks or "slow" in marks:
         return "beside"
-    if item.path.name in FAULT_MODULES:
-        return "faults"
+    if item.path.name in PROCESS_MODULES:
+        return "processes"
     return "main"
 
 

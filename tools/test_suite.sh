@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# `make test` after its set-up: the unit tests, then the integration tests as the runs of tests/tracks.py in three
-# lanes at once (most tests wait: for a kernel, a worker's import, a grace period, a browser). Lanes 2 and 3 run at
-# a lower CPU priority (nice) and make .venv-installed at the idle I/O class: a Ray node started again after a test
-# killed it must register with its head within Ray's fixed 30 s, which it missed on a loaded machine.
-#   unit                                  .venv            tests/unit (seconds), alone and first
-#   lane 1: ray, then faults              .venv            the Ray tests; kill -9s, preemption, watchdog, restarts
+# `make test` after its set-up: the unit tests, the Ray tests alone, then the rest as the runs of tests/tracks.py
+# in three lanes at once (most tests wait: for a kernel, a worker's import, a grace period, a browser):
+#   unit                                  .venv            tests/unit (seconds)
+#   ray                                   .venv            the Ray tests, alone (tests/tracks.py says why)
+#   lane 1: processes                     .venv            launches, zygotes, roles, stops, kill -9s, restarts
 #   lane 2: main                          .venv            the rest
 #   lane 3: beside, then installed        .venv            the browser tests and tutorial notebooks, while
 #                                                          .venv-installed is made (make installed-venv), then
 #                                         .venv-installed  the tests marked `installed`, on the wheel users get
-# Lanes 1 and 3 print into build/test-logs/<lane>.log, shown after lane 2's output. Every run goes on when one
+# Lanes 1 and 3 print into build/test-logs/lane-<n>.log, shown after lane 2's output. Every run goes on when one
 # before it failed. The last line adds them up (tools/suite_summary.py); the exit status is non-zero when any run
 # failed (pytest's 5, nothing selected, is not a failure). PYTEST_ARGS (from make) goes to every run, e.g.
 # PYTEST_ARGS='-m "not slow"' or '-x'.
@@ -20,8 +19,7 @@ LOGS=build/test-logs
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code
 eval "extra=(${PYTEST_ARGS:-})"
-RUNS=(unit ray faults main beside installed)
-BELOW_RAY=10  # lanes 2 and 3's niceness
+RUNS=(unit ray processes main beside installed)
 
 # run NAME PYTEST ARGS...: one pytest run whose JUnit XML is $LOGS/NAME.xml; its exit code goes to $LOGS/NAME.code.
 run() {
@@ -38,11 +36,11 @@ export NBWORKERS_WHEEL=${WHEEL:+$PWD/$WHEEL}
 
 run unit "$VENV_PY" -m pytest tests/unit
 
-( run ray "$VENV_PY" -m pytest tests/integration --track=ray
-  run faults "$VENV_PY" -m pytest tests/integration --track=faults ) > "$LOGS/lane-1.log" 2>&1 &
+run ray "$VENV_PY" -m pytest tests/integration --track=ray
+
+run processes "$VENV_PY" -m pytest tests/integration --track=processes > "$LOGS/lane-1.log" 2>&1 &
 lane1=$!
-( renice -n "$BELOW_RAY" -p "$BASHPID" > /dev/null  # before it starts anything: its children inherit it
-  ionice -c 3 make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1 & env_pid=$!
+( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1 & env_pid=$!
   run beside "$VENV_PY" -m pytest tests/integration --track=beside
   if wait "$env_pid"; then
     run installed "${INSTALLED_PYTEST[@]}"
@@ -50,7 +48,7 @@ lane1=$!
     echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"
   fi ) > "$LOGS/lane-3.log" 2>&1 &
 lane3=$!
-run main nice -n "$BELOW_RAY" "$VENV_PY" -m pytest tests/integration --track=main
+run main "$VENV_PY" -m pytest tests/integration --track=main
 wait "$lane1" "$lane3"
 for lane in 1 3; do
   echo "=== lane $lane (also in $LOGS/lane-$lane.log) ==="

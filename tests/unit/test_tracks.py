@@ -56,7 +56,7 @@ def passed(recorded) -> list[str]:
 @pytest.mark.parametrize("option, runs", [
     ([], EVERY_TEST),
     (["--track=main"], ["test_on_the_checkout"]),
-    (["--track=faults"], []),
+    (["--track=processes"], []),
     (["--track=ray"], ["test_on_ray"]),
     (["--track=beside"], ["test_a_notebook", "test_in_a_browser"]),
 ])
@@ -66,13 +66,13 @@ def test_each_test_is_in_one_run(suite, option, runs):
     assert len(recorded.getcalls("pytest_deselected")) == (1 if option else 0)
 
 
-def test_the_fault_modules_have_a_run_of_their_own(pytester):
+def test_the_process_modules_have_a_run_of_their_own(pytester):
     pytester.makeconftest(TESTS_CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    browser: b\n")
     pytester.makepyfile(test_fault_soak="def test_kills():\n    pass\n",
                         test_other="import pytest\n\ndef test_plain():\n    pass\n\n"
                                    "@pytest.mark.browser\ndef test_page():\n    pass\n")
-    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=faults")) == ["test_kills"]
+    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=processes")) == ["test_kills"]
     assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=main")) == ["test_plain"]
 
 
