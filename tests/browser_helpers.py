@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
 SERVER_START_TIMEOUT = 60.0  # s for JupyterLab to write its runtime file
 PAGE_TIMEOUT_MS = 60_000  # Playwright waits (page load, kernel start)
 RESULTS_DIR = REPO / "test-results"
+SIDEBAR = "#nbworkers-sidebar"  # the nbworkers sidebar's panel in JupyterLab and Notebook 7
 
 
 # ------------------------------------------------------------------------------------------ fake cluster
@@ -455,3 +456,15 @@ def screenshot(page: Any, name: str, selector: str = ".nbw") -> Path:
                 raise
             page.wait_for_timeout(500)
     return path
+
+
+def sidebar_row(name: str) -> str:
+    """The selector of the sidebar's row of the run ``name``."""
+    return f"{SIDEBAR} .nbw-sb-row[data-name='{name}']"
+
+
+def wait_sidebar_row(page: Any, name: str, condition: str, timeout_ms: int) -> None:
+    """Wait until the sidebar's row of ``name`` satisfies ``condition`` (JS over ``r``, the row's element)."""
+    page.wait_for_function(
+        f"(sel) => {{ const r = document.querySelector(sel); return !!r && ({condition}); }}", arg=sidebar_row(name),
+        timeout=timeout_ms)

@@ -31,7 +31,16 @@ import sys
 
 import psutil
 import pytest
-from browser_helpers import cell_executed, chromium_page, run_cell, wait_kernel_idle, write_notebook
+from browser_helpers import (
+    SIDEBAR,
+    cell_executed,
+    chromium_page,
+    run_cell,
+    wait_kernel_idle,
+    wait_sidebar_row,
+    write_notebook,
+)
+from browser_helpers import sidebar_row as row
 from hub_helpers import PROXY, VENV_BIN, Hub, UnixUser, as_user, jupyterhub, processes_of, unix_users, write_as
 
 pytestmark = [pytest.mark.installed, pytest.mark.browser, pytest.mark.hub,
@@ -39,7 +48,6 @@ pytestmark = [pytest.mark.installed, pytest.mark.browser, pytest.mark.hub,
 
 RUN_TIMEOUT_MS = 300_000  # a user's server spawn, kernel start, zygote, two workers up (2 shared cores)
 STOP_TIMEOUT_MS = 90_000
-SIDEBAR = "#nbworkers-sidebar"
 NETNS_HOLDER = "protocol/private/netns.py"
 
 # Two workers that listen on their TF_CONFIG port as TensorFlow's gRPC server would (0.0.0.0), and report a step
@@ -135,14 +143,8 @@ def prepare_home(user: UnixUser) -> None:
     write_as(user, settings, json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
-def row(name: str) -> str:
-    return f"{SIDEBAR} .nbw-sb-row[data-name='{name}']"
-
-
 def wait_row(page, name: str, condition: str, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
-    page.wait_for_function(
-        f"(sel) => {{ const r = document.querySelector(sel); return !!r && ({condition}); }}", arg=row(name),
-        timeout=timeout_ms)
+    wait_sidebar_row(page, name, condition, timeout_ms)
 
 
 def sidebar_names(page) -> list[str]:

@@ -15,19 +15,21 @@ import pytest
 from browser_helpers import (
     REPO,
     RESULTS_DIR,
+    SIDEBAR,
     cell_executed,
     chromium_page,
     lab_server,
     open_notebook,
     run_cell,
     wait_kernel_idle,
+    wait_sidebar_row,
     write_notebook,
 )
+from browser_helpers import sidebar_row as row
 
 pytestmark = [pytest.mark.browser, pytest.mark.installed]  # the sidebar as pip installs it (make test-installed)
 RUN_TIMEOUT_MS = 180_000  # kernel start, zygote, two workers up, on 2 shared cores
 STOP_TIMEOUT_MS = 60_000  # Stop -> stopped (stop_grace is 5 s)
-SIDEBAR = "#nbworkers-sidebar"
 
 STEPS_CELL = """%%worker -n 2 --name {name}
 import time
@@ -42,15 +44,8 @@ print("quick run done", flush=True)
 """
 
 
-def row(name: str) -> str:
-    return f"{SIDEBAR} .nbw-sb-row[data-name='{name}']"
-
-
 def wait_row(page, name: str, condition: str, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
-    """Wait until the sidebar's row of ``name`` satisfies ``condition`` (JS over ``r``, the row's element)."""
-    page.wait_for_function(
-        f"(sel) => {{ const r = document.querySelector(sel); return !!r && ({condition}); }}", arg=row(name),
-        timeout=timeout_ms)
+    wait_sidebar_row(page, name, condition, timeout_ms)
 
 
 def start_run(page, notebook: str) -> None:
