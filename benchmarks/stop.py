@@ -9,27 +9,17 @@ SIGKILL (-9) after the whole stop grace (TensorFlow's own SIGTERM handler swallo
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 from harness import BenchKernel, median
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the stop test's cell (tests/cells.py)
+from cells import LOOP_WITH_FINALLY, worker_cell  # noqa: E402
+
 from nbworkers.kernel_driver import wait_until
 
-LOOP = """%%worker -n 2 --name {name}
-import os, time
-from nbworkers import distlib
-{setup}
-step = 0
-try:
-    print("worker up", flush=True)
-    while True:
-        step += 1
-        {body}
-        time.sleep(0.01)
-finally:
-    open({marker!r} + os.environ["NBWORKERS_WORKER"], "w").write("finally ran")
-"""
 LOOPS = {"plain": ("pass", "pass"),
          "report()": ("import tensorflow", "distlib.report(step=step, loss=1.0 / step)")}
 TARGET_STOP_S = 1.0  # the issue's bound for a worker that is not inside a collective
@@ -41,8 +31,9 @@ def bench(kernel: BenchKernel, tmp: Path, reps: int, log) -> dict:
         runs = []
         for rep in range(reps):
             name = f"stop-{'plain' if label == 'plain' else 'report'}-{rep}"
-            marker = str(tmp / f"{name}-finally-")
-            kernel.output(LOOP.format(name=name, setup=setup, body=body, marker=marker))
+            marker = str(tmp / name)
+            loop = LOOP_WITH_FINALLY.format(setup=setup, body=body, marker=marker)
+            kernel.output(worker_cell(f"-n 2 --name {name}", loop))
             cluster = f"nbworkers.get_cluster({name!r})"
             wait_until(lambda: kernel.value(f"{cluster}.logs().count('worker up')") == 2, 300)
             if label != "plain":  # past the first report: TensorFlow's runtime started
@@ -53,9 +44,10 @@ def bench(kernel: BenchKernel, tmp: Path, reps: int, log) -> dict:
             took = time.monotonic() - started
             snap = kernel.value(f"{cluster}.snapshot()")
             codes = [w["exit_code"] for w in snap["workers"]]
-            finals = sum(Path(marker + str(i)).exists() for i in range(2))
+            finals = sum(Path(f"{marker}-finally-{i}").exists() for i in range(2))
             runs.append({"seconds": took, "codes": codes, "finally": finals, "status": snap["status"]})
-            log(f"stop of a {label} loop: {took:.2f} s, {snap['status']}, exit codes {codes}, finally ran on {finals}/2")
+            log(f"stop of a {label} loop: {took:.2f} s, {snap['status']}, exit codes {codes}, "
+                f"finally ran on {finals}/2")
         result[label] = {"median": median(r["seconds"] for r in runs), "runs": runs}
     return result
 
