@@ -39,7 +39,8 @@ RUN_ID_ENV = env_settings.RUN_ID.name
 ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE: finds a run root's zygotes (strays.py)
 RUN_DIR_ENV = env_settings.RUN_DIR.name
 CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
-CREATE_TIME_TOLERANCE = 0.05  # a recorded create time matches a process's own within this (psutil: boot + ticks)
+CREATE_TIME_TOLERANCE = 0.001  # a recorded create time matches a process's own within this (both are clock ticks)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def new_run_id() -> str:
@@ -75,11 +76,27 @@ def recorded_pairs(values: Any) -> frozenset[tuple[int, float]]:
     return frozenset(pairs)
 
 
-def record_of(proc: psutil.Process) -> tuple[int, float] | None:
-    """(pid, create time) of a live process, as a kernel records it; None when it is gone."""
+def started_since_boot(pid: int) -> float:
+    """The create time a kernel records: seconds from boot to the start of process ``pid`` (``/proc/PID/stat``'s
+    starttime, in clock ticks). It never changes while the process lives. psutil's ``create_time()`` adds
+    ``/proc/stat``'s btime, which moves by whole seconds when the wall clock is stepped (NTP, a VM's restore: seen
+    in CI, where a recorded worker then no longer matched its record and was never stopped). Raises
+    ``psutil.NoSuchProcess`` when the process is gone."""
     try:
-        return proc.pid, proc.create_time()
-    except psutil.Error:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except (FileNotFoundError, ProcessLookupError) as error:
+        raise psutil.NoSuchProcess(pid) from error
+    fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) ": field 3 (state) onwards
+    return int(fields[22 - 3]) / CLOCK_TICKS  # field 22: starttime
+
+
+def record_of(proc: psutil.Process) -> tuple[int, float] | None:
+    """(pid, create time) of a live process, as a kernel records it (``started_since_boot``); None when it is
+    gone."""
+    try:
+        return proc.pid, started_since_boot(proc.pid)
+    except (psutil.Error, OSError, IndexError, ValueError):
         return None
 
 
@@ -107,14 +124,15 @@ def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = Fa
         if proc.uids().real != os.getuid():
             return False
         env = proc.environ()
-        created = proc.create_time()
-    except (psutil.Error, OSError):
+        created = proc.create_time()  # wall time, to compare with the run's start
+        since_boot = started_since_boot(proc.pid)  # the recorded identity
+    except (psutil.Error, OSError, IndexError, ValueError):
         return False
     if not carries_marker(env, marker):
         return False
     if marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
         return False  # older than the run: not one of its processes, whatever a state file records
-    return is_recorded(proc.pid, created, marker) or in_group_of_ours
+    return is_recorded(proc.pid, since_boot, marker) or in_group_of_ours
 
 
 def ours_in_group(pgid: int, members: list[psutil.Process], marker: RunMarker) -> list[psutil.Process]:

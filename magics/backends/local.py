@@ -32,7 +32,7 @@ from nbworkers.magics.launch.ports import pick_free_ports
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import Placement
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
-from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of
+from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of, started_since_boot
 from nbworkers.protocol.private.files import open_own
 
 
@@ -60,9 +60,8 @@ class WorkerProcess:
         reused since, or a pid that was never this worker's, is never recorded as ours."""
         self.worker_pid = pid
         try:
-            proc = psutil.Process(pid)
-            parent, created = proc.ppid(), proc.create_time()
-        except psutil.Error:
+            parent, created = psutil.Process(pid).ppid(), started_since_boot(pid)
+        except (psutil.Error, OSError, IndexError, ValueError):
             return
         if parent == self.host.pid or parent in zygote_pids:
             self.records[pid] = created

@@ -5,6 +5,7 @@ wait that refreshes them, the final summary's snapshot, the state file's payload
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -17,6 +18,7 @@ from nbworkers.magics.run.failed import mark_error_below
 from nbworkers.magics.rundir.layout import log_path
 from nbworkers.magics.shapes import ClusterSnapshot, View, WorkerHandle
 from nbworkers.magics.views.summary import ECHOED_KEY
+from nbworkers.procs.ownership import started_since_boot
 from nbworkers.protocol import wire
 
 
@@ -81,6 +83,8 @@ def state_file_data(snapshot: ClusterSnapshot, procs: list[WorkerHandle], run_id
     data["worker_pgids"] = [p.worker_pid for p in procs if p.worker_pid]
     data["processes"] = [[pid, created] for p in procs for pid, created in p.processes()]  # what may be signalled
     data["run_id"] = run_id
+    if data.get("kernel_pid") == os.getpid():  # the kernel's start: a pid reused since is not its (liveness.py)
+        data["kernel_started"] = started_since_boot(os.getpid())
     for worker in data["workers"]:
         worker.pop("history", None)
         worker["metrics"] = wire.encode_metrics(worker.get("metrics") or {})  # strict JSON for the REST API

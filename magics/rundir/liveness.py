@@ -22,7 +22,14 @@ import psutil
 from nbworkers.magics.run.core.state import DONE_STATES
 from nbworkers.magics.run.core.statuses import ClusterStatus
 from nbworkers.procs.kill import alive, group_members
-from nbworkers.procs.ownership import CREATE_TIME_SLACK, RunMarker, is_ours, ours_in_group
+from nbworkers.procs.ownership import (
+    CREATE_TIME_SLACK,
+    CREATE_TIME_TOLERANCE,
+    RunMarker,
+    is_ours,
+    ours_in_group,
+    started_since_boot,
+)
 
 LOST = ClusterStatus.LOST.value  # the status of a run whose state says it is running but whose kernel is dead
 
@@ -53,11 +60,17 @@ def kernel_alive(state: dict[str, Any]) -> bool:
     try:
         proc = psutil.Process(pid)
         created = proc.create_time()
+        since_boot = started_since_boot(pid)
     except psutil.NoSuchProcess:
         return False
-    except psutil.Error:
+    except (psutil.Error, OSError, IndexError, ValueError):
         return True
-    started = state.get("started")
+    recorded = state.get("kernel_started")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        if abs(since_boot - recorded) > CREATE_TIME_TOLERANCE:
+            return False  # a newer process got that pid
+        return alive(proc)
+    started = state.get("started")  # state files without kernel_started: wall times, a clock step may mislead
     if isinstance(started, (int, float)) and created > started + CREATE_TIME_SLACK:
         return False  # a newer process got that pid
     return alive(proc)

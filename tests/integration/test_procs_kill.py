@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from nbworkers.procs import kill as process_kill
-from nbworkers.procs.ownership import RunMarker, record_of
+from nbworkers.procs.ownership import RunMarker, record_of, started_since_boot
 
 RUN_ID = "process-kill-tests"
 GONE_TIMEOUT = 20
@@ -97,7 +97,7 @@ def test_groups_that_are_not_ours_are_never_signalled(groups):
     recorded_all = marker(other_run, unmarked)  # recorded, but without the run's id
     assert process_kill.kill_groups([other_run.pid, unmarked.pid, 0, 1, -1, True], recorded_all, grace=0.2) == 0
     assert process_kill.kill_groups([ours.pid], marker()) == 0  # the run's id alone (a marker) proves nothing
-    created = psutil.Process(ours.pid).create_time()
+    created = started_since_boot(ours.pid)
     another_start = RunMarker(RUN_ID, None, recorded=frozenset({(ours.pid, created - 5.0)}))  # the pid reused since
     assert process_kill.kill_groups([ours.pid], another_start) == 0
     time.sleep(0.2)

@@ -25,6 +25,7 @@ from conftest import Kernel, wait_until
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir import leftovers
+from nbworkers.procs.ownership import started_since_boot
 from nbworkers.procs.strays import kill_strays, processes_under
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
@@ -149,7 +150,7 @@ def test_a_forged_state_file_kills_neither_a_live_runs_workers_nor_the_zygote(ke
     assert environ(zygote.pid).get("NBWORKERS_RUN_ID") == RUN_ID_PLACEHOLDER
     hosts = state["host_pids"]
     everyone = [zygote.pid, *hosts, *workers]
-    pairs = [[pid, psutil.Process(pid).create_time()] for pid in everyone]  # public: /proc/PID/stat
+    pairs = [[pid, started_since_boot(pid)] for pid in everyone]  # public: /proc/PID/stat
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     for name, run_id in [("forged", "f" * 24), ("forged-old", None), ("forged-placeholder", RUN_ID_PLACEHOLDER)]:

@@ -19,6 +19,7 @@ from nbworkers.magics.notebook import attach
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir import leftovers, liveness
 from nbworkers.magics.rundir import listing as run_listing
+from nbworkers.procs.ownership import started_since_boot
 from nbworkers.procs.strays import kill_strays
 
 PY = sys.executable
@@ -77,7 +78,7 @@ def write_run(run_root: Path, name: str, kernel_pid: int, procs: list[subprocess
                      "log_path": str(run_dir / f"worker-{i}.log"), "log_tail": []}
                     for i, pid in enumerate([w.pid for w in workers] or [None, None])],
         "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
-        "processes": [[p.pid, psutil.Process(p.pid).create_time() + record_offset] for p in procs],
+        "processes": [[p.pid, started_since_boot(p.pid) + record_offset] for p in procs],
         **extra,
     }
     for worker in state["workers"]:

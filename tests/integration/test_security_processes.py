@@ -20,6 +20,7 @@ import psutil
 import pytest
 import zmq
 
+from nbworkers.procs.ownership import started_since_boot
 from nbworkers.protocol import wire
 from nbworkers.protocol.private import dirs as private_dirs
 from nbworkers.protocol.private.dirs import module_command
@@ -166,7 +167,7 @@ def forged_run(root: Path, name: str, kernel_pid: int, pids: list[int], started:
     run_dir.mkdir(parents=True)
     state = {"name": name, "backend": "local", "status": "running", "error": "", "started": started, "ended": None,
              "kernel_pid": kernel_pid, "run_id": run_id, "host_pids": pids, "worker_pgids": pids,
-             "processes": [[pid, psutil.Process(pid).create_time()] for pid in pids],
+             "processes": [[pid, started_since_boot(pid)] for pid in pids],
              "workers": [{"index": 0, "status": "running", "pid": pids[0] if pids else None}]}
     (run_dir / "state.json").write_text(json.dumps(state))
     return run_dir

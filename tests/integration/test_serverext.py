@@ -21,6 +21,7 @@ import pytest
 from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.rundir import leftovers
 from nbworkers.magics.rundir.liveness import LOST
+from nbworkers.procs.ownership import started_since_boot
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -461,7 +462,7 @@ def write_fake_run(run_root: Path, name: str, kernel_pid: int, hosts: list[subpr
                      "detail": "", "exit_code": None, "metrics": {"loss": 0.5}, "log_tail": []}
                     for i, w in enumerate(workers)],
         "host_pids": [h.pid for h in hosts], "worker_pgids": [w.pid for w in workers],
-        "processes": [[p.pid, psutil.Process(p.pid).create_time()] for p in hosts + workers],  # as a kernel records
+        "processes": [[p.pid, started_since_boot(p.pid)] for p in hosts + workers],  # as a kernel records
     }
     for i in range(len(workers)):
         (run_dir / f"worker-{i}.log").write_text(f"line from worker {i}\n")

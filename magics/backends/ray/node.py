@@ -29,7 +29,7 @@ from typing import Any
 from nbworkers.host.command import ZYGOTE_MODULE, host_command
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
-from nbworkers.procs.ownership import RUN_ID_ENV
+from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
 from nbworkers.protocol import wire
 from nbworkers.protocol.private.dirs import private_dir, runtime_dir
 from nbworkers.protocol.relay_curve import client_keypair
@@ -206,7 +206,7 @@ class NbworkersWorkerHost:
             proc = psutil.Process(pid)
             parent = psutil.Process(proc.ppid())
             forked = ZYGOTE_MODULE in " ".join(parent.cmdline()) and proc.environ().get(RUN_ID_ENV) == self._run_id
-            created = proc.create_time()
+            created = started_since_boot(pid)
         except Exception:
             return False
         if forked and self._run_id:
@@ -218,9 +218,7 @@ class NbworkersWorkerHost:
         worker ``note_worker`` recorded (while its pid is still that process)."""
         if self._forked is not None:
             try:
-                import psutil
-
-                if psutil.Process(self._forked[0]).create_time() == self._forked[1]:
+                if started_since_boot(self._forked[0]) == self._forked[1]:
                     return self._forked[0]
             except Exception:
                 return None
