@@ -29,6 +29,7 @@ from nbworkers.magics.views.words import (
     headline,
     restart_lines,
     resume_text,
+    snapshot_note,
     status_label,
     traceback_tail,
     worker_name,
@@ -133,6 +134,8 @@ def render_text(snapshot: ClusterSnapshot) -> str:
     """A few lines for ``text/plain``: one per worker; log paths and the error when the run is over."""
     done = snapshot.get("status") in DONE_STATES
     lines = [headline(snapshot)]
+    if snapshot_note(snapshot):
+        lines.append(f"  {snapshot_note(snapshot)}")
     many = _many(snapshot)
     if many:
         lines += _compact_text(snapshot, done)
@@ -306,9 +309,15 @@ def render_summary_html(snapshot: ClusterSnapshot) -> str:
         restarts = f"<p>Restarts:</p><ul>{items}</ul>"
     return (
         f'<div class="nbw-summary"><p>{_badge(snapshot.get("status"))} <b>{_esc(headline(snapshot))}</b></p>'
+        f"{_snapshot_note_html(snapshot)}"
         f"{_worker_rows(snapshot, with_logs=True)}{output}{_error_html(snapshot)}{restarts}"
         f'<p style="font-size:0.85em">Run directory: <code>{_esc(snapshot.get("run_dir") or "")}</code></p></div>'
     )
+
+
+def _snapshot_note_html(snapshot: ClusterSnapshot) -> str:
+    note = snapshot_note(snapshot)
+    return f'<p class="nbw-snapshot-note"><i>{_esc(note)}</i></p>' if note else ""
 
 
 _failed = failed_workers
