@@ -102,12 +102,16 @@ def overview_text(snapshot: ClusterSnapshot) -> str:
     parts = [", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda p: -p[1]))]
     fractions = [f for w in workers if (f := compact.progress_fraction(w)) is not None]
     if fractions:
-        low, high = round(min(fractions) * 100), round(max(fractions) * 100)
-        parts.append(f"progress {low} %" if low == high else f"progress {low}-{high} %")
+        parts.append(f"progress {_range(f'{min(fractions) * 100:.0f}', f'{max(fractions) * 100:.0f}')} %")
     rates = [r for w in workers if isinstance(r := w.get("steps_per_sec"), (int, float))]
     if rates:
-        parts.append(f"{min(rates):.1f}-{max(rates):.1f} steps/s")
+        parts.append(f"{_range(f'{min(rates):.1f}', f'{max(rates):.1f}')} steps/s")
     return "; ".join(parts)
+
+
+def _range(low: str, high: str) -> str:
+    """``41-47``, or one value once when both print the same (``4``, not ``4-4``)."""
+    return low if low == high else f"{low}-{high}"
 
 
 def _compact_text(snapshot: ClusterSnapshot, done: bool) -> list[str]:

@@ -267,3 +267,10 @@ def test_trouble_words_are_whole_words_in_any_case():
     assert compact.shows_trouble("an error.") and compact.shows_trouble("FATAL")
     assert not compact.shows_trouble("loss: 0.1 - mean_squared_error: 0.2 - val_error_rate: 3 - errors=0")
     assert not compact.shows_trouble("")
+
+
+def test_the_overview_prints_a_range_of_one_value_once():
+    workers = [worker(i, step=41 + i % 3, steps_total=1000, steps_per_sec=2.01 + 0.01 * (i % 2)) for i in range(16)]
+    assert summary.overview_text({"workers": workers}) == "16 running; progress 4 %; 2.0 steps/s"
+    workers[0] = {**workers[0], "step": 70, "steps_per_sec": 3.0}
+    assert summary.overview_text({"workers": workers}) == "16 running; progress 4-7 %; 2.0-3.0 steps/s"
