@@ -8,6 +8,7 @@ its left area.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -63,6 +64,12 @@ def open_second(page, notebook: str) -> None:
     wait_kernel_idle(page, RUN_TIMEOUT_MS)
 
 
+PANEL_JS = "(path) => [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path)"
+OUTPUT_HTML_JS = f"""(path) => {{
+    const outputs = ({PANEL_JS})(path).content.widgets[1].model.outputs;
+    return outputs.length ? String(outputs.get(0).data['text/html'] || '') : '';
+}}"""
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATUS_JS = """(path) => {
     const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
     const view = panel && panel.node.querySelector('.nbw');
@@ -128,6 +135,12 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         page.click(f"{row('alpha')} .nbw-sb-restart")
         wait_row(page, "alpha", "r.dataset.status === 'running' && Number(r.dataset.step) > 0")
         page.wait_for_function(f"(path) => ({WIDGET_STATUS_JS})(path) === 'running'", arg="alpha.ipynb")
+        # its output's fallback is the live view again, so the saved notebook keeps the widget (the pre-save hook
+        # drops it under a final summary): a page reload shows the live run, not the old summary
+        page.wait_for_function(f"(path) => ({OUTPUT_HTML_JS})(path).includes('nbw-fallback')", arg="alpha.ipynb")
+        page.evaluate(f"(path) => ({PANEL_JS})(path).context.save()", "alpha.ipynb")
+        saved = json.loads((lab.root / "alpha.ipynb").read_text())["cells"][1]["outputs"]
+        assert any(WIDGET_VIEW in output.get("data", {}) for output in saved), saved
         page.click(f"{row('alpha')} .nbw-sb-stop")
         wait_row(page, "alpha", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
 
