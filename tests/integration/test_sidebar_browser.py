@@ -148,17 +148,18 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         page.click(f"{row('beta')} .nbw-sb-restart")
         wait_row(page, "beta", "r.dataset.status === 'running' && r.textContent.includes('1 restart')", RUN_TIMEOUT_MS)
 
-        # Log: a tab with a worker's log; Attach: a `%workers attach` cell run in the current notebook (beta)
+        # Log: a tab with a worker's log; Attach: a `%workers attach` cell run in the current notebook (alpha):
+        # beta runs on in its own kernel, so what alpha's kernel shows is a snapshot, and says it will not update
         page.click(f"{row('beta')} .nbw-sb-log")
         page.wait_for_function(
             "() => { const p = document.querySelector('.nbw-sb-logtext'); return p && p.textContent.length > 0; }")
-        page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path})", "beta.ipynb")
-        page.click(f"{row('alpha')} .nbw-sb-attach")
+        page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path})", "alpha.ipynb")
+        page.click(f"{row('beta')} .nbw-sb-attach")
         page.wait_for_function(
             """() => {
                 const cells = window.jupyterapp.shell.currentWidget.content.widgets;
-                return cells.some(c => c.model.sharedModel.getSource() === '%workers attach alpha'
-                    && c.model.executionCount);
+                return cells.some(c => c.model.sharedModel.getSource() === '%workers attach beta'
+                    && c.model.executionCount && c.node.innerText.includes('it will not update'));
             }""", timeout=RUN_TIMEOUT_MS)
 
         # Remove the stopped run: its row and its directory go; beta is stopped from the sidebar too
