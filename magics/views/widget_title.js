@@ -29,16 +29,17 @@ function nextViewId() {
   return `nbw-view-${reg.views}`;
 }
 
-// Whether a view's node is in the document the reader looks at: not in a hidden tab (another notebook of
-// JupyterLab's); a page without notebook panels (Notebook 7 has one, other front ends none) counts as one.
-function inView(node) {
-  if (!node || !node.isConnected) return false;
-  const panel = node.closest(".jp-NotebookPanel, .jp-MainAreaWidget");
-  return !panel || !panel.closest(".lm-mod-hidden");
+// Whether a run's view is in the document the reader looks at: not in a hidden tab (another notebook of
+// JupyterLab's); a page without notebook panels (Notebook 7 has one, other front ends none) counts as one. The
+// panel is remembered: a notebook that windows its cells takes a cell scrolled far away out of the page.
+function inView(run) {
+  if (run.node && run.node.isConnected) run.panel = run.node.closest(".jp-NotebookPanel, .jp-MainAreaWidget");
+  else if (run.panel === undefined) return false; // not on the page yet
+  return !run.panel || (run.panel.isConnected !== false && !run.panel.closest(".lm-mod-hidden"));
 }
 
 function titleText(reg) {
-  const texts = [...reg.runs.values()].filter((run) => inView(run.node)).map((run) => run.text);
+  const texts = [...reg.runs.values()].filter(inView).map((run) => run.text);
   return texts.length ? `[${texts[texts.length - 1]}${texts.length > 1 ? ` +${texts.length - 1}` : ""}] ` : "";
 }
 
@@ -63,7 +64,7 @@ function applyTitle(reg) {
 function setTitleProgress(id, text, node) {
   if (typeof document === "undefined") return;
   const reg = titleRegistry();
-  if (text) reg.runs.set(id, { text, node });
+  if (text) reg.runs.set(id, { ...reg.runs.get(id), text, node });
   else if (!reg.runs.delete(id)) return;
   applyTitle(reg);
 }

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (apt
 HARNESS = r"""
 globalThis.document = { title: "nb.ipynb - JupyterLab", querySelector: () => null };
 // a view's node: in a notebook panel that is hidden (another tab of JupyterLab's) or not
-const panel = (hidden) => ({ closest: (sel) => (sel.includes("hidden") && hidden ? {} : null) });
+const panel = (hidden) => ({ isConnected: true, closest: (sel) => (sel.includes("hidden") && hidden ? {} : null) });
 const node = (hidden) => ({ isConnected: true, closest: () => panel(hidden) });
 const percent = (f) => `${Math.round(f * 100)}`;
 const out = {
@@ -38,6 +38,9 @@ setTitleProgress("b", titleProgress(run("running", 4), 0), there);  // another n
 out.mine = document.title;
 setTitleProgress("c", titleProgress(run("running", 3), 0), alsoHere);
 out.two_here = document.title;
+alsoHere.isConnected = false;  // its cell scrolled far away (a windowed notebook): still this notebook's run
+setTitleProgress("c", titleProgress(run("running", 3), 0), alsoHere);
+out.scrolled_away = document.title;
 setTitleProgress("c", titleProgress(run("finished", 5), 0), alsoHere);  // it ended: off the title
 setTitleProgress("a", titleProgress(run("stopped", 2), 0), here);
 out.ended = document.title;
@@ -59,4 +62,5 @@ def test_ranges_ids_and_the_tab_title():
     assert len(set(out["ids"])) == 3
     assert out["mine"] == "[ep 2/5 · 30%] nb.ipynb - JupyterLab"  # not the hidden notebook's ep 4
     assert out["two_here"] == "[ep 3/5 · 50% +1] nb.ipynb - JupyterLab"  # the newest of the two
+    assert out["scrolled_away"] == out["two_here"]
     assert out["ended"] == "nb.ipynb - JupyterLab"
