@@ -357,7 +357,7 @@ def test_fake_cluster_run_drives_the_view_to_finished():
 
 def js_object_keys(source: str, name: str) -> set[str]:
     body = re.search(rf"const {name} = \{{(.*?)\n\}};", source, re.S)
-    assert body, f"{name} not found in widget.js"
+    assert body, f"{name} not found in widget_cards.js"
     return set(re.findall(r"^\s*(\w+):", body.group(1), re.M))
 
 
