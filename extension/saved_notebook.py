@@ -7,7 +7,9 @@ and Notebook 7 show "Error displaying widget: model not found" and never the tex
 pre-save hook (registered by the server extension) drops the widget view from the outputs whose fallback is an
 nbworkers *final* summary (the run ended: the summary says all there is) when the notebook does not carry that
 model's state. The same for a run whose output still shows it live but whose kernel is gone (restarted or
-dead: its state file says so), as no kernel will ever serve that model again. The page that saved keeps its live
+dead: its state file says so), as no kernel will ever serve that model again. A final summary of a run that runs
+again (Restart, the sidebar's Restart of an ended run: the same widget model, live again) keeps its widget view,
+so a reload shows the live run, not the old summary. The page that saved keeps its live
 widget (the hook changes the file, not the page); outputs of runs still going keep theirs, so a page reload
 mid-run brings the live dashboard back; other libraries' widgets are left alone.
 """
@@ -46,9 +48,20 @@ def run_is_over(name: str) -> bool:
     return described is not None and is_terminal(described.get("status") or "")
 
 
-def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], bool] = run_is_over) -> int:
-    """Remove the widget view from nbworkers outputs of runs that are over (a final summary, or a live view
-    whose run ``over(name)`` says ended) when the model state is not saved; how many."""
+def run_is_live(name: str) -> bool:
+    """True when the run's state file says it goes on (a run restarted after its final summary was shown)."""
+    try:
+        described = describe(run_dir_of(name))
+    except Exception:  # no such run here: nothing says it goes on
+        return False
+    return described is not None and not is_terminal(described.get("status") or "")
+
+
+def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], bool] = run_is_over,
+                               live: Callable[[str], bool] = run_is_live) -> int:
+    """Remove the widget view from nbworkers outputs of runs that are over (a final summary of a run that
+    ``live(name)`` does not say runs again, or a live view whose run ``over(name)`` says ended) when the model
+    state is not saved; how many."""
     saved = saved_widget_models(notebook)
     dropped = 0
     for cell in notebook.get("cells") or []:
@@ -57,10 +70,12 @@ def drop_stateless_run_widgets(notebook: dict[str, Any], over: Callable[[str], b
             if not isinstance(data, dict) or WIDGET_VIEW not in data:
                 continue
             html = _text(data.get("text/html"))
-            if FINAL_SUMMARY_MARK not in html:
-                found = RUN_NAME.search(_text(data.get("text/plain"))) if LIVE_MARK in html else None
-                if found is None or not over(found.group(1)):
+            found = RUN_NAME.search(_text(data.get("text/plain")))
+            if FINAL_SUMMARY_MARK in html:
+                if found is not None and live(found.group(1)):
                     continue
+            elif LIVE_MARK not in html or found is None or not over(found.group(1)):
+                continue
             view = data[WIDGET_VIEW]
             if isinstance(view, dict) and view.get("model_id") in saved:
                 continue

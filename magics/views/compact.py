@@ -5,8 +5,11 @@ From ``settings().widget_compact_workers`` workers on (8), the widget and the te
 one card, one chart line and one log per worker. What they show instead is computed here, in the kernel, from a
 ``ClusterSnapshot`` (pure functions: no widget, no I/O):
 
-- ``straggler_order``: the workers in the order a reader wants them: failed and stuck ones first, then the
-  running ones from least to most progress (slowest first on a tie), the finished ones last;
+- ``steady_order`` / ``straggler_order``: the workers in the order a reader wants them, steady enough to click:
+  by status (failed and stuck ones first, the finished ones last), within a status the lagging workers first
+  (``lagging_workers``: behind the furthest one by more than ``LAG_ENTER`` of the run, with hysteresis), else by
+  index. Tiny differences of progress or steps/s between equal workers move no row; ``SteadyRows`` keeps the
+  lagging ones from update to update;
 - ``shared_metrics``: the metrics every reporting worker holds with the same value (a global batch's loss under
   MultiWorkerMirroredStrategy): shown once, not 64 times;
 - ``score_outliers``: the values far from the others' median (robust z-score); band_chart.py compares each worker
@@ -30,6 +33,11 @@ OUTLIER_SCORE = 5.0  # robust z-score (deviation from the median over 1.4826 MAD
 MIN_WORKERS_FOR_OUTLIERS = 4  # fewer: no median worth the name
 MAX_FLAGGED_LOGS = 6  # log tails of flagged workers sent with the chief's; the picker reaches the others
 FLAG_WORDS = ("error", "warning", "traceback", "exception", "fatal")  # as words, any case: a *_error metric is none
+# A worker lags once it is behind the furthest worker of its status by more than LAG_ENTER of the whole run (0.05:
+# 5 percentage points of progress; without totals: 5 % of the furthest one's steps), and lags no more once it is
+# within LAG_LEAVE: between the two it keeps the state it had, so a worker near the threshold does not flap.
+LAG_ENTER = 0.05
+LAG_LEAVE = 0.02
 METRIC_DIGITS = 6  # significant digits two values must share to count as equal (as widget.clean_number rounds)
 
 
@@ -65,17 +73,63 @@ def progress_fraction(worker: Mapping[str, Any]) -> float | None:
     return None
 
 
-def straggler_order(workers: Sequence[Mapping[str, Any]]) -> list[int]:
+def _index(worker: Mapping[str, Any]) -> int:
+    return int(worker.get("index") or 0)
+
+
+def _positions(group: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """How far each worker of one status is, comparable within the group: its progress fraction when every worker
+    has one, else its step over the furthest one's (workers with neither are left out)."""
+    fractions = {_index(w): progress_fraction(w) for w in group}
+    if all(f is not None for f in fractions.values()):
+        return {i: f for i, f in fractions.items() if f is not None}
+    steps = {_index(w): float(w["step"]) for w in group if isinstance(w.get("step"), (int, float))}
+    lead = max(steps.values(), default=0.0)
+    return {i: step / lead for i, step in steps.items()} if lead > 0 else {}
+
+
+def lagging_workers(workers: Sequence[Mapping[str, Any]], before: Collection[int] = ()) -> set[int]:
+    """The workers behind the furthest worker of their status by more than ``LAG_ENTER`` (those in ``before``,
+    the lagging ones of the last update: by more than ``LAG_LEAVE``)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for worker in workers:
+        groups.setdefault(str(worker.get("status") or ""), []).append(worker)
+    lagging: set[int] = set()
+    for group in groups.values():
+        positions = _positions(group)
+        lead = max(positions.values(), default=0.0)
+        for index, position in positions.items():
+            if lead - position > (LAG_LEAVE if index in before else LAG_ENTER):
+                lagging.add(index)
+    return lagging
+
+
+def steady_order(workers: Sequence[Mapping[str, Any]], lagging: Collection[int]) -> list[int]:
     """Worker indices, the ones that need a look first: by status (failed, lost, restarting, ...), then the
-    least progress, then the fewest steps a second."""
+    ``lagging`` ones, then by index. Nothing else moves a row: not steps/s, not a step more or less."""
 
-    def key(worker: Mapping[str, Any]) -> tuple[int, float, float, int]:
-        fraction = progress_fraction(worker)
-        rate = worker.get("steps_per_sec")
-        return (STATUS_RANK.get(worker.get("status") or "", 4), -1.0 if fraction is None else fraction,
-                rate if isinstance(rate, (int, float)) else -1.0, int(worker.get("index") or 0))
+    def key(worker: Mapping[str, Any]) -> tuple[int, int, int]:
+        index = _index(worker)
+        return (STATUS_RANK.get(worker.get("status") or "", 4), 0 if index in lagging else 1, index)
 
-    return [int(w.get("index") or 0) for w in sorted(workers, key=key)]
+    return [_index(w) for w in sorted(workers, key=key)]
+
+
+def straggler_order(workers: Sequence[Mapping[str, Any]]) -> list[int]:
+    """``steady_order`` of one snapshot on its own (the text/HTML summary): lagging by ``LAG_ENTER``."""
+    return steady_order(workers, lagging_workers(workers))
+
+
+class SteadyRows:
+    """The compact view's row order kept from update to update: the lagging workers of the last update stay
+    lagging until they are within ``LAG_LEAVE`` (``lagging_workers``)."""
+
+    def __init__(self) -> None:
+        self.lagging: set[int] = set()
+
+    def update(self, workers: Sequence[Mapping[str, Any]]) -> list[int]:
+        self.lagging = lagging_workers(workers, self.lagging)
+        return steady_order(workers, self.lagging)
 
 
 def _same_value(a: Any, b: Any) -> bool:

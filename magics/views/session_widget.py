@@ -3,7 +3,8 @@ header shows as one line (the session, the cell number, its state and what it ru
 trait for its Restart button.
 
 Restart of a session wipes every variable its cells made, so it asks first: the widget's first click turns the
-button into "Confirm restart (state of cells 1-N is lost)" for a few seconds (``widget.js``), the second restarts.
+button into "Confirm restart (state of cells 1-N is lost)" for a few seconds (``widget_header.js``), the second
+restarts.
 The view then waits (``session_restart_wait``) for the restarted workers and says what really happened
 ("restarted the session: state of cells 1-N lost"), with the new pids on the cards, also on a finished cell whose
 own status does not change.

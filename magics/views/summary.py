@@ -29,6 +29,7 @@ from nbworkers.magics.views.words import (
     headline,
     restart_lines,
     resume_text,
+    snapshot_note,
     status_label,
     traceback_tail,
     worker_name,
@@ -101,12 +102,16 @@ def overview_text(snapshot: ClusterSnapshot) -> str:
     parts = [", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda p: -p[1]))]
     fractions = [f for w in workers if (f := compact.progress_fraction(w)) is not None]
     if fractions:
-        low, high = round(min(fractions) * 100), round(max(fractions) * 100)
-        parts.append(f"progress {low} %" if low == high else f"progress {low}-{high} %")
+        parts.append(f"progress {_range(f'{min(fractions) * 100:.0f}', f'{max(fractions) * 100:.0f}')} %")
     rates = [r for w in workers if isinstance(r := w.get("steps_per_sec"), (int, float))]
     if rates:
-        parts.append(f"{min(rates):.1f}-{max(rates):.1f} steps/s")
+        parts.append(f"{_range(f'{min(rates):.1f}', f'{max(rates):.1f}')} steps/s")
     return "; ".join(parts)
+
+
+def _range(low: str, high: str) -> str:
+    """``41-47``, or one value once when both print the same (``4``, not ``4-4``)."""
+    return low if low == high else f"{low}-{high}"
 
 
 def _compact_text(snapshot: ClusterSnapshot, done: bool) -> list[str]:
@@ -133,6 +138,8 @@ def render_text(snapshot: ClusterSnapshot) -> str:
     """A few lines for ``text/plain``: one per worker; log paths and the error when the run is over."""
     done = snapshot.get("status") in DONE_STATES
     lines = [headline(snapshot)]
+    if snapshot_note(snapshot):
+        lines.append(f"  {snapshot_note(snapshot)}")
     many = _many(snapshot)
     if many:
         lines += _compact_text(snapshot, done)
@@ -306,9 +313,15 @@ def render_summary_html(snapshot: ClusterSnapshot) -> str:
         restarts = f"<p>Restarts:</p><ul>{items}</ul>"
     return (
         f'<div class="nbw-summary"><p>{_badge(snapshot.get("status"))} <b>{_esc(headline(snapshot))}</b></p>'
+        f"{_snapshot_note_html(snapshot)}"
         f"{_worker_rows(snapshot, with_logs=True)}{output}{_error_html(snapshot)}{restarts}"
         f'<p style="font-size:0.85em">Run directory: <code>{_esc(snapshot.get("run_dir") or "")}</code></p></div>'
     )
+
+
+def _snapshot_note_html(snapshot: ClusterSnapshot) -> str:
+    note = snapshot_note(snapshot)
+    return f'<p class="nbw-snapshot-note"><i>{_esc(note)}</i></p>' if note else ""
 
 
 _failed = failed_workers

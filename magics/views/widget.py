@@ -7,10 +7,14 @@
 - ``update(snapshot)`` pushes a snapshot to the front end in one comm message holding only the parts that
   changed, chart history downsampled (the cluster paces the calls: at most one per ``flush_interval``);
 - ``finish(snapshot)`` pushes the final state and rewrites the display's fallback with the final summary
-  (called from the main thread during ``--block``/``%workers wait`` it lands in a headless run's output).
+  (called from the main thread during ``--block``/``%workers wait`` it lands in a headless run's output); an
+  ``update`` of a finished view whose run runs again (Restart) puts the live fallback back (a reloaded page where
+  the widget does not render shows it, not the old summary).
 
-The front end is one ES module joined from four files (``ESM_PARTS``): uPlot (``vendor-uplot/``, MIT; the chart),
-widget_cards.js (labels, formatting, cards), widget_chart.js (the chart) and widget.js (the view). Its CSS is
+The front end is one ES module joined from these files (``ESM_PARTS``): uPlot (``vendor-uplot/``, MIT; the chart),
+widget_cards.js (labels, formatting, cards, the compact view's rows), widget_chart.js (the chart), widget_title.js (the
+browser tab's title), widget_header.js (header, buttons, a detached view), widget_panels.js (chart and log panels)
+and widget.js (the view that builds and wires them). Its CSS is
 uPlot's followed by widget.css. All of it ships in the package: nothing is fetched at run time.
 
 The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
@@ -59,7 +63,8 @@ _HERE = Path(__file__).parent
 UPLOT_DIR = _HERE / "vendor-uplot"  # not a Python name: a data folder, no package
 UPLOT_VERSION = "1.6.32"
 # in this order (one module scope: each part uses what the parts before it declare)
-ESM_PARTS = (UPLOT_DIR / "uPlot.iife.min.js", _HERE / "widget_cards.js", _HERE / "widget_chart.js", _HERE / "widget.js")
+ESM_PARTS = (UPLOT_DIR / "uPlot.iife.min.js", *(_HERE / f"widget{part}.js" for part in
+             ("_cards", "_chart", "_title", "_header", "_panels", "")))
 CSS_PARTS = (UPLOT_DIR / "uPlot.min.css", _HERE / "widget.css")
 
 
@@ -176,12 +181,14 @@ def series_payload(snapshot: Mapping[str, Any], max_points: int) -> list[dict[st
 
 def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: int, compact_from: int,
                   picked: int | None = None, chart: band_chart.ChartAccumulator | None = None,
-                  flags: compact.FlagScanner | None = None) -> dict[str, Any]:
+                  flags: compact.FlagScanner | None = None, rows: compact.SteadyRows | None = None,
+                  ) -> dict[str, Any]:
     """The synced traits for one snapshot. With many workers (``compact_from``, magics/views/compact.py) the chart is
     the band and a few lines, the logs are the chief's, the flagged workers' and the picked one's, and metrics equal
     on every worker leave the cards: a few tens of kilobytes at 64 workers instead of megabytes. ``chart``: the
     view's chart, kept from update to update (band_chart.ChartAccumulator), else one made for this snapshot; ``flags``
-    likewise, the workers whose logs show errors or warnings (compact.FlagScanner)."""
+    likewise, the workers whose logs show errors or warnings (compact.FlagScanner), and ``rows`` the rows' order
+    (compact.SteadyRows: a row moves on a change of status or a clear lag only)."""
     workers = snapshot.get("workers") or []
     if not compact.is_compact(len(workers), compact_from):
         return {"cluster": cluster_payload(snapshot), "logs": logs_payload(snapshot, max_lines),
@@ -199,7 +206,7 @@ def view_payloads(snapshot: Mapping[str, Any], *, max_points: int, max_lines: in
         "series": [],
         "compact": {
             "chief": chief,
-            "order": compact.straggler_order(workers),
+            "order": compact.straggler_order(workers) if rows is None else rows.update(workers),
             "shared": {k: clean_number(v) for k, v in shared.items()},
             "outliers": outliers,
             "flagged": flagged,
@@ -255,6 +262,7 @@ class ClusterWidgetView:
         self._last_snapshot: ClusterSnapshot | None = None
         self._chart = band_chart.ChartAccumulator(self.max_points)
         self._flags = compact.FlagScanner()
+        self._rows = compact.SteadyRows()
         self.widget = ClusterWidget()
         self.widget.on_msg(self._on_custom_msg)
         answer_on_frontend_subshell(self.widget.comm)
@@ -262,6 +270,7 @@ class ClusterWidgetView:
         self._sent: dict[str, Any] = {}
         self._handle: Any = None
         self._last_status: str | None = None
+        self._summary_shown = False  # the display's fallback holds the final summary (finish())
 
     # ---- the view protocol
 
@@ -274,6 +283,11 @@ class ClusterWidgetView:
 
     def update(self, snapshot: ClusterSnapshot) -> None:
         self._apply(snapshot)
+        if self._summary_shown and snapshot.get("status") not in DONE_STATES and self._handle is not None:
+            # an ended run runs again (Restart; the sidebar's on an ended run): the display's fallback, what a
+            # reloaded page shows where the widget does not render, goes back from the final summary to the live view
+            self._summary_shown = False
+            self._handle.update(bundle(self.widget, snapshot), raw=True)
 
     def finish(self, snapshot: ClusterSnapshot) -> None:
         self._apply(snapshot)
@@ -281,6 +295,7 @@ class ClusterWidgetView:
             self.widget.send_state(key=list(STATE_TRAITS))
         if self._handle is not None:
             self._handle.update(bundle(self.widget, snapshot), raw=True)
+            self._summary_shown = snapshot.get("status") in DONE_STATES
 
     def close(self) -> None:
         self.widget.close()
@@ -297,7 +312,7 @@ class ClusterWidgetView:
             self._last_snapshot = snapshot
             new = view_payloads(snapshot, max_points=self.max_points, max_lines=max_lines,
                                 compact_from=self.compact_from, picked=self._picked, chart=self._chart,
-                                flags=self._flags)
+                                flags=self._flags, rows=self._rows)
             changed = {k: v for k, v in new.items() if not _same(k, self._sent.get(k), v)}
             status = new["cluster"].get("status")
             clear_notice = self.widget.notice and status != self._last_status

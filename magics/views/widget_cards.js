@@ -1,5 +1,5 @@
-// nbworkers widget, part 1 of 3: status labels, formatting, the worker cards; the compact view's rows, heat strip and the tab title.
-// widget.py joins uPlot, widget_cards.js, widget_chart.js and widget.js into the widget's one ES module.
+// nbworkers widget, the first part: status labels, formatting, the worker cards; the compact view's rows and heat strip.
+// widget.py joins uPlot and these parts (ESM_PARTS, in their order) into the widget's one ES module.
 
 // Every cluster and worker status (magics/run/core/statuses.py; tests/unit/test_views_widget.py checks none is
 // missing).
@@ -165,11 +165,12 @@ function progressWords(w) {
   return parts.join(" · ");
 }
 
+// "4–7" for the lowest and highest of `values` as `fmt` prints them; one value once ("4", not "4–4").
 function rangeText(values, fmt) {
   if (!values.length) return "";
-  const lo = Math.min(...values);
-  const hi = Math.max(...values);
-  return lo === hi ? fmt(lo) : `${fmt(lo)}–${fmt(hi)}`;
+  const lo = fmt(Math.min(...values));
+  const hi = fmt(Math.max(...values));
+  return lo === hi ? lo : `${lo}–${hi}`;
 }
 
 // One line over all workers: how many in each status, the progress and steps/s ranges, the shared metrics.
@@ -248,54 +249,4 @@ function renderRows(workers, compact, flagged, picked, onPick) {
   }
   table.append(body);
   return table;
-}
-
-// ------------------------------------------------------------------------------------ the browser tab's title
-// A running run's progress in front of the page's title ("[ep 2/5 · 43%] notebook.ipynb"), gone when the run ends
-// or the view goes away. Every view on the page shares one registry (globalThis: anywidget may load this module
-// once per widget); JupyterLab rewrites the title when the current tab changes, so a MutationObserver puts the
-// prefix back in front of its new title.
-
-function titleProgress(c, chief) {
-  if (!c || DONE.has(c.status)) return null;
-  const w = (c.workers || []).find((x) => x.index === chief) || (c.workers || [])[0];
-  if (!w) return null;
-  const fraction = progressFraction(w);
-  const parts = [];
-  if (w.epoch !== null && w.epoch !== undefined) parts.push(w.epochs_total ? `ep ${w.epoch}/${w.epochs_total}` : `ep ${w.epoch}`);
-  else if (w.step !== null && w.step !== undefined) parts.push(w.steps_total ? `step ${w.step}/${w.steps_total}` : `step ${w.step}`);
-  if (fraction !== null) parts.push(`${Math.floor(fraction * 100)}%`);
-  return parts.length ? parts.join(" · ") : STATUS_LABELS[c.status] || c.status || null;
-}
-
-function titleRegistry() {
-  if (!globalThis.__nbworkersTitle) globalThis.__nbworkersTitle = { runs: new Map(), prefix: "", observer: null };
-  return globalThis.__nbworkersTitle;
-}
-
-function applyTitle(reg) {
-  const texts = [...reg.runs.values()];
-  const current = document.title;
-  const base = reg.prefix && current.startsWith(reg.prefix) ? current.slice(reg.prefix.length) : current;
-  reg.prefix = texts.length ? `[${texts[texts.length - 1]}${texts.length > 1 ? ` +${texts.length - 1}` : ""}] ` : "";
-  if (current !== reg.prefix + base) document.title = reg.prefix + base;
-  const node = document.querySelector("title");
-  if (texts.length && !reg.observer && node && typeof MutationObserver === "function") {
-    reg.observer = new MutationObserver(() => {
-      if (reg.prefix && !document.title.startsWith(reg.prefix)) applyTitle(reg);
-    });
-    reg.observer.observe(node, { childList: true, characterData: true, subtree: true });
-  } else if (!texts.length && reg.observer) {
-    reg.observer.disconnect();
-    reg.observer = null;
-  }
-}
-
-// `text`: this view's progress, or null to take it off the title.
-function setTitleProgress(id, text) {
-  if (typeof document === "undefined") return;
-  const reg = titleRegistry();
-  if (text) reg.runs.set(id, text);
-  else if (!reg.runs.delete(id)) return;
-  applyTitle(reg);
 }

@@ -1,4 +1,4 @@
-// nbworkers widget, part 2 of 3: the metrics chart, and the compact view's band chart (after widget_cards.js, before widget.js).
+// nbworkers widget: the metrics chart, and the compact view's band chart (after widget_cards.js, before widget_title.js).
 
 // Drawn by uPlot (magics/vendor-uplot, MIT): widget.py puts its script in front of this module, which
 // declares `uPlot` here. The kernel sends each worker's history already bounded (widget.py downsample()).

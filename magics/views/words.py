@@ -134,6 +134,16 @@ def headline(snapshot: ClusterSnapshot) -> str:
     return text
 
 
+def snapshot_note(snapshot: ClusterSnapshot) -> str:
+    """What an attached run's summary says while the run goes on in another kernel: it is a snapshot, it will not
+    update, and how to see more (``%workers attach`` marks the snapshot ``attached``); empty otherwise."""
+    if not snapshot.get("attached") or snapshot.get("status") in DONE_STATES:
+        return ""
+    name = snapshot.get("name", "NAME")
+    return (f"A snapshot of a run live in another kernel: it will not update. Run `%workers attach {name}` again "
+            f"for its state now, or `%workers wait {name}` to wait for its end.")
+
+
 def worker_count(snapshot: ClusterSnapshot) -> str:
     """``2 workers``; an elastic run's ``2 of 4 workers (elastic, min 2)``."""
     count, bounds = len(snapshot.get("workers") or []), snapshot.get("elastic")

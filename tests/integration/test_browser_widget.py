@@ -30,7 +30,7 @@ from browser_helpers import (  # noqa: E402
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_MS = 90_000
-WORKER_COLORS = ("#2563eb", "#dc2626")  # the chart's colours of workers 0 and 1 (COLORS in widget.js)
+WORKER_COLORS = ("#2563eb", "#dc2626")  # the chart's colours of workers 0 and 1 (COLORS in widget_cards.js)
 
 SETUP = f"""
 import sys

@@ -4,7 +4,8 @@ A ``ManyWorkersRun`` (tests/many_workers.py) drives the real ``ClusterWidgetView
 snapshots, without TensorFlow: a straggler, a diverging worker, a worker that logs a warning, a global ``lr``.
 The page must show one row per worker (the straggler first), a heat strip, the chief's curve in a band with the
 outliers as lines, tabs only for the chief and the flagged worker with a picker for the others, ``lr`` once, and
-the run's progress in the tab title until the run ends (or its output is cleared: the widget goes away).
+the run's progress in the tab title until the run ends (or its output is cleared: the widget goes away), and only
+while its notebook is the tab in view. Rows stay put through updates (compact.SteadyRows).
 ``NBWORKERS_UPDATE_SCREENSHOT=1`` copies the picture to docs/widget-many.png (the README's).
 """
 
@@ -57,6 +58,12 @@ def test_32_workers_render_the_compact_view(lab):
         # one row per worker, stragglers first; a heat-strip cell per worker; no cards
         rows = page.eval_on_selector_all(".nbw-row", "rows => rows.map(r => Number(r.dataset.index))")
         assert sorted(rows) == list(range(WORKERS)) and rows[0] == STRAGGLER
+        # steady: the others train at slightly different paces, yet after an update no row moved (the straggler
+        # first, the others by index: compact.SteadyRows)
+        assert rows == [STRAGGLER] + [i for i in range(WORKERS) if i != STRAGGLER]
+        facts = page.inner_text(".nbw-overview-facts")
+        page.wait_for_function("(f) => document.querySelector('.nbw-overview-facts').innerText !== f", arg=facts)
+        assert page.eval_on_selector_all(".nbw-row", "rows => rows.map(r => Number(r.dataset.index))") == rows
         assert page.locator(".nbw-heat-cell").count() == WORKERS and page.locator(".nbw-card").count() == 0
         # the chart: the band, the chief's line, the diverging worker among the outliers
         outliers = page.eval_on_selector(".nbw-chart", "c => c.dataset.outliers").split(",")
@@ -78,6 +85,11 @@ def test_32_workers_render_the_compact_view(lab):
         # the tab title carries the chief's progress while the run goes on
         page.wait_for_function("() => /^\\[ep \\d\\/5 · \\d+%\\] ./.test(document.title)")
         title = page.title()
+        # another tab in front (JupyterLab's launcher): the title leaves this notebook's run out; back, it returns
+        page.evaluate("() => window.jupyterapp.commands.execute('launcher:create')")
+        page.wait_for_function("() => !document.title.startsWith('[')")
+        page.evaluate("() => window.jupyterapp.commands.execute('application:close')")
+        page.wait_for_function("() => /^\\[ep \\d\\/5 · \\d+%\\] ./.test(document.title)")
         page.click(f".nbw-heat-cell[data-index='{DIVERGING}']")
         page.wait_for_function("(i) => document.querySelector('.nbw-log').textContent.includes(`worker ${i} on`)",
                                arg=DIVERGING)

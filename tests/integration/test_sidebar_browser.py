@@ -8,6 +8,7 @@ its left area.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -63,6 +64,12 @@ def open_second(page, notebook: str) -> None:
     wait_kernel_idle(page, RUN_TIMEOUT_MS)
 
 
+PANEL_JS = "(path) => [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path)"
+OUTPUT_HTML_JS = f"""(path) => {{
+    const outputs = ({PANEL_JS})(path).content.widgets[1].model.outputs;
+    return outputs.length ? String(outputs.get(0).data['text/html'] || '') : '';
+}}"""
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATUS_JS = """(path) => {
     const panel = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
     const view = panel && panel.node.querySelector('.nbw');
@@ -128,6 +135,12 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         page.click(f"{row('alpha')} .nbw-sb-restart")
         wait_row(page, "alpha", "r.dataset.status === 'running' && Number(r.dataset.step) > 0")
         page.wait_for_function(f"(path) => ({WIDGET_STATUS_JS})(path) === 'running'", arg="alpha.ipynb")
+        # its output's fallback is the live view again, so the saved notebook keeps the widget (the pre-save hook
+        # drops it under a final summary): a page reload shows the live run, not the old summary
+        page.wait_for_function(f"(path) => ({OUTPUT_HTML_JS})(path).includes('nbw-fallback')", arg="alpha.ipynb")
+        page.evaluate(f"(path) => ({PANEL_JS})(path).context.save()", "alpha.ipynb")
+        saved = json.loads((lab.root / "alpha.ipynb").read_text())["cells"][1]["outputs"]
+        assert any(WIDGET_VIEW in output.get("data", {}) for output in saved), saved
         page.click(f"{row('alpha')} .nbw-sb-stop")
         wait_row(page, "alpha", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
 
@@ -135,17 +148,18 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         page.click(f"{row('beta')} .nbw-sb-restart")
         wait_row(page, "beta", "r.dataset.status === 'running' && r.textContent.includes('1 restart')", RUN_TIMEOUT_MS)
 
-        # Log: a tab with a worker's log; Attach: a `%workers attach` cell run in the current notebook (beta)
+        # Log: a tab with a worker's log; Attach: a `%workers attach` cell run in the current notebook (alpha):
+        # beta runs on in its own kernel, so what alpha's kernel shows is a snapshot, and says it will not update
         page.click(f"{row('beta')} .nbw-sb-log")
         page.wait_for_function(
             "() => { const p = document.querySelector('.nbw-sb-logtext'); return p && p.textContent.length > 0; }")
-        page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path})", "beta.ipynb")
-        page.click(f"{row('alpha')} .nbw-sb-attach")
+        page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path})", "alpha.ipynb")
+        page.click(f"{row('beta')} .nbw-sb-attach")
         page.wait_for_function(
             """() => {
                 const cells = window.jupyterapp.shell.currentWidget.content.widgets;
-                return cells.some(c => c.model.sharedModel.getSource() === '%workers attach alpha'
-                    && c.model.executionCount);
+                return cells.some(c => c.model.sharedModel.getSource() === '%workers attach beta'
+                    && c.model.executionCount && c.node.innerText.includes('it will not update'));
             }""", timeout=RUN_TIMEOUT_MS)
 
         # Remove the stopped run: its row and its directory go; beta is stopped from the sidebar too

@@ -230,7 +230,7 @@ def test_short_error_passes_non_text_through(bad):
 
 
 def test_saved_notebooks_drop_widget_views_of_runs_that_are_over():
-    from nbworkers.saved_notebook import WIDGET_VIEW, drop_stateless_run_widgets, run_is_over
+    from nbworkers.saved_notebook import WIDGET_VIEW, drop_stateless_run_widgets, run_is_live, run_is_over
 
     def output(html, plain, model):
         return {"output_type": "display_data",
@@ -242,13 +242,14 @@ def test_saved_notebooks_drop_widget_views_of_runs_that_are_over():
         output('<div class="nbw-fallback">', "nbworkers cluster live: running", "m3"),  # still going: kept
         output("<div>another library</div>", "IntSlider()", "m4"),  # not ours: kept
         output('<div class="nbw-summary">', "nbworkers cluster saved: finished", "m5"),  # its state is saved: kept
+        output('<div class="nbw-summary">', "nbworkers cluster again: finished", "m6"),  # restarted, live: kept
     ]
     notebook = {"cells": [{"cell_type": "code", "outputs": outputs}],
                 "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"m5": {}}}}}}
-    assert drop_stateless_run_widgets(notebook, over=lambda name: name == "gone") == 2
-    assert [WIDGET_VIEW in o["data"] for o in outputs] == [False, False, True, True, True]
+    assert drop_stateless_run_widgets(notebook, over=lambda name: name == "gone", live=lambda name: name == "again") == 2
+    assert [WIDGET_VIEW in o["data"] for o in outputs] == [False, False, True, True, True, True]
     assert all("text/html" in o["data"] for o in outputs)
-    assert run_is_over("no-such-run-anywhere") is False
+    assert run_is_over("no-such-run-anywhere") is False and run_is_live("no-such-run-anywhere") is False
 
 
 def test_a_final_summary_keeps_the_workers_last_lines_unless_a_wait_wrote_them():

@@ -100,6 +100,16 @@ def test_render_text_running_lists_every_worker():
     assert "logs: /runs/demo" in text
 
 
+def test_an_attached_live_run_says_it_is_a_snapshot_that_will_not_update():
+    live = {**make_state("running", history=2).snapshot(), "attached": True}
+    text, html = summary.render_text(live), summary.render_summary_html(live)
+    assert "will not update" in text.splitlines()[1] and "`%workers attach demo` again" in text
+    assert "will not update" in html and "nbw-snapshot-note" in html
+    ended = {**make_state("finished").snapshot(), "attached": True}
+    assert "will not update" not in summary.render_text(ended)  # an ended run's snapshot is its final state
+    assert "will not update" not in summary.render_text(make_state("running").snapshot())  # this kernel's own run
+
+
 def test_render_summary_has_log_paths_metrics_and_wall_time():
     state = make_state("finished", history=5)
     state.ended = state.started + 12.5
@@ -265,6 +275,29 @@ def test_finish_resends_the_full_state_and_the_final_bundle():
     assert "finished" in data["text/plain"] and "nbw-summary" in data["text/html"]
 
 
+class RecordingHandle:
+    def __init__(self) -> None:
+        self.bundles: list[dict] = []
+
+    def update(self, data, raw=False):
+        self.bundles.append(data)
+
+
+def test_a_finished_run_that_runs_again_gets_its_live_fallback_back():
+    state = make_state("finished", history=3)
+    view, _ = recorded_view(RecordingCluster(state))
+    view._handle = handle = RecordingHandle()
+    view.finish(state.snapshot())
+    assert "nbw-summary" in handle.bundles[-1]["text/html"]
+    view.update(state.snapshot())  # still finished: the summary stays
+    assert len(handle.bundles) == 1
+    state.status = "running"  # restarted: the fallback shows the live run, once
+    view.update(state.snapshot())
+    view.update(state.snapshot())
+    assert len(handle.bundles) == 2 and "nbw-fallback" in handle.bundles[-1]["text/html"]
+    assert "running" in handle.bundles[-1]["text/plain"].splitlines()[0]
+
+
 def test_message_size_stays_small_with_full_tails_and_long_history():
     state = make_state("running", lines=1000, history=2000)
     for w in state.workers:
@@ -324,7 +357,7 @@ def test_fake_cluster_run_drives_the_view_to_finished():
 
 def js_object_keys(source: str, name: str) -> set[str]:
     body = re.search(rf"const {name} = \{{(.*?)\n\}};", source, re.S)
-    assert body, f"{name} not found in widget.js"
+    assert body, f"{name} not found in widget_cards.js"
     return set(re.findall(r"^\s*(\w+):", body.group(1), re.M))
 
 
@@ -343,9 +376,11 @@ def test_the_widget_module_carries_the_vendored_chart_library():
     esm, css = str(ClusterWidget._esm), str(ClusterWidget._css)
     library = (widget.UPLOT_DIR / "uPlot.iife.min.js").read_text()
     assert f"(v{widget.UPLOT_VERSION})" in library.splitlines()[0] and "var uPlot=" in library
-    parts = [library] + [(MAGICS / name).read_text() for name in ("widget_cards.js", "widget_chart.js", "widget.js")]
+    names = ("widget_cards.js", "widget_chart.js", "widget_title.js", "widget_header.js", "widget_panels.js", "widget.js")
+    parts = [library] + [(MAGICS / name).read_text() for name in names]
     assert esm == "\n".join(parts)  # in this order: each part uses what the ones before declare
-    assert "new uPlot(" in parts[2] and esm.count("export default") == 1 and parts[3].rstrip().endswith("export default { render };")
+    assert "new uPlot(" in parts[2] and esm.count("export default") == 1 and parts[-1].rstrip().endswith("export default { render };")
+    assert all(len(part.splitlines()) < 400 for part in parts[1:]), "a part of the widget's module over 400 lines"
     own = esm[len(library):]
     assert not re.search(r"^\s*import\b|import\(|https?://", own, re.M)  # nothing fetched at run time
     declared = re.findall(r"^(?:function|const|let|class) (\w+)", own, re.M)

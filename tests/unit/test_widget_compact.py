@@ -54,7 +54,9 @@ def test_stragglers_come_first():
         worker(5, status="finished"),
         worker(6, status="waiting"),
     ]
-    assert compact.straggler_order(workers) == [4, 6, 2, 3, 1, 0, 5]
+    # by status; among the running ones the lagging one (2: 12 points of the run behind) first, the rest by index:
+    # 3 is as far as 1 and slower, 1 and 3 are 2 points behind the chief: no lag worth moving a row for
+    assert compact.straggler_order(workers) == [4, 6, 2, 0, 1, 3, 5]
     assert compact.progress_fraction(workers[2]) == (1 + 0.9) / 5 and compact.progress_fraction(workers[6]) is None
 
 
@@ -94,6 +96,45 @@ def test_the_band_holds_every_worker_but_the_outliers_and_the_chief_is_a_line():
 
 def compact_chart(workers):
     return band_chart.chart_payload(workers, 300, compact.chief_index(workers))
+
+
+def sixteen_equal(step: int, rates: list[float], behind: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """16 workers at ``step`` of 1000 (``behind``: some steps fewer), each at its steps/s."""
+    return [worker(i, step=step - (behind or {}).get(i, 0), steps_total=1000, steps_per_sec=rates[i])
+            for i in range(16)]
+
+
+def test_equal_workers_keep_their_rows_whatever_their_steps_per_second():
+    rows = compact.SteadyRows()
+    orders = set()
+    for second in range(10):  # every second other tiny differences: a step more or less, steps/s in the 3rd digit
+        rates = [2.0 + 0.001 * ((i * 7 + second * 3) % 11) for i in range(16)]
+        behind = {(second * 5) % 16: 1, (second * 3) % 16: 2}
+        orders.add(tuple(rows.update(sixteen_equal(300 + 10 * second, rates, behind))))
+    assert orders == {tuple(range(16))}
+
+
+def test_a_row_moves_on_a_clear_lag_and_back_only_once_the_worker_caught_up():
+    rows = compact.SteadyRows()
+    rates = [2.0] * 16
+    assert rows.update(sixteen_equal(500, rates, {9: 40}))[0] == 0  # 4 points behind: below LAG_ENTER
+    assert rows.update(sixteen_equal(500, rates, {9: 60}))[0] == 9  # 6 points: lagging, first row
+    assert rows.update(sixteen_equal(500, rates, {9: 30}))[0] == 9  # 3 points: between the two, still lagging
+    assert rows.update(sixteen_equal(500, rates, {9: 10})) == list(range(16))  # within LAG_LEAVE: back in place
+    assert rows.update(sixteen_equal(500, rates, {9: 40}))[0] == 0  # and 4 points does not move it again
+
+
+def test_a_status_change_moves_a_row_at_once():
+    workers = sixteen_equal(500, [2.0] * 16)
+    workers[12] = {**workers[12], "status": "failed"}
+    workers[3] = {**workers[3], "status": "finished"}
+    order = compact.SteadyRows().update(workers)
+    assert order[0] == 12 and order[-1] == 3 and order[1:-1] == [i for i in range(16) if i not in (3, 12)]
+
+
+def test_without_totals_a_lag_is_a_share_of_the_furthest_workers_steps():
+    workers = [worker(i, step=100 - (20 if i == 2 else i % 2)) for i in range(8)]
+    assert compact.lagging_workers(workers) == {2} and compact.straggler_order(workers)[0] == 2
 
 
 def test_a_straggler_is_no_outlier_for_being_behind():
@@ -226,3 +267,10 @@ def test_trouble_words_are_whole_words_in_any_case():
     assert compact.shows_trouble("an error.") and compact.shows_trouble("FATAL")
     assert not compact.shows_trouble("loss: 0.1 - mean_squared_error: 0.2 - val_error_rate: 3 - errors=0")
     assert not compact.shows_trouble("")
+
+
+def test_the_overview_prints_a_range_of_one_value_once():
+    workers = [worker(i, step=41 + i % 3, steps_total=1000, steps_per_sec=2.01 + 0.01 * (i % 2)) for i in range(16)]
+    assert summary.overview_text({"workers": workers}) == "16 running; progress 4 %; 2.0 steps/s"
+    workers[0] = {**workers[0], "step": 70, "steps_per_sec": 3.0}
+    assert summary.overview_text({"workers": workers}) == "16 running; progress 4-7 %; 2.0-3.0 steps/s"

@@ -1,0 +1,214 @@
+// nbworkers widget: the view's header (title, status, Stop/Restart, notice), its session line and error box, and
+// what it does when its kernel restarts or dies (detached). Joined after widget_title.js, before widget.js.
+
+const BUTTON_PENDING_MS = 8000;
+const CONFIRM_MS = 4000; // a session's Restart: how long the "Confirm restart (state of cells 1-N is lost)" step lasts
+const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
+const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
+
+// The Jupyter server's base URL (JupyterLab and Notebook 7 put it in the page's config data).
+function baseUrl() {
+  try {
+    const node = document.getElementById("jupyter-config-data");
+    const url = node ? JSON.parse(node.textContent).baseUrl : "/";
+    return url && url.endsWith("/") ? url : `${url || ""}/`;
+  } catch (e) {
+    return "/";
+  }
+}
+
+function describeRestart(r) {
+  const sized = r.workers ? `, ${r.workers[1] < r.workers[0] ? "shrank" : "grew"} from ${r.workers[0]} to ${r.workers[1]} workers` : "";
+  return `${r.kind || "restart"} (${r.cause || ""})${sized}, ${resumeText(r.resumed_from)}`;
+}
+
+// `view`: the state render() shares with its parts (widget.js). Returns the header's nodes and what the view calls.
+function headerPart(view) {
+  const { model, local, root } = view;
+  const title = h("span", { class: "nbw-title" });
+  const headBadge = h("span");
+  const meta = h("span", { class: "nbw-meta" });
+  const notice = h("span", { class: "nbw-notice" });
+  const stopButton = h("button", { class: "nbw-button nbw-stop", type: "button", text: "Stop", title: "Stop every worker" });
+  const restartButton = h("button", { class: "nbw-button nbw-restart", type: "button", text: "Restart", title: "Restart the whole group" });
+  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
+  const error = h("pre", { class: "nbw-error" });
+  // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
+  const sessionLine = h("div", { class: "nbw-session", style: "font-size:0.85em;opacity:0.8;margin:2px 0 6px" });
+  let attachTimer = null;
+
+  function renderSession() {
+    const info = model.get("session") || {};
+    sessionLine.style.display = info.name ? "" : "none";
+    if (!info.name) return;
+    sessionLine.dataset.cell = String(info.cell);
+    sessionLine.dataset.state = info.state || "";
+    sessionLine.textContent = `session ${info.name} · cell ${info.cell} · ${info.state}` + (info.running ? ` · ${info.running}` : "");
+  }
+
+  function renderHeader() {
+    const c = view.cluster();
+    const workers = c.workers || [];
+    title.textContent = c.name ? `Cluster ${c.name}` : "Cluster";
+    if (local.detached) headBadge.replaceChildren(badge("detached", "detached"));
+    else headBadge.replaceChildren(badge(c.status || "starting", c.status === "stopped" ? "stopped by you" : ""));
+    root.dataset.status = c.status || "";
+    root.dataset.detached = local.detached ? "1" : "";
+    let wall = c.wall_time;
+    if (typeof wall === "number" && !DONE.has(c.status) && !local.detached) wall += (Date.now() - local.receivedAt) / 1000;
+    const size = c.elastic ? `${workers.length} of ${c.elastic.max} workers (elastic, min ${c.elastic.min})`
+      : `${workers.length} worker${workers.length === 1 ? "" : "s"}`;
+    const parts = [size, fmtDuration(wall)];
+    if (c.backend && c.backend !== "local") parts.push(c.backend);
+    if (c.restarts) parts.push(`${c.restarts} restart${c.restarts === 1 ? "" : "s"}`);
+    const history = c.restart_history || [];
+    if (history.length) parts.push(`last restart: ${describeRestart(history[history.length - 1])}`);
+    meta.textContent = parts.join(" · ");
+    const done = DONE.has(c.status);
+    stopButton.disabled = done || local.pending === "stop" || !!local.detached;
+    restartButton.disabled = local.pending === "restart" || !!local.detached; // after a run, Restart runs it again
+    const confirm = model.get("restart_confirm") || {}; // sessions only: what a restart loses
+    restartButton.title = confirm.title || "Restart the whole group";
+    if (local.confirming && !local.pending) restartButton.textContent = confirm.label || "Confirm restart";
+    notice.textContent = local.detached ? detachedText() : model.get("notice") || "";
+    setTitleProgress(view.id, local.detached ? null : titleProgress(c, view.chief(workers)), root);
+    renderError();
+  }
+
+  // ---- a kernel that restarted or died: this view is detached from its run
+  // The name `%workers attach` and the server extension know the run by: a session cell's is its session's.
+  function runName() {
+    const info = model.get("session") || {};
+    return info.name || view.cluster().name || "";
+  }
+
+  function detachedText() {
+    const name = runName() || "NAME";
+    const state = local.attached ? ` The server sees the run as: ${local.attached}.` : "";
+    return `${local.detached}: this view no longer updates.${state} Run \`%workers attach ${name}\` in a cell for the run's state and logs.`;
+  }
+
+  function detach(reason) {
+    if (local.detached) return;
+    local.detached = reason;
+    clearPending();
+    renderHeader();
+    view.renderCards();
+    lookUpRun();
+  }
+
+  // What `%workers attach NAME` would show, from the server extension (it reads the run's state file), read
+  // again every ATTACH_POLL_MS until the run ended there (the old kernel's worker hosts stop its workers).
+  async function lookUpRun(polls = ATTACH_POLLS) {
+    const name = runName();
+    if (!name || typeof fetch !== "function" || view.closed) return;
+    let ended = false;
+    try {
+      const reply = await fetch(`${baseUrl()}nbworkers/api/clusters/${encodeURIComponent(name)}`, { credentials: "same-origin" });
+      if (!reply.ok) return; // no server extension, or no such run: the text without its state says enough
+      const data = await reply.json();
+      ended = DONE.has(data.status);
+      local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
+      local.attachedStatus = data.status || "";
+      renderHeader();
+      view.renderCards();
+    } catch (e) {
+      return;
+    }
+    if (!ended && polls > 1) attachTimer = setTimeout(() => lookUpRun(polls - 1), ATTACH_POLL_MS);
+  }
+
+  function renderError() {
+    const c = view.cluster();
+    const logs = model.get("logs") || [];
+    const causes = c.restart_causes || [];
+    const parts = [c.error || ""];
+    if (c.status === "restarting" && causes.length) parts.push(`restarting: ${causes[causes.length - 1]}`);
+    (c.workers || []).forEach((w, i) => {
+      if (w.status !== "failed") return;
+      const tail = tracebackTail(logs[i] || []);
+      if (tail.length) parts.push(`--- ${workerName(w)}, last lines of its log:\n${tail.join("\n")}`);
+    });
+    const text = parts.filter(Boolean).join("\n");
+    error.textContent = text;
+    error.style.display = text ? "" : "none";
+  }
+
+  // ---- Stop and Restart
+  function clearPending() {
+    local.pending = null;
+    clearTimeout(local.pendingTimer);
+    stopButton.textContent = "Stop";
+    restartButton.textContent = "Restart";
+  }
+
+  // Restart of a session wipes its cells' state: the first click only turns the button into its confirm step.
+  function clickRestart() {
+    const confirm = model.get("restart_confirm") || {};
+    if (!confirm.label || local.confirming) {
+      endConfirm();
+      act("restart");
+      return;
+    }
+    local.confirming = true;
+    restartButton.dataset.confirming = "1";
+    clearTimeout(local.confirmTimer);
+    local.confirmTimer = setTimeout(() => {
+      endConfirm();
+      renderHeader();
+    }, CONFIRM_MS);
+    renderHeader();
+  }
+
+  function endConfirm() {
+    local.confirming = false;
+    clearTimeout(local.confirmTimer);
+    restartButton.dataset.confirming = "";
+    if (!local.pending) restartButton.textContent = "Restart";
+  }
+
+  // The kernel's notice answers a click: "…" while it works on it (the no-answer timer stops), else it is done.
+  function onNotice() {
+    const text = model.get("notice") || "";
+    if (local.pending && text) {
+      clearTimeout(local.pendingTimer);
+      if (!text.endsWith("…")) clearPending();
+    }
+    renderHeader();
+  }
+
+  function act(action) {
+    if (local.detached) return;
+    local.pending = action;
+    (action === "stop" ? stopButton : restartButton).textContent = action === "stop" ? "Stopping…" : "Restarting…";
+    model.send({ action });
+    clearTimeout(local.pendingTimer);
+    local.pendingTimer = setTimeout(() => {
+      clearPending();
+      renderHeader();
+      if (!local.detached) notice.textContent = `No answer from the kernel to ${action}: it may be gone or restarted.`;
+    }, BUTTON_PENDING_MS);
+    renderHeader();
+  }
+
+  stopButton.addEventListener("click", () => act("stop"));
+  restartButton.addEventListener("click", clickRestart);
+  renderSession();
+  model.on("change:session", renderSession);
+  model.on("change:notice", onNotice);
+  model.on("change:restart_confirm", renderHeader);
+  model.on("change:logs", renderError);
+
+  function dispose() {
+    clearTimeout(attachTimer);
+    clearTimeout(local.pendingTimer);
+    clearTimeout(local.confirmTimer);
+    setTitleProgress(view.id, null);
+    model.off("change:session", renderSession);
+    model.off("change:notice", onNotice);
+    model.off("change:restart_confirm", renderHeader);
+    model.off("change:logs", renderError);
+  }
+
+  return { nodes: [header, sessionLine, error], renderHeader, detach, clearPending, dispose };
+}

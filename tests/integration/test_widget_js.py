@@ -1,0 +1,66 @@
+"""The widget's pure JavaScript (magics/views/widget_cards.js, widget_title.js) run by node, without a browser.
+
+The parts are one module's text (widget.py ESM_PARTS); the ones loaded here declare functions and constants only,
+so node runs them with a small stand-in for the page's title: the overview's ranges ("4 %" for one value, not
+"4–4 %"), unique view ids, and a tab title that shows the runs of the notebook in view only ("+1" for more), none
+once they ended. tests/integration/test_browser_widget_many.py sees the same in a real JupyterLab page.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+VIEWS = Path(__file__).resolve().parents[2] / "magics" / "views"
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (apt-get install nodejs)")
+
+HARNESS = r"""
+globalThis.document = { title: "nb.ipynb - JupyterLab", querySelector: () => null };
+// a view's node: in a notebook panel that is hidden (another tab of JupyterLab's) or not
+const panel = (hidden) => ({ isConnected: true, closest: (sel) => (sel.includes("hidden") && hidden ? {} : null) });
+const node = (hidden) => ({ isConnected: true, closest: () => panel(hidden) });
+const percent = (f) => `${Math.round(f * 100)}`;
+const out = {
+  one: rangeText([0.041, 0.044, 0.043], percent),
+  two: rangeText([0.041, 0.074], percent),
+  rates: rangeText([2.0, 2.0], fmtNumber),
+  ids: [nextViewId(), nextViewId(), nextViewId()],
+};
+const run = (status, epoch) => ({ status, workers: [{ index: 0, epoch, epochs_total: 5, step: 50, steps_total: 100 }] });
+const here = node(false), there = node(true), alsoHere = node(false);
+setTitleProgress("a", titleProgress(run("running", 2), 0), here);
+setTitleProgress("b", titleProgress(run("running", 4), 0), there);  // another notebook's run
+out.mine = document.title;
+setTitleProgress("c", titleProgress(run("running", 3), 0), alsoHere);
+out.two_here = document.title;
+alsoHere.isConnected = false;  // its cell scrolled far away (a windowed notebook): still this notebook's run
+setTitleProgress("c", titleProgress(run("running", 3), 0), alsoHere);
+out.scrolled_away = document.title;
+setTitleProgress("c", titleProgress(run("finished", 5), 0), alsoHere);  // it ended: off the title
+setTitleProgress("a", titleProgress(run("stopped", 2), 0), here);
+out.ended = document.title;
+console.log(JSON.stringify(out));
+"""
+
+
+def run_node(*parts: str) -> dict:
+    source = "\n".join((VIEWS / part).read_text(encoding="utf-8") for part in parts) + HARNESS
+    done = subprocess.run([NODE, "--input-type=module", "-"], input=source, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_ranges_ids_and_the_tab_title():
+    out = run_node("widget_cards.js", "widget_title.js")
+    assert out["one"] == "4" and out["two"] == "4–7" and out["rates"] == "2"
+    assert len(set(out["ids"])) == 3
+    assert out["mine"] == "[ep 2/5 · 30%] nb.ipynb - JupyterLab"  # not the hidden notebook's ep 4
+    assert out["two_here"] == "[ep 3/5 · 50% +1] nb.ipynb - JupyterLab"  # the newest of the two
+    assert out["scrolled_away"] == out["two_here"]
+    assert out["ended"] == "nb.ipynb - JupyterLab"
