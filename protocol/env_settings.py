@@ -234,6 +234,11 @@ PREEMPTION_WAIT = _declare(EnvSetting(
     "leaves without a save (a peer died)"))
 PREEMPTION_SAVE_TIMEOUT = _declare(EnvSetting(
     "NBWORKERS_PREEMPTION_SAVE_TIMEOUT", 60.0, SECONDS, WORKERS, "seconds from SIGTERM to exit, at most"))
+RESTORE_ON_REBUILD = _declare(EnvSetting(
+    "NBWORKERS_RESTORE_ON_REBUILD", True, SWITCH, WORKERS,
+    "after a session's processes restarted with a save (one worker's error), put each saved model, optimizer, "
+    "variable or other trackable back as soon as a cell binds its name again (at that cell's end), so re-running "
+    "the cells that build them is all it takes; `0`: only `%workers restore NAME` does"))
 
 STOP_INTERRUPT_GRACE = _declare(EnvSetting(
     "NBWORKERS_STOP_INTERRUPT_GRACE", 1.0, SECONDS, HOSTS,
