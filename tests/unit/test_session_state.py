@@ -358,12 +358,13 @@ def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):
 
 
 def test_the_saved_message_is_checked_field_by_field():
-    good = {"event": "saved", "cell": 3, "saved": [{"name": "model", "kind": "model", "detail": "4 weights"}],
+    good = {"event": "saved", "cell": 3, "saved": [{"name": "model", "kind": "model", "detail": "4 weights", "cell": 1}],
             "skipped": [{"name": "dataset", "why": "a DatasetV2"}], "dir": "/runs/train/session-state", "error": ""}
     assert session_wire.validate("cell", good) is None
     for field, value, words in (("saved", [{"name": "m", "kind": "pickle", "detail": ""}], "unknown saved kind"),
                                 ("saved", "model", "not a list"), ("skipped", [{"name": 1, "why": "x"}], "not a dict"),
                                 ("dir", 3, "dir is not a str"),
+                                ("saved", [{"name": "m", "kind": "model", "detail": "", "cell": "1"}], "cell is not an int"),
                                 ("skipped", [{"name": "a", "why": ""}] * 2001, "at most 2000")):
         assert words in (session_wire.validate("cell", {**good, field: value}) or ""), field
 
