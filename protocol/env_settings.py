@@ -336,7 +336,8 @@ TF_CPP_MIN_LOG_LEVEL = _declare(EnvSetting(
     "TF_CPP_MIN_LOG_LEVEL", "2", TEXT, WORKERS,
     "unless the kernel's environment or `--env` says otherwise, TensorFlow's C++ start-up chatter (oneDNN, cuda, "
     "absl) is not shown in the notebook (the kernel also drops the lines TensorFlow 2.21 prints before it reads "
-    "the variable: `magics/run/noise.py`); the log files keep everything"))
+    "the variable: `magics/run/noise.py`, and the lines about collectives aborted after one worker's error: "
+    "`magics/collective_abort.py`); `0`: every line; the log files keep everything"))
 TF_USE_LEGACY_KERAS = _declare(EnvSetting(
     "TF_USE_LEGACY_KERAS", "", TEXT, WORKERS + " (`--env`)",
     "`1`: `tf.keras` is tf_keras (Keras 2; TensorFlow reads it)",

@@ -66,6 +66,8 @@ def build_plan(leaves: Mapping[str, tuple[str, Any]], namespace: Mapping[str, An
             if _is_built(getattr(obj, "optimizer", None)):
                 plan[key] = OWN
             continue
+        if type(obj).__module__.startswith("keras.") and not keras3_optimizer.check():  # warned once: a symbol gone
+            continue
         built_for = keras3_optimizer.built_for(obj)
         if not built_for:
             continue
