@@ -103,17 +103,10 @@ def bench(kernel, reps: int, log) -> dict:
             f"restored {row['restored']:.2f} s (failed cell {row['failed']:.2f} s, re-run build cell "
             f"{row['rebuilt']:.2f} s); %workers restore {explicit:.2f} s; iterations back: {iterations}")
         rows.append(row)
-    return {
-        "runs": rows,
-        "size_mb": _median(r["size_mb"] for r in rows),
-        "trained": _median(r["trained"] for r in rows),
-        "restored": _median(r["restored"] for r in rows),
-        "failed": _median(r["failed"] for r in rows),
-        "rebuilt": _median(r["rebuilt"] for r in rows),
-        "explicit": _median(r["explicit"] for r in rows),
-        "ratio": _median(r["restored"] / r["trained"] for r in rows),
-        "iterations_back": all(r["iterations_back"] for r in rows),
-    }
+    medians = {key: _median(r[key] for r in rows) for key in ("size_mb", "trained", "restored", "failed", "rebuilt",
+                                                               "explicit")}
+    return {"runs": rows, **medians, "ratio": _median(r["restored"] / r["trained"] for r in rows),
+            "iterations_back": all(r["iterations_back"] for r in rows)}
 
 
 def rows(result: dict) -> list[tuple[str, str, str, str]]:
