@@ -19,8 +19,8 @@ bound it (``built_in``: the cell message names the cells to run again), and how 
 After the restart, the new processes put the arrays and JSON values back by themselves
 (``restore_values_after_restart``, before their first cell). Trackables need objects to load into: the user runs
 the cells that build them again, then ``%workers restore NAME`` (``restore_session_state()`` on every worker) reads
-worker 0's checkpoints into the objects of the same names in every worker's namespace; with the session's
-``restore_on_rebuild`` (``autorestore``), each is read as soon as a cell binds its name again.
+worker 0's checkpoints into the objects of the same names in every worker's namespace; with
+``NBWORKERS_RESTORE_ON_REBUILD`` (the default), each is read as soon as a cell binds its name again (``rebuild``).
 
 TensorFlow and Keras are never imported here: a value is a model or a variable only when the module that
 defines its class is already loaded (``loaded_kinds``).
