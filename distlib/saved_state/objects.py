@@ -11,8 +11,8 @@ An optimizer's slots exist once it was built (its first ``apply_gradients``); a 
 the save records what each built optimizer was built for (``build_plan``: a model's own trainable variables, or
 the namespace name whose ``trainable_variables`` a standalone one holds: ``compat/keras3_optimizer``), and the
 restore builds the rebuilt optimizer the same way under its strategy before reading, so its iterations and slots
-are back at once. An optimizer whose owner is not known gets its slots when its next step makes them
-(TensorFlow restores a checkpointed variable when it is created).
+are back at once. One whose variables are not rebuilt yet is not read (TensorFlow would restore slots created
+later, but not those a traced step creates): the restore says which cell to run first.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 from nbworkers.distlib.compat import keras3_optimizer
 
 OWN = ""  # build_plan: a model's compiled optimizer, built for the model's own trainable variables
+UNKNOWN = "?"  # build_plan: a standalone optimizer built for variables no one namespace name holds
 
 
 def loaded_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
@@ -58,8 +59,8 @@ def loaded_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ..
 
 
 def build_plan(leaves: Mapping[str, tuple[str, Any]], namespace: Mapping[str, Any]) -> dict[str, str]:
-    """leaf key -> how its optimizer was built: ``OWN`` (a model's compiled optimizer, built) or the namespace
-    name whose ``trainable_variables`` a built standalone optimizer's slots are for."""
+    """leaf key -> how its optimizer was built: ``OWN`` (a model's compiled optimizer, built), the namespace
+    name whose ``trainable_variables`` a built standalone optimizer's slots are for, or ``UNKNOWN``."""
     plan: dict[str, str] = {}
     for key, (kind, obj) in leaves.items():
         if kind == "model":
@@ -72,11 +73,14 @@ def build_plan(leaves: Mapping[str, tuple[str, Any]], namespace: Mapping[str, An
         if not built_for:
             continue
         wanted = [id(v) for v in built_for]
-        for name, value in namespace.items():
-            if value is not obj and [id(v) for v in _trainable(value)] == wanted:
-                plan[key] = name
-                break
+        plan[key] = next((name for name, value in namespace.items()
+                          if value is not obj and [id(v) for v in _trainable(value)] == wanted), UNKNOWN)
     return plan
+
+
+def owners(builds: Mapping[str, str]) -> set[str]:
+    """The namespace names a saved object's optimizers need before it can be restored (``build_plan``'s)."""
+    return {owner for owner in builds.values() if owner not in (OWN, UNKNOWN)}
 
 
 def write(leaves: Mapping[str, tuple[str, Any]], prefix: str) -> str:
@@ -100,10 +104,11 @@ def read(leaves: Mapping[str, tuple[str, Any]], prefix: str, builds: Mapping[str
          namespace: Mapping[str, Any]) -> str:
     """Read a ``write`` into the rebuilt ``leaves`` (optimizers built first, as ``builds`` says); raises when an
     object of the rebuilt ones has no saved value (it was built differently). What was restored."""
-    later = [_build_optimizer(leaves[key][1], owner, namespace) for key, owner in builds.items() if key in leaves]
+    for key, owner in builds.items():
+        if key in leaves:
+            _build_optimizer(leaves[key][1], owner, namespace)
     checkpoint_read({key: _checkpointable(obj) for key, (_, obj) in leaves.items()}, prefix)
-    text = _restored([(kind, obj) for kind, obj in leaves.values()])
-    return text + "".join(f"; {note}" for note in later if note)
+    return _restored([(kind, obj) for kind, obj in leaves.values()])
 
 
 def checkpoint_write(objects: Mapping[str, Any], prefix: str) -> int:
@@ -122,18 +127,22 @@ def checkpoint_read(objects: Mapping[str, Any], prefix: str) -> None:
     tf.train.Checkpoint(**objects).read(prefix).assert_existing_objects_matched()
 
 
-def _build_optimizer(obj: Any, owner: str, namespace: Mapping[str, Any]) -> str:
-    """Build a rebuilt optimizer's slots for what the saved one had them for; a note when it cannot be."""
+def _build_optimizer(obj: Any, owner: str, namespace: Mapping[str, Any]) -> None:
+    """Build a rebuilt optimizer's slots for what the saved one had them for, under its strategy. ValueError when
+    that is not here: TensorFlow would put the saved slots into slots created later, but not into those a traced
+    step creates (its first ``apply_gradients`` in a ``tf.function``), so they would be lost."""
     optimizer = getattr(obj, "optimizer", None) if owner == OWN else obj
     if optimizer is None or _is_built(optimizer) or not hasattr(optimizer, "build"):
-        return ""
+        return
     source = obj if owner == OWN else namespace.get(owner)
     if source is None:
-        return f"its slots come back on its next step ({owner} is not in this namespace)"
+        made = ("variables that no one name holds" if owner == UNKNOWN
+                else f"{owner}'s variables, and {owner} is not in this namespace")
+        raise ValueError(f"its saved slots are for {made}: run the cell that builds "
+                         f"{'them' if owner == UNKNOWN else owner} (or call its build(variables)), then restore")
     strategy = getattr(obj, "distribute_strategy", None) if owner == OWN else keras3_optimizer.strategy_of(optimizer)
     with strategy.scope() if strategy is not None else nullcontext():
         optimizer.build(list(_trainable(source)))
-    return ""
 
 
 def _checkpointable(obj: Any) -> Any:

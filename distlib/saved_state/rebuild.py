@@ -16,6 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from nbworkers.distlib.saved_state import files
+from nbworkers.distlib.saved_state import objects as saved_objects
 from nbworkers.distlib.saved_state.plan import TRACKABLE_KINDS
 from nbworkers.protocol import env_settings
 
@@ -39,16 +40,18 @@ class Bindings:
         return rebound
 
 
-def waiting_names(run_dir: str, generation: int) -> set[str]:
-    """The trackables worker 0 saved before these processes started, still to be put back (none when these
-    processes did not follow a save, or worker 0's save is not readable here)."""
+def waiting_names(run_dir: str, generation: int) -> dict[str, set[str]]:
+    """The trackables worker 0 saved before these processes started, still to be put back, each with the names
+    its optimizers' slots need first (``objects.owners``); none when these processes did not follow a save, or
+    worker 0's save is not readable here."""
     if not run_dir or generation < 1:
-        return set()
+        return {}
     saved = files.latest_saved(run_dir, generation)
     if saved != generation - 1:
-        return set()
+        return {}
     manifest = files.read_manifest(files.worker_dir(run_dir, saved, 0)) or {}
-    return {entry["name"] for entry in manifest.get("saved", []) if entry.get("kind") in TRACKABLE_KINDS}
+    return {entry["name"]: saved_objects.owners(entry.get("builds") or {}) for entry in manifest.get("saved", [])
+            if entry.get("kind") in TRACKABLE_KINDS}
 
 
 class RestoreOnRebuild:
@@ -58,17 +61,23 @@ class RestoreOnRebuild:
                  enabled: bool | None = None):
         self.namespace = namespace
         on = env_settings.RESTORE_ON_REBUILD.get() if enabled is None else enabled
-        self.waiting = waiting_names(run_dir, generation) if on else set()
+        self.needs = waiting_names(run_dir, generation) if on else {}
+        self.waiting = set(self.needs)
+        self.rebuilt: set[str] = set()  # waiting names a cell bound again, their optimizers' variables not yet there
 
     def restore_rebuilt(self, rebound: list[str]) -> dict[str, str]:
-        """Put back the waiting names among ``rebound`` (a cell just bound them); what was restored. A name that
-        cannot be put back is said on stderr (the cell shows it) and not tried again: ``%workers restore``."""
-        names = [name for name in rebound if name in self.waiting]
+        """Put back the waiting names a cell bound again (``rebound``: this cell's), once the names their
+        optimizers were built for are there too (a standalone optimizer built in a cell before its model's waits
+        for that cell); what was restored. A name that cannot be put back is said on stderr (the cell shows it)
+        and not tried again: ``%workers restore``."""
+        self.rebuilt |= set(rebound) & self.waiting
+        names = sorted(n for n in self.rebuilt if all(owner in self.namespace for owner in self.needs[n]))
         if not names:
             return {}
         from nbworkers.distlib.saved_state.namespace import StateNotRestored, restore_session_state
 
         self.waiting -= set(names)
+        self.rebuilt -= set(names)
         try:
             return restore_session_state(names, self.namespace)
         except StateNotRestored as error:
