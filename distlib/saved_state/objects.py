@@ -161,7 +161,11 @@ def _trainable(value: Any) -> list[Any]:
 
 
 def _is_built(optimizer: Any) -> bool:
-    return optimizer is not None and getattr(optimizer, "built", False) is True
+    """Has the optimizer made its slots: Keras 3's ``built``; tf_keras's has more variables than its iterations."""
+    if optimizer is None:
+        return False
+    built = getattr(optimizer, "built", None)
+    return built if isinstance(built, bool) else len(_variables(optimizer)) > 1
 
 
 def _describe(leaves: list[tuple[str, Any]], count: int, size: int) -> str:
