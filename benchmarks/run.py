@@ -19,6 +19,8 @@ per repetition before the median).
   this shared machine's fit-to-fit noise; the share is not);
 - recovery: ``kill -9`` of a worker to the first step of the restarted group;
 - stop: ``%workers stop`` of a plain loop and of a ``report()`` loop, with exit codes and ``finally:`` (``stop.py``);
+- saved state: one worker's error in a session to its ~100 MB of weights and optimizer slots restored, against
+  the time to train to that point (``saved_state.py``);
 - memory: the kernel's resident size with a cluster running (the kernel never imports TensorFlow).
 
 ``--quick`` runs each once with smaller loads (about two minutes). The machine is shared: the load average
@@ -66,7 +68,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
                         help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation,"
-                             "ray_nodes,stop")
+                             "ray_nodes,stop,saved_state")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
@@ -74,7 +76,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
                                                         "keras_fit", "sessions", "data", "zygote", "isolation",
-                                                        "ray_nodes", "stop"}
+                                                        "ray_nodes", "stop", "saved_state"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -149,6 +151,10 @@ def main() -> int:
                 import stop
 
                 results["stop"] = stop.bench(kernel, tmp, 1 if args.quick else args.reps, log)
+            if "saved_state" in only:  # one worker's error -> a ~100 MB state restored (benchmarks/saved_state.py)
+                import saved_state
+
+                results["saved_state"] = saved_state.bench(kernel, 1 if args.quick else args.reps, log)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

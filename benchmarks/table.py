@@ -129,6 +129,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import stop
 
         rows += stop.rows(results["stop"])
+    if results.get("saved_state"):
+        import saved_state
+
+        rows += saved_state.rows(results["saved_state"])
     rss = results.get("rss")
     if rss:
         rows.append(("kernel resident memory: idle with nbworkers / first cluster running / most seen",

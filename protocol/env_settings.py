@@ -234,6 +234,11 @@ PREEMPTION_WAIT = _declare(EnvSetting(
     "leaves without a save (a peer died)"))
 PREEMPTION_SAVE_TIMEOUT = _declare(EnvSetting(
     "NBWORKERS_PREEMPTION_SAVE_TIMEOUT", 60.0, SECONDS, WORKERS, "seconds from SIGTERM to exit, at most"))
+RESTORE_ON_REBUILD = _declare(EnvSetting(
+    "NBWORKERS_RESTORE_ON_REBUILD", True, SWITCH, WORKERS,
+    "after a session's processes restarted with a save (one worker's error), put each saved model, optimizer, "
+    "variable or other trackable back as soon as a cell binds its name again (at that cell's end), so re-running "
+    "the cells that build them is all it takes; `0`: only `%workers restore NAME` does"))
 
 STOP_INTERRUPT_GRACE = _declare(EnvSetting(
     "NBWORKERS_STOP_INTERRUPT_GRACE", 1.0, SECONDS, HOSTS,
@@ -331,7 +336,8 @@ TF_CPP_MIN_LOG_LEVEL = _declare(EnvSetting(
     "TF_CPP_MIN_LOG_LEVEL", "2", TEXT, WORKERS,
     "unless the kernel's environment or `--env` says otherwise, TensorFlow's C++ start-up chatter (oneDNN, cuda, "
     "absl) is not shown in the notebook (the kernel also drops the lines TensorFlow 2.21 prints before it reads "
-    "the variable: `magics/run/noise.py`); the log files keep everything"))
+    "the variable: `magics/run/noise.py`, and the lines about collectives aborted after one worker's error: "
+    "`magics/collective_abort.py`); `0`: every line; the log files keep everything"))
 TF_USE_LEGACY_KERAS = _declare(EnvSetting(
     "TF_USE_LEGACY_KERAS", "", TEXT, WORKERS + " (`--env`)",
     "`1`: `tf.keras` is tf_keras (Keras 2; TensorFlow reads it)",

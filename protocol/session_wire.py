@@ -34,7 +34,8 @@ The relay kind added to ``wire.KINDS``:
 - ``cell``  event (``start`` | ``paused`` | ``end`` | ``saved``), cell (int); paused: step (reports so far); on
   end: status (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool:
   collectives were aborted in this process), step (optional int: the last training step it reported in the cell);
-  on saved (the answer to ``save``): saved (list of {name, kind (``SAVED_KINDS``), detail}), skipped (list of
+  on saved (the answer to ``save``): saved (list of {name, kind (``SAVED_KINDS``), detail, cell (int, optional:
+  the session cell that last bound the name)}), skipped (list of
   {name, why}), dir (str: where), error (str: why nothing was saved)
 - ``display`` cell (int), source (``display``: ``display(...)``/``plt.show()``; ``result``: the cell's last
   expression), data (a MIME bundle, ``protocol/mime.py``), metadata (object)
@@ -135,6 +136,8 @@ def _saved_problem(content: dict[str, Any]) -> str | None:
                 return f"a {field} entry is not a dict of strings {keys}"
             if field == "saved" and entry["kind"] not in SAVED_KINDS:
                 return f"unknown saved kind {entry['kind']!r}"
+            if field == "saved" and not isinstance(entry.get("cell", 0), int):
+                return "a saved entry's cell is not an int"
     return None
 
 

@@ -14,5 +14,6 @@ tests/unit/test_compat_internals.py checks the registry.
 - ``evaluator``: the evaluator task's local strategy and its Estimator evaluations;
 - ``preemption_handler``: TensorFlow's PreemptionCheckpointHandler;
 - ``keras3_mwms``, ``keras_compat``, ``keras3_model``: Keras 3's fit under the strategy, its guard, what
-  ``distlib.fit`` reads of a model; ``tf_keras_callbacks``: tf_keras's private callback protocol.
+  ``distlib.fit`` reads of a model; ``keras3_optimizer``: what a session's saved state reads of an optimizer;
+  ``tf_keras_callbacks``: tf_keras's private callback protocol.
 """

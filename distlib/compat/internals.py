@@ -93,6 +93,13 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "PerReplicaSpec._value_specs", kind="instance")
     + _entries("keras3_model", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
                "DistributedDataset._input_workers", kind="instance")
+    # keras3_optimizer: a session's saved state builds a rebuilt optimizer's slots for the variables it had
+    + _entries("keras3_optimizer", "keras.src.optimizers.base_optimizer", KERAS3,
+               "the variables a built optimizer made its slots for", "BaseOptimizer._trainable_variables",
+               kind="instance")
+    + _entries("keras3_optimizer", "keras.src.backend.tensorflow.optimizer", KERAS3,
+               "the strategy the optimizer was created under (its slots are built in it)",
+               "TFOptimizer._distribution_strategy", kind="instance")
     # tf_keras_callbacks: ReportCallback and distlib.fit's save-on-SIGTERM speak tf_keras's private callback protocol
     + _entries("tf_keras_callbacks", "tf_keras.src.callbacks", TF_KERAS,
                "set on nbworkers' callbacks; read by tf_keras's CallbackList",

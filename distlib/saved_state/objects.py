@@ -1,29 +1,40 @@
-"""Models, variables and checkpointable objects as plain arrays and back, for a session's saved state
-(``distlib/saved_state/namespace.py``). Public TensorFlow and Keras API only; nothing here needs a collective: reading a
-(mirrored) variable reads this process's copy, and assigning one in cross-replica context writes each local copy.
+"""Trackables written and read with TensorFlow's own checkpointing, for a session's saved state
+(``distlib/saved_state/namespace.py``). Nothing here needs a collective: writing reads this process's copy of each
+(mirrored) variable, reading assigns each local copy in cross-replica context.
 
-A Keras model or layer is its ``weights`` (``weight_<i>``) and, when it was compiled, its optimizer's variables
-(``optimizer_<i>``, iterations and learning rate included), in their order; a variable is ``value``. Restoring
-checks the counts and shapes against the object it assigns into, and builds an optimizer that has not created its
-variables yet (a model compiled but not trained) under the model's strategy, as its first step would.
+One saved name is one ``tf.train.Checkpoint`` whose children are the name's trackable leaves (``leaf<i>``: the
+object itself, or the leaves of a tuple, list or dict holding it). A Keras 3 metric is not trackable: its
+``variables`` are saved instead. A model is saved with its compiled optimizer (its iterations and slots), a Keras
+optimizer on its own with its iterations, learning rate and slots.
+
+An optimizer's slots exist once it was built (its first ``apply_gradients``); a rebuilt optimizer has none yet. So
+the save records what each built optimizer was built for (``build_plan``: a model's own trainable variables, or
+the namespace name whose ``trainable_variables`` a standalone one holds: ``compat/keras3_optimizer``), and the
+restore builds the rebuilt optimizer the same way under its strategy before reading, so its iterations and slots
+are back at once. One whose variables are not rebuilt yet is not read (TensorFlow would restore slots created
+later, but not those a traced step creates): the restore says which cell to run first.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import Any
 
-WEIGHT = "weight_"
-OPTIMIZER = "optimizer_"
+from nbworkers.distlib.compat import keras3_optimizer
+
+OWN = ""  # build_plan: a model's compiled optimizer, built for the model's own trainable variables
+UNKNOWN = "?"  # build_plan: a standalone optimizer built for variables no one namespace name holds
 
 
-def loaded_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
-    """(models, variables, checkpointables): the classes of the Keras and TensorFlow modules already imported."""
+def loaded_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(models, variables, checkpointables, holders): the classes of the Keras and TensorFlow modules imported."""
     models: list[type] = []
     variables: list[type] = []
     checkpointables: list[type] = []
+    holders: list[type] = []
     for module_name in ("keras", "tf_keras"):
         keras = sys.modules.get(module_name)
         layers = getattr(keras, "layers", None)
@@ -32,100 +43,179 @@ def loaded_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ..
                 models.append(cls)
         if isinstance(getattr(keras, "Variable", None), type):
             variables.append(keras.Variable)  # type: ignore[union-attr]  # Keras 3's own variable
+        optimizer = getattr(getattr(keras, "optimizers", None), "Optimizer", None)
+        if isinstance(optimizer, type):
+            checkpointables.append(optimizer)
+        metric = getattr(getattr(keras, "metrics", None), "Metric", None)
+        if isinstance(metric, type):
+            holders.append(metric)  # Keras 3's is not trackable (tf_keras's is a Layer: a model above)
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(getattr(tf, "Variable", None), type):
         variables.append(tf.Variable)
         checkpointables += [cls for cls in (getattr(tf, "Module", None), getattr(getattr(tf, "train", None),
                                                                                   "Checkpoint", None))
                             if isinstance(cls, type)]
-    return tuple(models), tuple(variables), tuple(checkpointables)
+    return tuple(models), tuple(variables), tuple(checkpointables), tuple(holders)
 
 
-def arrays_of(obj: Any, kind: str) -> dict[str, Any]:
-    """The arrays that hold ``obj``'s state: a model's (or layer's) weights and optimizer variables, a variable's
-    value."""
-    import numpy as np
+def build_plan(leaves: Mapping[str, tuple[str, Any]], namespace: Mapping[str, Any]) -> dict[str, str]:
+    """leaf key -> how its optimizer was built: ``OWN`` (a model's compiled optimizer, built), the namespace
+    name whose ``trainable_variables`` a built standalone optimizer's slots are for, or ``UNKNOWN``."""
+    plan: dict[str, str] = {}
+    for key, (kind, obj) in leaves.items():
+        if kind == "model":
+            if _is_built(getattr(obj, "optimizer", None)):
+                plan[key] = OWN
+            continue
+        if type(obj).__module__.startswith("keras.") and not keras3_optimizer.check():  # warned once: a symbol gone
+            continue
+        built_for = keras3_optimizer.built_for(obj)
+        if not built_for:
+            continue
+        wanted = [id(v) for v in built_for]
+        plan[key] = next((name for name, value in namespace.items()
+                          if value is not obj and [id(v) for v in _trainable(value)] == wanted), UNKNOWN)
+    return plan
 
+
+def owners(builds: Mapping[str, str]) -> set[str]:
+    """The namespace names a saved object's optimizers need before it can be restored (``build_plan``'s)."""
+    return {owner for owner in builds.values() if owner not in (OWN, UNKNOWN)}
+
+
+def write(leaves: Mapping[str, tuple[str, Any]], prefix: str) -> str:
+    """Write ``leaves`` (key -> (kind, object)) as one checkpoint at ``prefix`` (files 0600); what was written
+    (the cell's note shows it)."""
+    count = checkpoint_write({key: _checkpointable(obj) for key, (_, obj) in leaves.items()}, prefix)
+    size = 0
+    for path in files_of(prefix):
+        os.chmod(path, 0o600)
+        size += os.path.getsize(path)
+    return _describe([(kind, obj) for kind, obj in leaves.values()], count, size)
+
+
+def files_of(prefix: str) -> list[str]:
+    """The files of the checkpoint at ``prefix`` (``<prefix>.index``, ``<prefix>.data-*``)."""
+    folder, stem = os.path.split(prefix)
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(stem + "."))
+
+
+def read(leaves: Mapping[str, tuple[str, Any]], prefix: str, builds: Mapping[str, str],
+         namespace: Mapping[str, Any]) -> str:
+    """Read a ``write`` into the rebuilt ``leaves`` (optimizers built first, as ``builds`` says); raises when an
+    object of the rebuilt ones has no saved value (it was built differently). What was restored."""
+    for key, owner in builds.items():
+        if key in leaves:
+            _build_optimizer(leaves[key][1], owner, namespace)
+    checkpoint_read({key: _checkpointable(obj) for key, (_, obj) in leaves.items()}, prefix)
+    return _restored([(kind, obj) for kind, obj in leaves.values()])
+
+
+def checkpoint_write(objects: Mapping[str, Any], prefix: str) -> int:
+    """``tf.train.Checkpoint(**objects).write(prefix)``: the number of values written."""
+    import tensorflow as tf
+
+    path = tf.train.Checkpoint(**objects).write(prefix)
+    return max(0, len(tf.train.list_variables(path)) - 1)  # less the object graph
+
+
+def checkpoint_read(objects: Mapping[str, Any], prefix: str) -> None:
+    """``tf.train.Checkpoint(**objects).read(prefix)``; raises when one of ``objects``' variables has no saved
+    value (values saved for objects not created yet are put in when they are: an optimizer's next slots)."""
+    import tensorflow as tf
+
+    tf.train.Checkpoint(**objects).read(prefix).assert_existing_objects_matched()
+
+
+def _build_optimizer(obj: Any, owner: str, namespace: Mapping[str, Any]) -> None:
+    """Build a rebuilt optimizer's slots for what the saved one had them for, under its strategy. ValueError when
+    that is not here: TensorFlow would put the saved slots into slots created later, but not into those a traced
+    step creates (its first ``apply_gradients`` in a ``tf.function``), so they would be lost."""
+    optimizer = getattr(obj, "optimizer", None) if owner == OWN else obj
+    if optimizer is None or _is_built(optimizer) or not hasattr(optimizer, "build"):
+        return
+    source = obj if owner == OWN else namespace.get(owner)
+    if source is None:
+        made = ("variables that no one name holds" if owner == UNKNOWN
+                else f"{owner}'s variables, and {owner} is not in this namespace")
+        raise ValueError(f"its saved slots are for {made}: run the cell that builds "
+                         f"{'them' if owner == UNKNOWN else owner} (or call its build(variables)), then restore")
+    strategy = getattr(obj, "distribute_strategy", None) if owner == OWN else keras3_optimizer.strategy_of(optimizer)
+    with strategy.scope() if strategy is not None else nullcontext():
+        optimizer.build(list(_trainable(source)))
+
+
+def _checkpointable(obj: Any) -> Any:
+    """What TensorFlow checkpoints for ``obj``: itself, or a Keras 3 metric's variables (it is not trackable)."""
+    metric: Any = getattr(getattr(sys.modules.get("keras"), "metrics", None), "Metric", None)
+    is_metric = isinstance(metric, type) and isinstance(obj, metric)
+    return list(obj.variables) if is_metric else obj
+
+
+def _trainable(value: Any) -> list[Any]:
+    try:
+        variables = getattr(value, "trainable_variables", None)
+        return list(variables) if isinstance(variables, (list, tuple)) else []
+    except Exception:  # a property that fails on an object not built yet
+        return []
+
+
+def _is_built(optimizer: Any) -> bool:
+    """Has the optimizer made its slots: Keras 3's ``built``; tf_keras's has more variables than its iterations."""
+    if optimizer is None:
+        return False
+    built = getattr(optimizer, "built", None)
+    return built if isinstance(built, bool) else len(_variables(optimizer)) > 1
+
+
+def _describe(leaves: list[tuple[str, Any]], count: int, size: int) -> str:
+    """"4 weights + 10 optimizer variables, 0.1 MiB", "Adam: 10 variables (iterations 1979), 0.1 MiB",
+    "float32 (8, 16)", "a tuple of 3: 14 variables, 0.2 MiB"."""
+    mib = f"{size / 2**20:.1f} MiB"
+    if len(leaves) != 1:
+        return f"{len(leaves)} objects: {count} variables, {mib}"
+    kind, obj = leaves[0]
     if kind == "variable":
-        return {"value": np.asarray(obj.numpy())}
-    arrays = {f"{WEIGHT}{i}": np.asarray(w.numpy()) for i, w in enumerate(obj.weights)}
-    optimizer = getattr(obj, "optimizer", None)
-    if optimizer is not None:
-        arrays.update({f"{OPTIMIZER}{i}": np.asarray(v.numpy()) for i, v in enumerate(_optimizer_variables(optimizer))})
-    return arrays
+        return f"{getattr(obj.dtype, 'name', obj.dtype)} {tuple(obj.shape)}"
+    if kind == "model":
+        optimizer = getattr(obj, "optimizer", None)
+        slots = len(_variables(optimizer)) if optimizer is not None else 0
+        return f"{len(obj.weights)} weights" + (f" + {slots} optimizer variables" if slots else "") + f", {mib}"
+    counted = _iterations(obj)
+    try:
+        count = len(_variables(obj))  # its own (an optimizer's checkpoint also holds the model's, for its slots)
+    except Exception:
+        pass
+    return f"{type(obj).__name__}: {count} variable{'' if count == 1 else 's'}{counted}, {mib}"
 
 
-def describe(arrays: Mapping[str, Any]) -> str:
-    """"4 weights + 9 optimizer variables, 0.1 MiB" / "float32 (8, 16)" (what the cell's note shows)."""
-    size = sum(int(getattr(a, "nbytes", 0)) for a in arrays.values()) / 2**20
-    if set(arrays) == {"value"}:
-        value = arrays["value"]
-        return f"{value.dtype} {tuple(value.shape)}"
-    weights = sum(1 for k in arrays if k.startswith(WEIGHT))
-    optimizer = sum(1 for k in arrays if k.startswith(OPTIMIZER))
-    text = f"{weights} weights" + (f" + {optimizer} optimizer variables" if optimizer else "")
-    if weights + optimizer != len(arrays):
-        text = f"{len(arrays)} arrays"
-    return f"{text}, {size:.1f} MiB"
-
-
-def assign_arrays(obj: Any, kind: str, arrays: Mapping[str, Any]) -> str:
-    """Assign saved ``arrays`` into ``obj`` (same kind as saved); what was restored. ValueError when the object
-    does not have the saved shapes (it was built differently)."""
+def _restored(leaves: list[tuple[str, Any]]) -> str:
+    if len(leaves) != 1:
+        return f"{len(leaves)} objects read"
+    kind, obj = leaves[0]
+    if kind == "model":
+        optimizer = getattr(obj, "optimizer", None)
+        slots = len(_variables(optimizer)) if optimizer is not None else 0
+        return f"{len(obj.weights)} weights" + (f" + {slots} optimizer variables" if slots else "")
     if kind == "variable":
-        _check_shapes("variable's shape", [obj], [arrays["value"]])
-        obj.assign(arrays["value"])
         return "variable assigned"
-    weights = _ordered(arrays, WEIGHT)
-    _check_shapes("model's weights", list(obj.weights), weights)
-    saved_optimizer = _ordered(arrays, OPTIMIZER)
-    optimizer = getattr(obj, "optimizer", None)
-    targets: list[Any] = []
-    if saved_optimizer:
-        if optimizer is None:
-            raise ValueError("the saved model had an optimizer, this one has none: compile it as the saved one was, "
-                             "then restore")
-        targets = _optimizer_variables(optimizer)
-        if len(targets) != len(saved_optimizer) and hasattr(optimizer, "build"):
-            strategy = getattr(obj, "distribute_strategy", None)
-            with strategy.scope() if strategy is not None else nullcontext():
-                optimizer.build(obj.trainable_variables)  # its slots, as its first training step makes them
-            targets = _optimizer_variables(optimizer)
-        _check_shapes("optimizer's variables", targets, saved_optimizer)
-    for variable, value in zip(list(obj.weights) + targets, weights + saved_optimizer):
-        variable.assign(value)
-    return f"{len(weights)} weights" + (f" + {len(saved_optimizer)} optimizer variables" if saved_optimizer else "")
+    return f"{type(obj).__name__} read{_iterations(obj)}"
 
 
-def write_checkpoint(obj: Any, prefix: str) -> str:
-    """``tf.train.Checkpoint(root=obj).write(prefix)``: the object's variables, as TensorFlow checkpoints them."""
-    import tensorflow as tf
-
-    path = tf.train.Checkpoint(root=obj).write(prefix)
-    return f"tf.train.Checkpoint of a {type(obj).__name__} ({path})"
+def _iterations(obj: Any) -> str:
+    """" (iterations 1979)" for an optimizer, "" for anything else."""
+    iterations: Any = getattr(obj, "iterations", None)
+    return f" (iterations {int(iterations.numpy())})" if hasattr(iterations, "numpy") else ""
 
 
-def read_checkpoint(obj: Any, prefix: str) -> None:
-    """Read a ``write_checkpoint`` into ``obj``; raises when a variable of ``obj`` has no saved value."""
-    import tensorflow as tf
-
-    tf.train.Checkpoint(root=obj).read(prefix).assert_existing_objects_matched()
-
-
-def _optimizer_variables(optimizer: Any) -> list[Any]:
+def _variables(optimizer: Any) -> list[Any]:
     variables = optimizer.variables
     return list(variables() if callable(variables) else variables)
 
 
-def _ordered(arrays: Mapping[str, Any], prefix: str) -> list[Any]:
-    keys = sorted((k for k in arrays if k.startswith(prefix)), key=lambda k: int(k[len(prefix):]))
-    return [arrays[k] for k in keys]
-
-
-def _check_shapes(what: str, variables: list[Any], values: list[Any]) -> None:
-    have = [tuple(v.shape) for v in variables]
-    saved = [tuple(a.shape) for a in values]
-    if have != saved:
-        raise ValueError(f"the {what}: not as saved (here {len(have)}: {have[:6]}"
-                         f"{'...' if len(have) > 6 else ''}; saved {len(saved)}: {saved[:6]}"
-                         f"{'...' if len(saved) > 6 else ''}): build it as the cell that made the saved one did")
+def describe_arrays(arrays: Mapping[str, Any]) -> str:
+    """"float32 (8, 16)" for one array, "3 arrays, 0.1 MiB" for a container's."""
+    if len(arrays) == 1:
+        value = next(iter(arrays.values()))
+        return f"{value.dtype} {tuple(value.shape)}" if value.shape else str(value.dtype)
+    return f"{len(arrays)} arrays, {sum(int(a.nbytes) for a in arrays.values()) / 2**20:.1f} MiB"

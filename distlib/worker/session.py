@@ -40,6 +40,7 @@ from typing import Any
 
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib.saved_state.rebuild import Bindings, RestoreOnRebuild
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import env_settings, session_data, session_wire, wire
@@ -68,6 +69,8 @@ class SessionWorker:
         self._main_ident = threading.main_thread().ident
         self.rich = RichOutput(self._send, self.index)  # display(), plt.show(), the last expression: to the kernel
         self.namespace.setdefault("display", self.rich.display)  # as in IPython's namespace
+        self.bindings = Bindings()  # the cell that last bound each name (the save says it)
+        self.rebuilds: RestoreOnRebuild | None = None  # saved trackables put back when a cell rebuilds them
 
     # ------------------------------------------------------------------------------ the command thread
     def listen(self, address: str) -> None:
@@ -183,6 +186,7 @@ class SessionWorker:
         status, error, text = "ok", "", ""
         try:
             self.in_cell = True
+            self.bindings.before(self.namespace)
             body, last = _split_last_expression(code, filename)
             exec(body, self.namespace)
             if last is not None:
@@ -190,6 +194,8 @@ class SessionWorker:
                 if value is not None:
                     self.rich.show(value, source="result")
             self.rich.figures()  # figures the cell left open, as ipykernel's inline backend does
+            if self.rebuilds is not None:
+                self.rebuilds.restore_rebuilt(self.bindings.after(self.namespace, cell))
         except KeyboardInterrupt:
             self.in_cell = False
             status, error, text = "interrupted", "KeyboardInterrupt", _user_traceback(filename)
@@ -199,6 +205,7 @@ class SessionWorker:
             error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500] if str(exc) else type(exc).__name__
         finally:
             self.in_cell = False
+            self.bindings.after(self.namespace, cell)  # also what a failed cell bound before its error
         stop_trace = ""
         if status == "interrupted":  # a Stop, not a crash: one line in the cell, the traceback after its end marker
             error = f"stopped at step {self.last_step}" if self.last_step is not None else "stopped"
@@ -234,7 +241,8 @@ class SessionWorker:
             if not run_dir:
                 raise RuntimeError("this worker has no run directory (NBWORKERS_RUN_DIR) to save into")
             report.update(session_state.save_namespace(self.namespace, run_dir, self.gen, self.index,
-                                                       int(content.get("max_bytes") or session_wire.SAVE_MAX_BYTES)))
+                                                       int(content.get("max_bytes") or session_wire.SAVE_MAX_BYTES),
+                                                       built_in=self.bindings.built_in))
             print(f"nbworkers: saved {', '.join(e['name'] for e in report['saved']) or 'nothing'} into "
                   f"{report['dir']} before the restart", file=sys.stderr, flush=True)
         except Exception as error:
@@ -319,7 +327,8 @@ def _hook_reports(worker: SessionWorker) -> None:
 
 def _put_back_saved_values(worker: SessionWorker) -> None:
     """New processes right after a save (the kernel restarted them after an error): this worker's arrays and JSON
-    values come back by themselves (models and variables need the cells that build them: ``%workers restore``)."""
+    values come back by themselves; models, optimizers and variables when a cell builds them again
+    (``saved_state/rebuild.py``), or with ``%workers restore``."""
     run_dir = env_settings.RUN_DIR.get()
     if not run_dir or worker.gen < 1:
         return
@@ -327,6 +336,7 @@ def _put_back_saved_values(worker: SessionWorker) -> None:
 
     try:
         session_state.restore_values_after_restart(worker.namespace, run_dir, worker.gen, worker.index)
+        worker.rebuilds = RestoreOnRebuild(worker.namespace, run_dir, worker.gen)
     except Exception:
         print("nbworkers: the values saved before the restart could not be put back:", file=sys.stderr)
         traceback.print_exc()

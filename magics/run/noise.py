@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from nbworkers.magics.collective_abort import is_collective_abort
+
 # glog/absl format: severity letter, MMDD, time, thread id, file:line]
 CPP_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.\-/]+:\d+\] ")
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
@@ -35,6 +37,8 @@ def is_noise(line: str, level: int) -> bool:
     match = CPP_LOG_LINE.match(line)
     if not match:
         return False
+    if is_collective_abort(line[match.end():]):  # after one worker's error: the cell's own message says it
+        return True
     severity = SEVERITY[match.group(1)]
     if severity < level:
         return True

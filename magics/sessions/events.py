@@ -55,12 +55,14 @@ class WorkerEnd:
 
 @dataclass(frozen=True)
 class WorkerSave:
-    """One worker's ``saved`` message: (name, kind, detail) saved, (name, why) left out, the folder, an error."""
+    """One worker's ``saved`` message: (name, kind, detail) saved, (name, why) left out, the folder, an error,
+    (name, cell) the session cell that last bound a saved name."""
 
     saved: tuple[tuple[str, str, str], ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
     folder: str = ""
     error: str = ""
+    built_in: tuple[tuple[str, int], ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------- events

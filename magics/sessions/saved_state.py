@@ -2,9 +2,10 @@
 
 The session core (``magics/sessions/core.py``) collects the workers' ``saved`` answers (``events.WorkerSave``) in a
 ``SavedState``; its ``note`` goes into the failed cell's error and the session's ``lost_note``, its ``summary`` into
-``%workers``. Worker 0's models, variables and checkpointed objects come back with ``%workers restore NAME`` once
-the cells that build them ran again; every worker's arrays and JSON values come back by themselves
-(``distlib/saved_state/namespace.py``).
+``%workers``. Worker 0's models, optimizers, variables and other trackables come back when the cells that build
+them run again (the note names those cells: the workers report the cell that last bound each name), at once with
+``NBWORKERS_RESTORE_ON_REBUILD`` (the default), else with ``%workers restore NAME``; every worker's arrays and
+JSON values come back by themselves (``distlib/saved_state/namespace.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from nbworkers.magics.sessions.events import WorkerSave
 
 TF_KINDS = ("model", "variable", "checkpoint")  # worker 0's, restored into rebuilt objects by %workers restore
-KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": "checkpointed object"}
+KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": ""}  # a checkpoint's detail names it
 MAX_LISTED = 8  # names listed of those left out (the workers' logs and manifests have them all)
 
 
@@ -57,14 +58,37 @@ class SavedState:
         report = self.reports.get(0) or next(iter(self.reports.values()), None)
         return report.folder.rsplit("/worker-", 1)[0] if report and report.folder else ""
 
+    def built_in(self) -> dict[str, int]:
+        """name -> the session cell that last bound it (worker 0's: the one that saved the trackables)."""
+        report = self.reports.get(0)
+        return dict(report.built_in) if report else {}
+
+    def cells_to_run(self) -> str:
+        """"session cell 1 (it built model, opt)", "session cells 1 and 3 (1 built model; 3 built opt)", or
+        "the cells that build them" when the cells are not known."""
+        rebuilt = [name for name, _, _ in self.rebuilt()]
+        cells = self.built_in()
+        known = sorted({cells[name] for name in rebuilt if name in cells})
+        unknown = [name for name in rebuilt if name not in cells]
+        if not known:
+            return f"the cells that build {', '.join(rebuilt)}"
+        if len(known) == 1:
+            text = f"session cell {known[0]} (it built {', '.join(n for n in rebuilt if n in cells)})"
+        else:
+            built = "; ".join(f"{cell} built {', '.join(n for n in rebuilt if cells.get(n) == cell)}" for cell in known)
+            text = f"session cells {', '.join(map(str, known[:-1]))} and {known[-1]} ({built})"
+        return text + (f" and the cells that build {', '.join(unknown)}" if unknown else "")
+
     def note(self, session: str) -> str:
-        """What was saved, what comes back by itself, the one command for the rest, what was not saved."""
+        """What was saved, what comes back by itself, exactly what to run for the rest, what was not saved."""
         parts: list[str] = []
         rebuilt = self.rebuilt()
         if rebuilt:
-            listed = ", ".join(f"{name} ({KIND_NAMES.get(kind, kind)}: {detail})" for name, kind, detail in rebuilt)
-            parts.append(f"Before the restart worker 0 saved {listed}: run the cells that build "
-                         f"{_them(rebuilt)} again, then `%workers restore {session}` puts the saved values into "
+            listed = ", ".join(f"{name} ({_kind_detail(kind, detail)})" for name, kind, detail in rebuilt)
+            parts.append(f"Before the restart worker 0 saved {listed}. To get {_them(rebuilt)} back, run "
+                         f"{self.cells_to_run()} again: each saved object is put back as soon as a cell builds it "
+                         f"again (unless NBWORKERS_RESTORE_ON_REBUILD=0); or run `%workers restore {session}` after "
+                         f"{'it' if len({n for n, _, _ in rebuilt}) == 1 else 'them'}: it puts the saved values into "
                          f"{_them(rebuilt)} on every worker.")
         values = self.values()
         if values:
@@ -98,11 +122,17 @@ class SavedState:
         text = f"{session}: saved before the restart after cell {self.cell}: "
         text += ", ".join(rebuilt) if rebuilt else "no model or variable"
         if rebuilt:
-            text += f" (rebuild them, then `%workers restore {session}`)"
+            text += f" (run {self.cells_to_run()} again; or after them `%workers restore {session}`)"
         values = self.values()
         if values:
             text += f"; put back by themselves: {', '.join(values)}"
         return text
+
+
+def _kind_detail(kind: str, detail: str) -> str:
+    """"Keras model: 4 weights ...", "variable: float32 ()", and a checkpoint's detail alone ("Adam: ...")."""
+    name = KIND_NAMES.get(kind, kind)
+    return f"{name}: {detail}" if name else detail
 
 
 def _them(entries: list[tuple[str, str, str]]) -> str:

@@ -364,7 +364,8 @@ class Session(Cluster):
             self._tell(ev.StateSaved(index, WorkerSave(
                 tuple((e["name"], e["kind"], e["detail"]) for e in content.get("saved", [])),
                 tuple((e["name"], e["why"]) for e in content.get("skipped", [])),
-                content.get("dir") or "", content.get("error") or "")))
+                content.get("dir") or "", content.get("error") or "",
+                tuple((e["name"], e["cell"]) for e in content.get("saved", []) if isinstance(e.get("cell"), int)))))
         elif content["event"] == "end":
             end = WorkerEnd(CellEnd(content["status"]), content.get("error") or "", content.get("traceback") or "",
                             bool(content.get("aborted")), content.get("t"), content.get("step"))

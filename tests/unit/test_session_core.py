@@ -3,6 +3,8 @@ sockets, no TensorFlow. Each test walks one path of a cell's lifecycle and check
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState
@@ -339,13 +341,31 @@ def test_the_failed_cell_says_what_was_saved_and_the_one_command_that_restores_i
     assert error.startswith("worker 0: ValueError") and "the state of cell 1 is gone from them" in error
     assert ("worker 0 saved model (Keras model: 4 weights + 9 optimizer variables, 0.0 MiB), step_size (variable: "
             "float32 ())") in error
-    assert "run the cells that build them again, then `%workers restore s`" in error
+    assert ("To get them back, run the cells that build model, step_size again: each saved object is put back as "
+            "soon as a cell builds it again (unless NBWORKERS_RESTORE_ON_REBUILD=0); or run `%workers restore s` "
+            "after them") in error
     assert "Back by themselves in the new processes (each worker its own): x, built_in_cell." in error
     assert "Not saved (not a kind nbworkers saves, or as said): dataset (a _RepeatDataset)." in error
     assert "Saved in /runs/s/session-state/gen-1." in error
     assert s.core.saved is not None and s.core.saved.summary("s") == (
-        "s: saved before the restart after cell 1: model, step_size (rebuild them, then `%workers restore s`); "
-        "put back by themselves: x, built_in_cell")
+        "s: saved before the restart after cell 1: model, step_size (run the cells that build model, step_size "
+        "again; or after them `%workers restore s`); put back by themselves: x, built_in_cell")
+
+
+def test_the_failed_cell_names_the_cells_that_built_what_was_saved():
+    s = Session()
+    failed_with_abort(s)
+    s.send(ev.StateSaved(0, replace(MODEL_SAVED, built_in=(("model", 1), ("step_size", 1), ("x", 2)))))
+    s.send(ev.StateSaved(1, VALUES_SAVED))
+    s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
+    assert "To get them back, run session cell 1 (it built model, step_size) again: each saved object" in (
+        s.core.lost_note)
+    saved = s.core.saved
+    assert saved is not None
+    saved.reports[0] = replace(MODEL_SAVED, saved=MODEL_SAVED.saved + (("opt", "checkpoint", "Adam: 10 variables"),),
+                               built_in=(("model", 1), ("opt", 3)))
+    assert saved.cells_to_run() == "session cells 1 and 3 (1 built model; 3 built opt) and the cells that build step_size"
+    assert "opt (Adam: 10 variables)" in saved.note("s") and "`%workers restore s` after them" in saved.note("s")
 
 
 def test_a_worker_that_does_not_answer_the_save_is_waited_for_at_most_save_wait():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from nbworkers.distlib.saved_state import namespace as session_state
+from nbworkers.distlib.saved_state import plan, rebuild
 from nbworkers.distlib.saved_state.namespace import Kinds, NoSavedState, StateNotRestored
 from nbworkers.protocol import env_settings, session_wire
 from nbworkers.protocol.private.dirs import UnsafeDirectory
@@ -30,6 +31,10 @@ class Variable:
     def shape(self):
         return self.value.shape
 
+    @property
+    def dtype(self):
+        return self.value.dtype
+
     def numpy(self):
         return self.value.copy()
 
@@ -39,11 +44,14 @@ class Variable:
 
 
 class Optimizer:
-    """Slots made by build(), as Keras optimizers make them on the first step."""
+    """Slots made by build(), as Keras 3 optimizers make them on the first step (``built``, and the variables they
+    are for in ``_trainable_variables``, as compat/keras3_optimizer reads them)."""
 
     def __init__(self):
         self.iterations = Variable(0.0)
         self.slots: list[Variable] = []
+        self.built = False
+        self._trainable_variables: list[Variable] = []
 
     @property
     def variables(self):
@@ -51,6 +59,7 @@ class Optimizer:
 
     def build(self, variables):
         self.slots = [Variable(np.zeros(v.shape)) for v in variables]
+        self.built, self._trainable_variables = True, list(variables)
 
 
 class Model:
@@ -61,10 +70,49 @@ class Model:
 
 
 class Module:
-    """Stands for a tf.Module / tf.train.Checkpoint (saved through TensorFlow: not in these tests)."""
+    """Stands for a tf.Module / tf.train.Checkpoint: its variables."""
+
+    def __init__(self, value: float = 0.0):
+        self.variables = [Variable(value)]
 
 
-KINDS = Kinds(models=(Model,), variables=(Variable,), checkpointables=(Module,))
+class Metric(Module):
+    """Stands for a Keras 3 metric: not trackable itself, its variables are checkpointed."""
+
+
+KINDS = Kinds(models=(Model,), variables=(Variable,), checkpointables=(Module, Optimizer), holders=(Metric,))
+
+
+def state_of(obj) -> list:
+    if isinstance(obj, Variable):
+        return [obj]
+    if isinstance(obj, Model):
+        return obj.weights + obj.optimizer.variables
+    return list(obj.variables) if not isinstance(obj, list) else obj
+
+
+@pytest.fixture(autouse=True)
+def fake_checkpoints(monkeypatch):
+    """TensorFlow's checkpoint write and read, on the stand-ins: one .npz of each object's variables in order."""
+    from nbworkers.distlib.saved_state import objects as saved_objects
+
+    def write(objects, prefix):
+        arrays = {f"{key}.{i}": v.numpy() for key, obj in objects.items() for i, v in enumerate(state_of(obj))}
+        np.savez(prefix + ".data-00000-of-00001.npz", **arrays)
+        return len(arrays)
+
+    def read(objects, prefix):
+        with np.load(prefix + ".data-00000-of-00001.npz") as saved:
+            for key, obj in objects.items():
+                values = [saved[f"{key}.{i}"] for i in range(sum(1 for k in saved.files if k.startswith(key + ".")))]
+                variables = state_of(obj)
+                if [v.shape for v in variables] != [a.shape for a in values]:
+                    raise ValueError(f"{key}: not as saved")
+                for variable, value in zip(variables, values):
+                    variable.assign(value)
+
+    monkeypatch.setattr(saved_objects, "checkpoint_write", write)
+    monkeypatch.setattr(saved_objects, "checkpoint_read", read)
 
 
 def trained_namespace() -> dict:
@@ -73,9 +121,17 @@ def trained_namespace() -> dict:
     model.optimizer.iterations.assign(42.0)
     for slot in model.optimizer.slots:
         slot.assign(np.full(slot.shape, 0.25))
+    net = Model(seed=2.0)
+    adam = Optimizer()  # a standalone optimizer, built for net's variables by a custom training step
+    adam.build(net.trainable_variables)
+    adam.iterations.assign(7.0)
+    adam.slots[0].assign(np.full((2, 3), 0.5))
     return {"np": np, "helper": lambda: 1, "Model": Model, "_hidden": 3, "model": model, "scale": Variable(2.0),
             "x": np.arange(6, dtype="float32").reshape(3, 2), "epochs": 7, "config": {"lr": 0.01, "tags": ["a"]},
-            "shape": (2, 3), "objects": np.array([object()]), "history": object(), "rate": np.float32(0.5)}
+            "shape": (2, 3), "objects": np.array([object()]), "history": object(), "rate": np.float32(0.5),
+            "net": net, "adam": adam, "loss": Metric(0.75), "pair": (net, np.ones(2), "tag"),
+            "batches": [np.zeros(2), {"y": np.ones(1)}], "stream": (i for i in range(3)),
+            "by_number": {1: np.zeros(1)}}
 
 
 @pytest.fixture
@@ -95,35 +151,74 @@ def test_a_namespace_is_sorted_into_what_is_saved_and_what_is_left_out_and_why()
     namespace = trained_namespace()
     plan = session_state.plan_save(namespace, KINDS, worker=0, max_bytes=2**20)
     assert plan.entries == [("model", "model"), ("scale", "variable"), ("x", "array"), ("epochs", "value"),
-                            ("config", "value"), ("rate", "array")]
-    assert [name for name, _ in plan.skipped] == ["shape", "objects", "history"]  # code and _names: not listed
-    assert dict(plan.skipped)["shape"] == "a tuple"
+                            ("config", "value"), ("shape", "array"), ("rate", "array"), ("net", "model"),
+                            ("adam", "checkpoint"), ("loss", "checkpoint"), ("pair", "checkpoint"),
+                            ("batches", "array")]
+    skipped = dict(plan.skipped)  # code and _names: not listed
+    assert list(skipped) == ["objects", "history", "stream", "by_number"]
+    assert skipped["history"] == "a object" and skipped["objects"] == "a ndarray"
+    assert skipped["stream"] == "a generator: where it got to cannot be saved; run the cell that makes it again"
+    assert skipped["by_number"] == "a dict with a int key (only str keys are saved)"
     other = session_state.plan_save(namespace, KINDS, worker=1, max_bytes=2**20)
-    assert [n for n, _ in other.entries] == ["x", "epochs", "config", "rate"]  # models and variables: worker 0's
+    assert [n for n, _ in other.entries] == ["x", "epochs", "config", "shape", "rate", "batches"]  # trackables: 0's
     small = session_state.plan_save({"big": np.zeros(1000), "x": np.zeros(2)}, KINDS, worker=0, max_bytes=100)
     assert small.entries == [("x", "array")] and "too large: 0.0 MiB" in dict(small.skipped)["big"]
     assert session_state.kind_of(float("nan"), KINDS) is None and session_state.kind_of({1: "a"}, KINDS) is None
+    nested = session_state.plan_save({"deep": [[[[[[[[[[1]]]]]]]]], [object()]]}, KINDS, 0, 2**20)
+    assert nested.entries == [] and "nested deeper than 8 containers" in dict(nested.skipped)["deep"]
+    inside = session_state.plan_save({"mixed": (Model(), [np.zeros(1), object()])}, KINDS, 0, 2**20)
+    assert dict(inside.skipped)["mixed"] == "a object at [1][1]"
+
+
+def test_a_container_comes_apart_into_leaves_and_back():
+    value = {"a": (np.zeros(2), 3, [Model()]), "b": []}
+    flat = plan.flatten(value, KINDS)
+    assert flat.structure == {"dict": [["a", {"tuple": [{"leaf": 0}, {"leaf": 1}, {"list": [{"leaf": 2}]}]}],
+                                       ["b", {"list": []}]]}
+    assert [kind for kind, _ in flat.leaves] == ["array", "scalar", "model"] and flat.trackable
+    again = plan.unflatten(flat.structure, [leaf for _, leaf in flat.leaves])
+    assert again["a"][1] == 3 and again["a"][2][0] is value["a"][2][0] and isinstance(again["a"], tuple)
+    assert plan.same_shape(flat.structure, plan.flatten({"a": (1, 2, [Model()]), "b": []}, KINDS).structure)
+    assert not plan.same_shape(flat.structure, plan.flatten({"a": (1, 2, []), "b": []}, KINDS).structure)
 
 
 def test_the_save_is_private_complete_last_and_keeps_only_the_newest(run_dir):
     namespace = trained_namespace()
     old = session_state.save_namespace({"x": np.zeros(2)}, run_dir, 3, 0, 2**20, KINDS)
-    report = session_state.save_namespace(namespace, run_dir, 4, 0, 2**20, KINDS)
+    report = session_state.save_namespace(namespace, run_dir, 4, 0, 2**20, KINDS, built_in={"model": 1, "adam": 2})
     assert not os.path.exists(old["dir"])  # an older generation's save is dropped
     folder = run_dir / session_wire.STATE_DIR / "gen-4" / "worker-0"
     assert report["dir"] == str(folder)
-    assert {e["name"]: (e["kind"], e["detail"]) for e in report["saved"]} == {
-        "model": ("model", "2 weights + 3 optimizer variables, 0.0 MiB"), "scale": ("variable", "float32 ()"),
+    saved = {e["name"]: (e["kind"], e["detail"].replace(", 0.0 MiB", "")) for e in report["saved"]}
+    assert saved == {
+        "model": ("model", "2 weights + 3 optimizer variables"), "scale": ("variable", "float32 ()"),
         "x": ("array", "float32 (3, 2)"), "epochs": ("value", "int"), "config": ("value", "dict"),
-        "rate": ("array", "float32")}
+        "shape": ("array", "a tuple of 2"), "rate": ("array", "float32"),
+        "net": ("model", "2 weights + 1 optimizer variables"),
+        "adam": ("checkpoint", "Optimizer: 3 variables (iterations 7)"), "loss": ("checkpoint", "Metric: 1 variable"),
+        "pair": ("checkpoint", "a tuple of 3: 2 weights + 1 optimizer variables"), "batches": ("array", "a list of 2")}
+    assert [e.get("cell") for e in report["saved"][:2]] == [1, None]  # the cell that last bound it, when known
     for path in [folder, folder.parent, folder.parent.parent]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     for path in folder.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.npz", "scale.npz", "values.json",
-                                                         "values.npz"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "adam.data-00000-of-00001.npz", "containers.json", "loss.data-00000-of-00001.npz", "manifest.json",
+        "model.data-00000-of-00001.npz", "net.data-00000-of-00001.npz", "pair.data-00000-of-00001.npz", "pair.npz",
+        "scale.data-00000-of-00001.npz", "values.json", "values.npz"]
     assert json.loads((folder / "values.json").read_text()) == {"epochs": 7, "config": {"lr": 0.01, "tags": ["a"]}}
+    manifest = json.loads((folder / "manifest.json").read_text())
+    builds = {e["name"]: e["builds"] for e in manifest["saved"] if "builds" in e}
+    assert builds["adam"] == {"leaf0": "net"} and builds["model"] == {"leaf0": ""}  # what each optimizer was built for
     assert session_state.latest_saved(run_dir, before=5) == 4 and session_state.latest_saved(run_dir, before=4) is None
+
+
+def test_a_trackable_past_the_cap_is_left_out_and_its_files_removed(run_dir):
+    report = session_state.save_namespace({"model": Model(units=200), "x": np.zeros(8)}, run_dir, 1, 0, 3000, KINDS)
+    assert [e["name"] for e in report["saved"]] == ["x"]
+    assert report["skipped"][0]["name"] == "model" and "too large" in report["skipped"][0]["why"]
+    assert sorted(p.name for p in (run_dir / session_wire.STATE_DIR / "gen-1" / "worker-0").iterdir()) == [
+        "manifest.json", "values.npz"]
 
 
 def test_a_planted_symlink_stops_the_save(run_dir, tmp_path):
@@ -139,9 +234,12 @@ def test_new_processes_put_the_values_back_by_themselves_each_worker_its_own(run
     session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
     session_state.save_namespace({"x": np.ones(3), "epochs": 9}, run_dir, 1, 1, 2**20, KINDS)
     fresh: dict = {}
-    assert session_state.restore_values_after_restart(fresh, str(run_dir), 2, 0) == ["x", "rate", "epochs", "config"]
+    assert session_state.restore_values_after_restart(fresh, str(run_dir), 2, 0) == [
+        "x", "rate", "shape", "batches", "epochs", "config"]
     assert fresh["x"].tolist() == [[0, 1], [2, 3], [4, 5]] and fresh["config"] == {"lr": 0.01, "tags": ["a"]}
     assert isinstance(fresh["rate"], np.float32) and fresh["rate"] == 0.5  # a numpy scalar stays one
+    assert fresh["shape"] == (2, 3) and isinstance(fresh["shape"], tuple)  # containers of arrays and scalars
+    assert fresh["batches"][0].tolist() == [0, 0] and fresh["batches"][1]["y"].tolist() == [1]
     other: dict = {}
     session_state.restore_values_after_restart(other, str(run_dir), 2, 1)
     assert other["x"].tolist() == [1, 1, 1] and other["epochs"] == 9
@@ -149,16 +247,32 @@ def test_new_processes_put_the_values_back_by_themselves_each_worker_its_own(run
     assert session_state.restore_values_after_restart(later, str(run_dir), 3, 0) == [] and later == {}
 
 
-def test_restore_assigns_the_saved_values_into_rebuilt_objects_on_every_worker(run_dir, monkeypatch, capsys):
+def rebuilt_namespace() -> dict:
+    """What re-running the cells that built them makes: fresh objects, optimizers not built yet."""
+    net = Model()
+    return {"model": Model(), "scale": Variable(0.0), "x": None, "net": net, "adam": Optimizer(), "loss": Metric(),
+            "pair": (net, np.zeros(2), "other")}
+
+
+def test_restore_reads_the_saved_state_into_rebuilt_objects_on_every_worker(run_dir, monkeypatch, capsys):
     session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
     session_state.save_namespace({"x": np.ones(3)}, run_dir, 1, 1, 2**20, KINDS)
     as_worker(monkeypatch, 1, 2)
-    rebuilt = {"model": Model(), "scale": Variable(0.0), "x": None}  # compiled, not trained: no optimizer slots
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
+    rebuilt = rebuilt_namespace()
     restored = session_state.restore_session_state(namespace=rebuilt)
-    assert restored == {"model": "2 weights + 3 optimizer variables", "scale": "variable assigned", "x": "value"}
+    assert restored == {"model": "2 weights + 3 optimizer variables", "scale": "variable assigned",
+                        "net": "2 weights + 1 optimizer variables", "adam": "Optimizer read (iterations 7)",
+                        "loss": "Metric read", "pair": "2 weights + 1 optimizer variables", "x": "value"}
     assert rebuilt["model"].weights[0].value.tolist() == [[1.5] * 3] * 2  # worker 0's model, on worker 1
-    assert rebuilt["model"].optimizer.iterations.value == 42.0
+    assert rebuilt["model"].optimizer.iterations.value == 42.0  # the compiled optimizer, built as saved
     assert [s.value.max() for s in rebuilt["model"].optimizer.slots] == [0.25, 0.25]
+    adam = rebuilt["adam"]  # the standalone optimizer: built for net's variables, as it was, then read
+    assert adam.built and adam._trainable_variables == rebuilt["net"].weights and adam.iterations.value == 7.0
+    assert adam.slots[0].value.tolist() == [[0.5] * 3] * 2 and rebuilt["net"].weights[1].value.tolist() == [2.0] * 3
+    assert rebuilt["loss"].variables[0].value == 0.75
+    assert rebuilt["pair"][0] is rebuilt["net"] and rebuilt["pair"][1].tolist() == [1, 1]  # saved arrays in place
+    assert rebuilt["pair"][2] == "tag" and isinstance(rebuilt["pair"], tuple)
     assert rebuilt["scale"].value == 2.0 and rebuilt["x"].tolist() == [1, 1, 1]  # its own values
     assert "nbworkers: restored model (2 weights + 3 optimizer variables)" in capsys.readouterr().out
     only = {"scale": Variable(0.0), "model": Model()}
@@ -166,19 +280,93 @@ def test_restore_assigns_the_saved_values_into_rebuilt_objects_on_every_worker(r
     assert only["model"].weights[0].value.max() == 0.0
 
 
+def test_an_optimizer_is_not_read_before_the_variables_its_slots_are_for(run_dir, monkeypatch):
+    """TensorFlow would put saved slots into slots created later, but not into those a traced step creates."""
+    namespace = trained_namespace()
+    namespace["other"] = Optimizer()
+    namespace["other"].build([Variable(np.zeros(2))])  # built for variables no one name holds
+    report = session_state.save_namespace(namespace, run_dir, 1, 0, 2**20, KINDS)
+    assert "other" in [e["name"] for e in report["saved"]]
+    as_worker(monkeypatch, 0, 2)
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
+    alone = {"adam": Optimizer(), "other": Optimizer()}
+    with pytest.raises(StateNotRestored) as raised:
+        session_state.restore_session_state(["adam", "other"], namespace=alone)
+    assert ("adam: (checkpoint) ValueError: its saved slots are for net's variables, and net is not in this "
+            "namespace: run the cell that builds net (or call its build(variables)), then restore") in str(raised.value)
+    assert "other: (checkpoint) ValueError: its saved slots are for variables that no one name holds" in (
+        str(raised.value))
+    assert alone["adam"].iterations.value == 0.0  # not read at all
+    built = Optimizer()
+    built.build([Variable(np.zeros(2))])  # the cell built it itself: read as it is
+    assert session_state.restore_session_state(["other"], namespace={"other": built}) == {
+        "other": "Optimizer read (iterations 0)"}
+
+
 def test_restore_names_what_it_could_not_put_back_and_what_to_do(run_dir, monkeypatch):
     as_worker(monkeypatch, 0, 2)
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
     with pytest.raises(NoSavedState, match="saves its models, variables and values only when its processes restart"):
         session_state.restore_session_state(namespace={})
     session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
-    wider = {"model": Model(units=4), "x": None}
+    wider = {"model": Model(units=4), "x": None, "pair": [Model(), 1, 2], "loss": np.zeros(1)}
     with pytest.raises(StateNotRestored) as raised:
-        session_state.restore_session_state(["model", "scale", "nothing"], namespace=wider)
+        session_state.restore_session_state(["model", "scale", "nothing", "pair", "loss"], namespace=wider)
     message = str(raised.value)
-    assert "model: (model) ValueError: the model's weights: not as saved (here 2: [(2, 4), (4,)]" in message
-    assert "build it as the cell that made the saved one did" in message
+    assert "model: (model) ValueError: leaf0: not as saved" in message
     assert "scale: (variable) not in this namespace: run the cell that builds it, then restore" in message
     assert "nothing: was not saved" in message
+    assert "pair: (checkpoint) ValueError: here it is a list of another shape than the saved one" in message
+    assert "loss: (checkpoint) ValueError: here its leaf0 is a ndarray, saved was a checkpoint" in message
+
+
+def test_each_cell_records_the_names_it_bound():
+    bindings = rebuild.Bindings()
+    namespace: dict = {"a": 1}
+    bindings.before(namespace)
+    namespace.update(model=Model(), opt=Optimizer())
+    assert bindings.after(namespace, 1) == ["model", "opt"]
+    bindings.before(namespace)
+    namespace["model"].weights.append(Variable(1.0))  # changed in place: not bound again
+    namespace["x"], namespace["_hidden"] = 3, 4
+    assert bindings.after(namespace, 2) == ["x"]
+    bindings.before(namespace)
+    namespace["model"] = Model()
+    bindings.after(namespace, 3)
+    assert bindings.built_in == {"model": 3, "opt": 1, "x": 2}
+
+
+def test_saved_objects_come_back_when_a_cell_rebuilds_them_once_each(run_dir, monkeypatch, capsys):
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
+    session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
+    as_worker(monkeypatch, 0, 2)
+    assert rebuild.RestoreOnRebuild({}, str(run_dir), 3).waiting == set()  # not right after the save
+    assert rebuild.RestoreOnRebuild({}, str(run_dir), 2, enabled=False).waiting == set()  # turned off
+    namespace = rebuilt_namespace()
+    rebuilds = rebuild.RestoreOnRebuild(namespace, str(run_dir), 2)
+    assert rebuilds.waiting == {"model", "scale", "net", "adam", "loss", "pair"}
+    assert rebuilds.restore_rebuilt(["model", "x"]) == {"model": "2 weights + 3 optimizer variables"}
+    assert namespace["model"].optimizer.iterations.value == 42.0 and "net" in rebuilds.waiting
+    namespace["model"] = Model()
+    assert rebuilds.restore_rebuilt(["model"]) == {}  # once: a later rebuild starts afresh
+    namespace["scale"] = Variable(np.zeros(4))
+    assert rebuilds.restore_rebuilt(["scale"]) == {}
+    assert "scale: (variable) ValueError" in capsys.readouterr().err and "scale" not in rebuilds.waiting
+
+
+def test_a_standalone_optimizer_rebuilt_before_its_model_waits_for_it(run_dir, monkeypatch):
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
+    session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
+    as_worker(monkeypatch, 0, 2)
+    namespace: dict = {"adam": Optimizer()}
+    rebuilds = rebuild.RestoreOnRebuild(namespace, str(run_dir), 2)
+    assert rebuilds.needs["adam"] == {"net"} and rebuilds.needs["model"] == set()
+    assert rebuilds.restore_rebuilt(["adam"]) == {}  # net is not rebuilt yet: adam waits
+    namespace["net"] = Model()
+    assert rebuilds.restore_rebuilt(["net"]) == {"net": "2 weights + 1 optimizer variables",
+                                                 "adam": "Optimizer read (iterations 7)"}
+    assert namespace["adam"].slots[0].value.tolist() == [[0.5] * 3] * 2 and rebuilds.waiting == {
+        "model", "scale", "loss", "pair"}
 
 
 def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):
@@ -195,12 +383,13 @@ def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):
 
 
 def test_the_saved_message_is_checked_field_by_field():
-    good = {"event": "saved", "cell": 3, "saved": [{"name": "model", "kind": "model", "detail": "4 weights"}],
+    good = {"event": "saved", "cell": 3, "saved": [{"name": "model", "kind": "model", "detail": "4 weights", "cell": 1}],
             "skipped": [{"name": "dataset", "why": "a DatasetV2"}], "dir": "/runs/train/session-state", "error": ""}
     assert session_wire.validate("cell", good) is None
     for field, value, words in (("saved", [{"name": "m", "kind": "pickle", "detail": ""}], "unknown saved kind"),
                                 ("saved", "model", "not a list"), ("skipped", [{"name": 1, "why": "x"}], "not a dict"),
                                 ("dir", 3, "dir is not a str"),
+                                ("saved", [{"name": "m", "kind": "model", "detail": "", "cell": "1"}], "cell is not an int"),
                                 ("skipped", [{"name": "a", "why": ""}] * 2001, "at most 2000")):
         assert words in (session_wire.validate("cell", {**good, field: value}) or ""), field
 
@@ -213,3 +402,7 @@ def test_no_tensorflow_class_is_a_kind_until_its_module_is_imported(monkeypatch)
     keras = types.SimpleNamespace(Model=Model, Variable=Variable, layers=types.SimpleNamespace(Layer=Module))
     monkeypatch.setattr(saved_objects, "sys", types.SimpleNamespace(modules={"keras": keras}))
     assert session_state.loaded_kinds() == Kinds(models=(Model, Module), variables=(Variable,))
+    keras.optimizers = types.SimpleNamespace(Optimizer=Optimizer)
+    keras.metrics = types.SimpleNamespace(Metric=Metric)
+    assert session_state.loaded_kinds() == Kinds(models=(Model, Module), variables=(Variable,),
+                                                 checkpointables=(Optimizer,), holders=(Metric,))
