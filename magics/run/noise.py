@@ -6,9 +6,8 @@ with ``shown_log``):
 
 - **nbworkers' own bookkeeping** (``OWN_LINES``), the lines every healthy run writes: a launch's
   ``--- nbworkers: worker 0, launch 0, TF_CPP_MIN_LOG_LEVEL=2, TF_CONFIG=...``, a forked worker's
-  ``--- nbworkers: forked from zygote ...``, a session's cell markers ``--- nbworkers: cell N start ---``. (The
-  kernel keeps the cell markers in the relayed output: the session routes each cell's lines by them and drops
-  them itself, ``magics/sessions/cell.py``.) Lines that say something went wrong or why a worker ended (``stopped
+  ``--- nbworkers: forked from zygote ...``, a session's cell markers ``--- nbworkers: cell N start ---`` (a
+  session routes each cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say something went wrong or why a worker ended (``stopped
   (...)``, ``node lost``, ``restarting the group``, a zygote that could not fork) stay in every view.
 - **TensorFlow's C++ start-up chatter**, below the worker's ``TF_CPP_MIN_LOG_LEVEL`` (default 2 in the workers:
   magics/launch/environment.py). TensorFlow 2.21 logs through absl, and the lines it writes before
@@ -38,7 +37,7 @@ LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}
 FORKED_LINE = re.compile(r"^--- nbworkers: forked from zygote \d+ ")
 CELL_MARKER = session_wire.MARKER
 OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER)
-RELAYED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE)  # the kernel's relayed output keeps the cell markers (sessions)
+UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE)  # what a session drops before it routes output by the cell markers
 
 
 def launch_line(role: str, index: int, generation: int, level: str, tf_config: str) -> str:
@@ -106,7 +105,9 @@ class NoiseFilter:
     """Drops noise lines from one worker's relayed chunks (pieces of output that need not end on a line).
 
     ``dropped`` counts TensorFlow's chatter (the widget says how many such lines it hid), ``own_dropped``
-    nbworkers' own lines; the cell markers pass (``RELAYED_OWN_LINES``)."""
+    nbworkers' own lines. ``filter(chunks, own_lines)``: which of nbworkers' lines go, by default all but the cell
+    markers (``UNROUTED_OWN_LINES``: a session routes its cells' output by them); the run's views pass
+    ``OWN_LINES`` (``messages.py``)."""
 
     def __init__(self, level: int):
         self.level = level
@@ -114,7 +115,7 @@ class NoiseFilter:
         self.own_dropped = 0
         self._at_line_start = True
 
-    def filter(self, chunks: list[str]) -> list[str]:
+    def filter(self, chunks: list[str], own_lines: tuple[re.Pattern[str], ...] = UNROUTED_OWN_LINES) -> list[str]:
         kept: list[str] = []
         for chunk in chunks:
             out = []
@@ -124,7 +125,7 @@ class NoiseFilter:
                 end = len(chunk) if end == -1 else end + 1
                 piece = chunk[start:end]
                 whole = self._at_line_start and piece.endswith("\n")
-                if whole and is_own_line(piece, RELAYED_OWN_LINES):
+                if whole and is_own_line(piece, own_lines):
                     self.own_dropped += 1
                 elif whole and is_chatter(piece, self.level):
                     self.dropped += 1

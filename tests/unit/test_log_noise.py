@@ -34,12 +34,14 @@ def test_nbworkers_own_bookkeeping_lines_match_what_their_writers_write():
     assert len(OWN_LINES) == 3
 
 
-def test_the_kernel_drops_bookkeeping_and_chatter_from_relayed_output_but_passes_cell_markers():
-    filt = NoiseFilter(DEFAULT_LEVEL)
+def test_the_kernel_drops_bookkeeping_and_chatter_from_relayed_output_a_session_routes_by_the_cell_markers():
     marker = session_wire.marker(1, "start")
-    kept = filt.filter([FORKED + "".join(CHATTER) + marker + "".join(KEPT)])
-    assert "".join(kept) == marker + "".join(KEPT)  # the session routes cells by the markers and drops them itself
-    assert filt.dropped == len(CHATTER) and filt.own_dropped == 1  # dropped: the TensorFlow lines the widget counts
+    relayed = [FORKED + "".join(CHATTER) + marker + "".join(KEPT)]
+    routed = NoiseFilter(DEFAULT_LEVEL)  # a session's filter before its LogRouter: the markers pass
+    assert "".join(routed.filter(relayed)) == marker + "".join(KEPT)
+    assert routed.dropped == len(CHATTER) and routed.own_dropped == 1  # dropped: the TensorFlow lines the widget counts
+    shown = NoiseFilter(DEFAULT_LEVEL)  # the run's views (magics/run/messages.py): the markers go too
+    assert "".join(shown.filter(relayed, OWN_LINES)) == "".join(KEPT) and shown.own_dropped == 2
     quiet_off = NoiseFilter(0)  # the user asked for TensorFlow's chatter: nbworkers' lines still go
     assert "".join(quiet_off.filter([FORKED, *CHATTER])) == "".join(CHATTER)
     split = NoiseFilter(2)  # a line cut across chunks is never half-dropped
@@ -61,3 +63,13 @@ def test_the_server_filters_a_log_file_at_the_level_its_launch_line_records():
 def test_is_noise_is_both_kinds():
     assert is_noise(FORKED, 0) and is_noise(CHATTER[1], 1) and not is_noise(CHATTER[1], 0)
     assert not any(is_noise(line, DEFAULT_LEVEL) for line in KEPT)
+
+
+def test_a_runs_log_events_carry_neither_kind_of_noise():
+    from nbworkers.magics.run.messages import message_events
+    from nbworkers.magics.run.relay import Message
+
+    noise = [NoiseFilter(DEFAULT_LEVEL)]
+    text = FORKED + "".join(CHATTER) + session_wire.marker(2, "start") + "epoch 1\n" + session_wire.marker(2, "end")
+    [logged], drop = message_events(Message("log", {"gen": 0, "worker": 0, "lines": [text]}), 0, noise, lambda i: "")
+    assert drop is None and "".join(logged.lines) == "epoch 1\n" and logged.hidden == len(CHATTER)
