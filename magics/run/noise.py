@@ -7,8 +7,9 @@ with ``shown_log``):
 - **nbworkers' own bookkeeping** (``OWN_LINES``), the lines every healthy run writes: a launch's
   ``--- nbworkers: worker 0, launch 0, TF_CPP_MIN_LOG_LEVEL=2, TF_CONFIG=...``, a forked worker's
   ``--- nbworkers: forked from zygote ...``, a session's cell markers ``--- nbworkers: cell N start ---`` (a
-  session routes each cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say something went wrong or why a worker ended (``stopped
-  (...)``, ``node lost``, ``restarting the group``, a zygote that could not fork) stay in every view.
+  session routes each cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say
+  something went wrong or why a worker ended (``stopped (...)``, ``node lost``, ``restarting the group``, a zygote
+  that could not fork) stay in every view.
 - **TensorFlow's C++ start-up chatter**, below the worker's ``TF_CPP_MIN_LOG_LEVEL`` (default 2 in the workers:
   magics/launch/environment.py). TensorFlow 2.21 logs through absl, and the lines it writes before
   ``absl::InitializeLog()`` (the oneDNN notice, "Could not find cuda drivers", absl's own "All log messages before
