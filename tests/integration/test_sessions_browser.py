@@ -25,7 +25,8 @@ CELLS = [
     "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
     "%%worker --session web --block\nfor counted in range(6000):\n    time.sleep(0.1)",
     "%%worker --session web --block\nprint('AFTER INTERRUPT', counted > 0)",
-    "%%worker --session web\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'the value ' * 2",
+    "%%worker --session web\nprint('ONE LINE')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
+    "'the value ' * 2",
     "%workers stop web",
 ]
 OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
@@ -73,6 +74,11 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=5,
                                    timeout=30_000)
             screenshot(page, "session-cell-plot.png")
+            # its one printed line: a log panel of one line (no metrics, no chart beside it), not a 220px box
+            log = f"({OUTPUT_OF})(5).querySelector('.nbw-log')"
+            page.wait_for_function(f"() => {log} && {log}.textContent.includes('ONE LINE')", timeout=30_000)
+            height = page.evaluate(f"() => {log}.getBoundingClientRect().height")
+            assert 0 < height < 60, height
             run_cell(page, 6)
             cell_executed(page, 6)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
