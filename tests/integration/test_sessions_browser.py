@@ -1,7 +1,7 @@
 """A session cell's live widget in a real JupyterLab page (Debian chromium through Playwright): the session
-line (session, cell number, state, what runs), the Stop button interrupting the cell while the session goes
-on, the notebook's own interrupt (■) stopping a --block cell the same way, and the next cell running in the same
-worker processes. Plain-Python workers: no TensorFlow needed here."""
+line (session, cell number, state, what runs), ■ on a cell without --block saying how to stop it, the Stop button
+interrupting the cell while the session goes on, the notebook's own interrupt (■) stopping a --block cell the same
+way, and the next cell running in the same worker processes. Plain-Python workers: no TensorFlow needed here."""
 
 from __future__ import annotations
 
@@ -44,6 +44,11 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
             assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell 1 · running · import time")
             screenshot(page, "session-cell-running.png")
+            # ■ while the cell runs without --block (the kernel is idle): one line says how to stop it, under it
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+            page.wait_for_function(f"() => ({OUTPUT_OF})(1).innerText.includes('%workers stop web --cell')",
+                                   timeout=30_000)
+            assert "cell 1 · running" in page.evaluate(SESSION_LINE, 0)  # ■ did not stop it
             page.click(".nbw-stop")
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · stopped')", timeout=60_000)
             page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'",
