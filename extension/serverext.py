@@ -5,7 +5,10 @@
                                                             started, restarts, ...
     GET    /nbworkers/api/clusters/<name>                   per-worker status and latest metrics
     GET    /nbworkers/api/clusters/<name>/logs/<worker>?tail=N
-                                                            a worker's log (text/plain)
+                                                            a worker's log (text/plain) as the user reads
+                                                            it: nbworkers' bookkeeping lines and TensorFlow's
+                                                            start-up chatter left out (magics/run/noise.py;
+                                                            the file keeps them)
     DELETE /nbworkers/api/clusters/<name>                   stop it, even while its kernel is busy
     DELETE /nbworkers/api/clusters/<name>?remove=1          remove an ended run (its directory); 409 while
                                                             it runs or has processes left (stop it first)
@@ -211,6 +214,7 @@ class LogHandler(ClusterAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str, worker: str) -> None:
+        from nbworkers.magics.run import noise
         from nbworkers.magics.rundir import layout as rundir
 
         run_dir = self.run_dir(name)
@@ -222,9 +226,9 @@ class LogHandler(ClusterAPIHandler):
             if not TAIL.fullmatch(tail_arg):
                 raise web.HTTPError(400, f"tail={tail_arg!r}: give a number of lines, for example tail=100")
             tail = int(tail_arg)
-        try:
+        try:  # the user's view of the log: nbworkers' bookkeeping and TensorFlow's chatter left out (noise.py)
             text = await self.run_blocking(
-                lambda: rundir.read_log(run_dir, worker, tail, self.api.log_max_bytes)
+                lambda: noise.shown_log(rundir.read_log(run_dir, worker, None, self.api.log_max_bytes), tail)
             )
         except rundir.RunNotFound as error:
             raise web.HTTPError(404, str(error)) from None

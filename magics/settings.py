@@ -77,15 +77,16 @@ class WorkerSettings(Configurable):
     zygote = Bool(True, help="Fork local workers from a zygote (one per interpreter and import-time environment) "
                   "that imported TensorFlow once; False: spawn every worker. Default: $NBWORKERS_ZYGOTE or on.").tag(
                       config=True)
-    zygotes_max = Int(2, help="Most zygotes kept at once (each holds one TensorFlow import, about 0.5 GB); the "
+    zygotes_max = Int(2, help="Most zygotes kept at once (each holds one TensorFlow import's memory); the "
                       "oldest is stopped.").tag(config=True)
     zygote_fork_timeout = Float(120.0, help="Seconds a worker's host waits for its zygote's fork (a new zygote "
                                 "imports TensorFlow first) before it spawns the worker instead.").tag(config=True)
     zygote_connect_timeout = Float(15.0, help="Seconds a worker's host retries connecting to a zygote that has not "
                                    "bound its socket yet before it spawns the worker instead.").tag(config=True)
     zygote_prewarm = Bool(True, help="Start this kernel's zygote when the extension loads, so the first %%worker "
-                          "cell forks instead of waiting for TensorFlow's import (it holds about 0.5 GB until "
-                          "zygote_idle_timeout). Default: $NBWORKERS_ZYGOTE_PREWARM or on.").tag(config=True)
+                          "cell forks instead of waiting for TensorFlow's import (it holds one TensorFlow import's "
+                          "memory until zygote_idle_timeout). Default: $NBWORKERS_ZYGOTE_PREWARM or on.").tag(
+                              config=True)
     zygote_idle_timeout = Float(900.0, help="Seconds a zygote with no running worker and no fork waits before it "
                                 "exits (its memory freed; the next run starts a new one); 0: never.").tag(config=True)
     zygote_stop_timeout = Float(3.0, help="Seconds a zygote gets to exit after its pipe is closed before SIGKILL.").tag(

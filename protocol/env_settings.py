@@ -195,7 +195,7 @@ ZYGOTE = _declare(EnvSetting(
 ZYGOTE_PREWARM = _declare(EnvSetting(
     "NBWORKERS_ZYGOTE_PREWARM", True, SWITCH, KERNEL,
     "`0`: start the zygote at the first `%%worker`, not when the extension loads (the setting `zygote_prewarm`; "
-    "a prewarmed zygote holds about 0.5 GB until `zygote_idle_timeout`)"))
+    "a prewarmed zygote holds one TensorFlow import's memory until `zygote_idle_timeout`: Benchmarks)"))
 ISOLATION = _declare(EnvSetting(
     "NBWORKERS_ISOLATION", "auto", Parser(lambda text: _choice(text, ("auto", "required", "off")),
                                           "auto, required or off"), KERNEL,
@@ -335,9 +335,9 @@ VISIBLE_GPUS = _declare(EnvSetting(
 TF_CPP_MIN_LOG_LEVEL = _declare(EnvSetting(
     "TF_CPP_MIN_LOG_LEVEL", "2", TEXT, WORKERS,
     "unless the kernel's environment or `--env` says otherwise, TensorFlow's C++ start-up chatter (oneDNN, cuda, "
-    "absl) is not shown in the notebook (the kernel also drops the lines TensorFlow 2.21 prints before it reads "
-    "the variable: `magics/run/noise.py`, and the lines about collectives aborted after one worker's error: "
-    "`magics/collective_abort.py`); `0`: every line; the log files keep everything"))
+    "absl) is not shown in the notebook or the sidebar (the kernel and the server also drop the lines TensorFlow "
+    "2.21 prints before it reads the variable: `magics/run/noise.py`, and the lines about collectives aborted "
+    "after one worker's error: `magics/collective_abort.py`); `0`: every line; the log files keep everything"))
 TF_USE_LEGACY_KERAS = _declare(EnvSetting(
     "TF_USE_LEGACY_KERAS", "", TEXT, WORKERS + " (`--env`)",
     "`1`: `tf.keras` is tf_keras (Keras 2; TensorFlow reads it)",

@@ -8,7 +8,8 @@ failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two w
 ``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running the tutorial's
 code unchanged on tf_keras (Keras 2) with ``TF_USE_LEGACY_KERAS=1``. The same guard turns Keras 3's ``fit``
 under ParameterServerStrategy (which never hands the dataset to the ClusterCoordinator) into
-``KerasFitUnderParameterServerError``, naming tf_keras or a coordinator loop.
+``KerasFitUnderParameterServerError``, naming tf_keras or a coordinator loop. The guard also spares the user
+Keras's warning about a ``shuffle=True`` they never passed (``quiet_dataset_shuffle``).
 """
 
 from __future__ import annotations
@@ -107,8 +108,33 @@ def _guard_trainer_module(module) -> None:
         wrap_once(module.TensorFlowTrainer, "fit", _guarded_fit)
 
 
+SHUFFLE_POSITION = 8  # fit(x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data, shuffle)
+
+
+def quiet_dataset_shuffle(args: tuple, kwargs: dict, is_dataset) -> dict:
+    """``fit``'s keyword arguments with ``shuffle=False`` when the user passed no ``shuffle`` and ``x`` is a dataset
+    (``is_dataset(x)``). Keras 3 defaults to ``shuffle=True`` and then warns, for every ``tf.data.Dataset``, that
+    "`shuffle=True` was passed, but will be ignored" (keras/src/trainers/data_adapters/__init__.py): a warning about
+    an argument the user never gave. Keras ignores ``shuffle`` for a dataset, so False changes nothing else; a user
+    who does pass ``shuffle=True`` still gets Keras's warning."""
+    if "shuffle" in kwargs or len(args) > SHUFFLE_POSITION:
+        return kwargs
+    x = args[0] if args else kwargs.get("x")
+    if x is None or not is_dataset(x):
+        return kwargs
+    return {**kwargs, "shuffle": False}
+
+
+def _is_dataset(x) -> bool:
+    import tensorflow as tf
+
+    return isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset))
+
+
 def _guarded_fit(wrapped, instance, args, kwargs):
-    """wrapt wrapper of Keras 3's ``TensorFlowTrainer.fit``: the upstream failures become clear errors."""
+    """wrapt wrapper of Keras 3's ``TensorFlowTrainer.fit``: the upstream failures become clear errors; no
+    warning about a ``shuffle`` the user never passed (``quiet_dataset_shuffle``)."""
+    kwargs = quiet_dataset_shuffle(args, kwargs, _is_dataset)
     try:
         return wrapped(*args, **kwargs)
     except (ValueError, TypeError) as error:

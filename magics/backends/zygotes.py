@@ -19,7 +19,7 @@ asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to t
 - **Prewarm** (``zygote_prewarm``, on by default): ``prewarm()`` starts the zygote a default ``%%worker`` run
   would use when the extension loads, so the first cell forks instead of waiting for TensorFlow's import.
 - **Lifetime**: a zygote with no running worker and no fork for ``zygote_idle_timeout`` seconds exits (code 0,
-  its ~0.5 GB freed); the next launch starts a new one, quietly (it pays one import, as a first run does).
+  its memory freed); the next launch starts a new one, quietly (it pays one import, as a first run does).
   Each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
   ``kill -9``, or the kernel dropping it — it forks no more and exits once its children have ended (their hosts
   stop them when the kernel dies). At most ``zygotes_max`` are kept (the oldest is released). Only this kernel

@@ -10,7 +10,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from nbworkers.magics.errors import LaunchError, RunFailed
-from nbworkers.magics.notebook import registry, tensorboard
+from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
 from nbworkers.magics.notebook.attach import workers_attach
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
@@ -122,6 +122,7 @@ class WorkerMagics(Magics):
         except LaunchError as error:
             raise UsageError(str(error)) from None
         if not args.block:
+            idle_interrupt.watch(self.shell, cluster.name)  # ■ while it runs, the kernel idle: says how to stop it
             return cluster
         cluster.show()
         try:

@@ -11,7 +11,8 @@ comes, raises ``RunFailed`` when the cell failed, and returns the cell's last ex
 The notebook's interrupt (■) during that wait (or during ``%workers wait`` on a session) is Stop: the cell is
 interrupted on every worker at the same step, the wait goes on (at most ``session_interrupt_wait`` seconds) until
 it ended, and the notebook cell ends as interrupted (``CellStopped``: "stopped by you at step N"); the session
-and its state live on. Without ``--block`` the cell returned at once, and ■ has nothing of it to interrupt.
+and its state live on. Without ``--block`` the cell returned at once, and ■ has nothing of it to interrupt: it
+prints how to stop it instead (``idle_interrupt.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from IPython.core.error import UsageError
 
 from nbworkers.magics.errors import CellStopped, LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
-from nbworkers.magics.notebook import registry
+from nbworkers.magics.notebook import idle_interrupt, registry
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
 from nbworkers.magics.sessions.session import Session, SessionEnded
 from nbworkers.magics.shapes import ClusterSnapshot
@@ -78,6 +79,7 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
     except (LaunchError, SessionEnded) as error:
         raise UsageError(str(error)) from None
     if not args.block:
+        idle_interrupt.watch(magics.shell, session.name)  # ■ while it runs and the kernel is idle: says how to stop it
         return cell_handle
     cell_handle.blocking = True
     echo = _echo()

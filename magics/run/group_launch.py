@@ -17,6 +17,7 @@ from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.launch.tfconfig import Task, tf_configs
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
+from nbworkers.magics.run.noise import LEVEL_NAME, launch_line
 from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir.layout import log_path
@@ -80,7 +81,7 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
         )
         path = log_path(run_dir, i)
         with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
-            log.write(f"--- nbworkers: {task.role} {task.index}, launch {generation}, TF_CONFIG={config}\n".encode())
+            log.write(launch_line(task.role, task.index, generation, env.get(LEVEL_NAME, ""), config).encode())
         procs.append(backend.launch(i, spec.python, env, spec.cwd, path, settings.stop_grace, task.role))
 
 

@@ -2,7 +2,7 @@
 
 A message of an earlier launch generation is stale and one naming a worker the run does not have is
 malformed: both are dropped and counted by the shell (the relay's ``DropCounts``). Log lines go through the
-worker's noise filter first (TensorFlow's C++ start-up chatter: magics/run/noise.py).
+worker's noise filter first (nbworkers' bookkeeping lines, TensorFlow's C++ start-up chatter: magics/run/noise.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nbworkers.magics.run.core import events as ev
-from nbworkers.magics.run.noise import NoiseFilter
+from nbworkers.magics.run.noise import OWN_LINES, NoiseFilter
 from nbworkers.magics.run.relay import Message
 
 
@@ -25,7 +25,7 @@ def message_events(message: Message, generation: int, noise: list[NoiseFilter],
     if index >= len(noise):
         return [], ("malformed", f"no worker {index}")
     if message.kind == "log":
-        lines = noise[index].filter(content["lines"])
+        lines = noise[index].filter(content["lines"], OWN_LINES)  # a session's cell markers too
         return [ev.Logged(index, tuple(lines), noise[index].dropped)], None
     if message.kind == "metrics":
         return [ev.Metrics(index, content)], None

@@ -1,11 +1,22 @@
-"""TensorFlow's C++ start-up chatter, kept out of what the notebook shows (the log file on disk keeps it).
+"""What the user's log views leave out of a worker's output: one pattern list for the kernel and the server.
 
-TensorFlow 2.21 logs through absl, and the lines it writes before ``absl::InitializeLog()`` (the oneDNN notice,
-"Could not find cuda drivers", absl's own "All log messages before absl::InitializeLog() ..." warning) ignore
-``TF_CPP_MIN_LOG_LEVEL``. So the kernel drops, from each worker's relayed output, the C++ log lines below the
-worker's ``TF_CPP_MIN_LOG_LEVEL`` (default 2 in the workers: magics/launch/environment.py) — ``I...`` lines at 1 and up,
-``W...`` at 2 and up, ``E...`` at 3 — plus absl's warning and, at 2 and up, the "failed call to cuInit" error
-every CPU-only machine prints. A user who sets the level lower (kernel environment or ``--env``) sees them all.
+Two kinds of lines, kept in the log files on disk and out of the widget's log, a cell's output and the sidebar's
+Log panel (the kernel filters relayed output with ``NoiseFilter``; the server extension filters the file it serves
+with ``shown_log``):
+
+- **nbworkers' own bookkeeping** (``OWN_LINES``), the lines every healthy run writes: a launch's
+  ``--- nbworkers: worker 0, launch 0, TF_CPP_MIN_LOG_LEVEL=2, TF_CONFIG=...``, a forked worker's
+  ``--- nbworkers: forked from zygote ...``, a session's cell markers ``--- nbworkers: cell N start ---`` (a
+  session routes each cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say
+  something went wrong or why a worker ended (``stopped (...)``, ``node lost``, ``restarting the group``, a zygote
+  that could not fork) stay in every view.
+- **TensorFlow's C++ start-up chatter**, below the worker's ``TF_CPP_MIN_LOG_LEVEL`` (default 2 in the workers:
+  magics/launch/environment.py). TensorFlow 2.21 logs through absl, and the lines it writes before
+  ``absl::InitializeLog()`` (the oneDNN notice, "Could not find cuda drivers", absl's own "All log messages before
+  absl::InitializeLog() ..." warning) ignore ``TF_CPP_MIN_LOG_LEVEL``. So ``I...`` lines go at 1 and up, ``W...``
+  at 2 and up, ``E...`` at 3, plus absl's warning and, at 2 and up, the "failed call to cuInit" error every
+  CPU-only machine prints. A user who sets the level lower (kernel environment or ``--env``) sees them all. The
+  launch line records the level, so the server extension filters a log file as the kernel filtered its lines.
 """
 
 from __future__ import annotations
@@ -13,12 +24,27 @@ from __future__ import annotations
 import re
 
 from nbworkers.magics.collective_abort import is_collective_abort
+from nbworkers.magics.launch.environment import DEFAULT_ENV
+from nbworkers.protocol import session_wire
 
 # glog/absl format: severity letter, MMDD, time, thread id, file:line]
 CPP_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.\-/]+:\d+\] ")
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 NO_GPU_ERRORS = ("failed call to cuInit",)  # printed at E level on every machine without a GPU driver
 SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
+LEVEL_NAME = "TF_CPP_MIN_LOG_LEVEL"
+# nbworkers' own bookkeeping lines (see the docstring); the writers: magics/run/group_launch.py (launch),
+# distlib/worker/zygote.py (forked), protocol/session_wire.py (cell markers: session_wire.MARKER)
+LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}=(?P<level>[^,]*), )?TF_CONFIG=")
+FORKED_LINE = re.compile(r"^--- nbworkers: forked from zygote \d+ ")
+CELL_MARKER = session_wire.MARKER
+OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER)
+UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE)  # what a session drops before it routes output by the cell markers
+
+
+def launch_line(role: str, index: int, generation: int, level: str, tf_config: str) -> str:
+    """The line a launch writes at the head of each worker's log (``LAUNCH_LINE`` reads it back)."""
+    return f"--- nbworkers: {role} {index}, launch {generation}, {LEVEL_NAME}={level}, TF_CONFIG={tf_config}\n"
 
 
 def noise_level(value: str | None) -> int:
@@ -29,7 +55,19 @@ def noise_level(value: str | None) -> int:
         return 0
 
 
-def is_noise(line: str, level: int) -> bool:
+DEFAULT_LEVEL = noise_level(DEFAULT_ENV[LEVEL_NAME])  # the workers' level unless the user sets one
+
+
+def is_own_line(line: str, patterns: tuple[re.Pattern[str], ...] = OWN_LINES) -> bool:
+    """One of nbworkers' bookkeeping lines (``patterns``: which)."""
+    if not line.startswith("--- nbworkers: "):
+        return False
+    whole = line.rstrip("\r\n") + "\n"
+    return any(pattern.match(whole) for pattern in patterns)
+
+
+def is_chatter(line: str, level: int) -> bool:
+    """TensorFlow's C++ start-up chatter below ``level`` (the worker's TF_CPP_MIN_LOG_LEVEL)."""
     if level <= 0:
         return False
     if line.startswith(ABSL_PREAMBLE):
@@ -45,17 +83,43 @@ def is_noise(line: str, level: int) -> bool:
     return level >= 2 and severity == 2 and any(text in line for text in NO_GPU_ERRORS)
 
 
+def is_noise(line: str, level: int) -> bool:
+    """A line the user's views leave out: nbworkers' bookkeeping or TensorFlow's chatter below ``level``."""
+    return is_own_line(line) or is_chatter(line, level)
+
+
+def shown_log(text: str, tail: int | None = None) -> str:
+    """A worker's log file as the user's views show it (the sidebar's Log panel): the noise left out at the level
+    its launch line records (``DEFAULT_LEVEL`` before one is seen, as when the file's start was cut); then its
+    last ``tail`` lines."""
+    level = DEFAULT_LEVEL
+    kept: list[str] = []
+    for line in text.splitlines():
+        launch = LAUNCH_LINE.match(line)
+        if launch and launch.group("level") is not None:
+            level = noise_level(launch.group("level"))
+        if not is_noise(line, level):
+            kept.append(line)
+    if tail is not None:
+        kept = kept[-tail:] if tail > 0 else []
+    return "\n".join(kept)
+
+
 class NoiseFilter:
-    """Drops noise lines from one worker's relayed chunks (pieces of output that need not end on a line)."""
+    """Drops noise lines from one worker's relayed chunks (pieces of output that need not end on a line).
+
+    ``dropped`` counts TensorFlow's chatter (the widget says how many such lines it hid), ``own_dropped``
+    nbworkers' own lines. ``filter(chunks, own_lines)``: which of nbworkers' lines go, by default all but the cell
+    markers (``UNROUTED_OWN_LINES``: a session routes its cells' output by them); the run's views pass
+    ``OWN_LINES`` (``messages.py``)."""
 
     def __init__(self, level: int):
         self.level = level
         self.dropped = 0
+        self.own_dropped = 0
         self._at_line_start = True
 
-    def filter(self, chunks: list[str]) -> list[str]:
-        if self.level <= 0:
-            return chunks
+    def filter(self, chunks: list[str], own_lines: tuple[re.Pattern[str], ...] = UNROUTED_OWN_LINES) -> list[str]:
         kept: list[str] = []
         for chunk in chunks:
             out = []
@@ -65,7 +129,9 @@ class NoiseFilter:
                 end = len(chunk) if end == -1 else end + 1
                 piece = chunk[start:end]
                 whole = self._at_line_start and piece.endswith("\n")
-                if whole and is_noise(piece, self.level):
+                if whole and is_own_line(piece, own_lines):
+                    self.own_dropped += 1
+                elif whole and is_chatter(piece, self.level):
                     self.dropped += 1
                 else:
                     out.append(piece)

@@ -159,6 +159,8 @@ def test_keras3_model_fit_matches_tf_keras_and_one_worker_resumes_evaluates_pred
     resumed = run_cluster(cell, keras3, env=env)
     assert resumed.returncodes == [0, 0], resumed.describe()
     assert not resumed.startup_warnings()
+    # model.fit(dataset) without shuffle: no Keras warning about a `shuffle=True` the cell never passed (keras_compat)
+    assert not [out for out in crashed.outputs + resumed.outputs if "`shuffle=True` was passed" in out], resumed.describe()
     results = [resumed.result(0), resumed.result(1)]
     for result in results:
         assert result["epochs_run"] == [2, 3], result  # 0-based: epochs 3 and 4

@@ -1,7 +1,7 @@
 """A session cell's live widget in a real JupyterLab page (Debian chromium through Playwright): the session
-line (session, cell number, state, what runs), the Stop button interrupting the cell while the session goes
-on, the notebook's own interrupt (■) stopping a --block cell the same way, and the next cell running in the same
-worker processes. Plain-Python workers: no TensorFlow needed here."""
+line (session, cell number, state, what runs), ■ on a cell without --block saying how to stop it, the Stop button
+interrupting the cell while the session goes on, the notebook's own interrupt (■) stopping a --block cell the same
+way, and the next cell running in the same worker processes. Plain-Python workers: no TensorFlow needed here."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ CELLS = [
     "%%worker --session web --block\nprint('AFTER STOP', counted > 0)",
     "%%worker --session web --block\nfor counted in range(6000):\n    time.sleep(0.1)",
     "%%worker --session web --block\nprint('AFTER INTERRUPT', counted > 0)",
-    "%%worker --session web\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'the value ' * 2",
+    "%%worker --session web\nprint('ONE LINE')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
+    "'the value ' * 2",
     "%workers stop web",
 ]
 OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
@@ -43,6 +44,11 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
             assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell 1 · running · import time")
             screenshot(page, "session-cell-running.png")
+            # ■ while the cell runs without --block (the kernel is idle): one line says how to stop it, under it
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+            page.wait_for_function(f"() => ({OUTPUT_OF})(1).innerText.includes('%workers stop web --cell')",
+                                   timeout=30_000)
+            assert "cell 1 · running" in page.evaluate(SESSION_LINE, 0)  # ■ did not stop it
             page.click(".nbw-stop")
             page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · stopped')", timeout=60_000)
             page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'",
@@ -73,6 +79,11 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             page.wait_for_function(f"(i) => ({OUTPUT_OF})(i).innerText.includes('the value the value')", arg=5,
                                    timeout=30_000)
             screenshot(page, "session-cell-plot.png")
+            # its one printed line: a log panel of one line (no metrics, no chart beside it), not a 220px box
+            log = f"({OUTPUT_OF})(5).querySelector('.nbw-log')"
+            page.wait_for_function(f"() => {log} && {log}.textContent.includes('ONE LINE')", timeout=30_000)
+            height = page.evaluate(f"() => {log}.getBoundingClientRect().height")
+            assert 0 < height < 60, height
             run_cell(page, 6)
             cell_executed(page, 6)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]

@@ -35,6 +35,7 @@ STOP_TIMEOUT_MS = 60_000  # Stop -> stopped (stop_grace is 5 s)
 STEPS_CELL = """%%worker -n 2 --name {name}
 import time
 from nbworkers.distlib import report
+print("stepping", flush=True)  # the sidebar's Log shows what the cell prints (nbworkers' own lines stay in the file)
 for step in range(1, 3001):
     report(epoch=(step - 1) // 600 + 1, epochs_total=5, step=(step - 1) % 600 + 1, steps_total=600,
            loss=1.0 / step ** 0.5)

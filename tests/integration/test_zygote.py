@@ -188,6 +188,10 @@ def test_forked_workers_train_alike_serve_a_session_and_die_with_the_kernel(kern
     checksums = [re.findall(r"CHECKSUM (\S+)", text) for text in logs]
     assert all(len(c) == 1 for c in checksums) and checksums[0] == checksums[1], checksums
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+    # the kernel's log tails (what the widget, the summary and the cell show) leave the fork line to the file
+    tails = kernel.value("[w['log_tail'] for w in __import__('nbworkers').get_cluster('forked').snapshot()['workers']]")
+    assert any("CHECKSUM" in line for tail in tails for line in tail), tails
+    assert not [line for tail in tails for line in tail if line.startswith("--- nbworkers:")], tails
 
     # a session on forked workers: state kept between cells
     run_ok(kernel, "%%worker -n 2 --session zs --block\nimport os\ncounter = 41\n")

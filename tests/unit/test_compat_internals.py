@@ -134,3 +134,26 @@ def test_wrap_once_wraps_with_wrapt_and_never_twice():
     assert not wrap_once(Upstream, "method", wrapper)  # installed twice: wrapped once
     assert Upstream().method(1, y=2) == 30 and Upstream.method(Upstream(), 1) == 20
     assert calls == ["Upstream", "Upstream"]
+
+
+# ------------------------------------------------------------------------- Keras's warning about a shuffle never passed
+class _Dataset:  # stands for a tf.data.Dataset (unit tests import no TensorFlow)
+    pass
+
+
+def _is_dataset(x) -> bool:
+    return isinstance(x, _Dataset)
+
+
+def test_fit_of_a_dataset_without_shuffle_passes_shuffle_false_so_keras_does_not_warn():
+    from nbworkers.distlib.compat.keras_compat import quiet_dataset_shuffle
+
+    data = _Dataset()
+    assert quiet_dataset_shuffle((data,), {"epochs": 2}, _is_dataset) == {"epochs": 2, "shuffle": False}
+    assert quiet_dataset_shuffle((), {"x": data}, _is_dataset) == {"x": data, "shuffle": False}
+    # the user's own shuffle (keyword or 9th positional) and data Keras does shuffle (arrays) are left alone
+    assert quiet_dataset_shuffle((data,), {"shuffle": True}, _is_dataset) == {"shuffle": True}
+    positional = (data, None, None, 1, "auto", None, 0.0, None, True)
+    assert quiet_dataset_shuffle(positional, {}, _is_dataset) == {}
+    assert quiet_dataset_shuffle(([1.0, 2.0],), {}, _is_dataset) == {}
+    assert quiet_dataset_shuffle((), {}, _is_dataset) == {}
