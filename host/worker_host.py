@@ -207,6 +207,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--role", default="worker")
     parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
                         "spawn the command when it cannot")
+    parser.add_argument("--zygote-pid", type=int, default=None,
+                        help="the zygote's pid: the process at --zygote must be that one (SO_PEERCRED)")
     parser.add_argument("--zygote-timeout", type=float, default=120.0, help="seconds to wait for the zygote's answer")
     parser.add_argument("--zygote-connect-timeout", type=float, default=15.0,
                         help="seconds to retry connecting to a zygote that has not bound its socket yet")
@@ -228,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.zygote:  # forked, TensorFlow already imported (zygote_client.py)
             from nbworkers.host.zygote_client import fork_worker  # lazily: only a forked worker needs it
 
-            worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout)
+            worker = fork_worker(args.zygote, args.zygote_timeout, log_file, args.zygote_connect_timeout,
+                                 args.zygote_pid)
         if worker is None:
             worker = subprocess.Popen(
                 args.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -7,6 +7,11 @@ session and process group), ``stdout`` (the pipe's read end), ``wait()`` (the ex
 On any failure — no zygote, it died, it refused (TensorFlow's runtime started in it), no answer within
 ``timeout`` — it writes why into the worker's log and returns None: the host then spawns the worker.
 
+Before the environment (the run's keys included) leaves, ``check_peer`` asks the kernel (``SO_PEERCRED``) who
+is at the other end: a process of this user and, when the host was told the zygote's pid (``--zygote-pid``), that
+very process. Anything else (another user who got a socket in place of the zygote's) is ``UntrustedZygote``:
+nothing is sent, the note in the log says whose process it was, and the worker is spawned.
+
 Imports only the standard library and ``host``'s helpers (no TensorFlow).
 """
 
@@ -65,6 +70,29 @@ def _note(log, text: str) -> None:
             pass
 
 
+class UntrustedZygote(ConnectionError):
+    """The process at the zygote's socket is not this user's zygote."""
+
+
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket (Linux ``SO_PEERCRED``)."""
+    return PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
+
+
+def check_peer(conn: socket.socket, expected_pid: int | None) -> None:
+    """UntrustedZygote unless the peer is a process of this user and, given ``expected_pid``, that process."""
+    pid, uid, _gid = peer_credentials(conn)
+    if uid != os.getuid():
+        raise UntrustedZygote(f"the process at the zygote's socket (pid {pid}) belongs to user id {uid}, not to you "
+                              f"({os.getuid()}): nothing was sent to it")
+    if expected_pid is not None and pid != expected_pid:
+        raise UntrustedZygote(f"the process at the zygote's socket is pid {pid}, not the zygote {expected_pid} "
+                              "the kernel started: nothing was sent to it")
+
+
 def _connect(conn: socket.socket, socket_path: str, connect_timeout: float) -> None:
     """Connect, retrying while the zygote (started a moment ago) has not bound its socket yet."""
     deadline = time.monotonic() + connect_timeout
@@ -78,13 +106,16 @@ def _connect(conn: socket.socket, socket_path: str, connect_timeout: float) -> N
             time.sleep(CONNECT_RETRY)
 
 
-def fork_worker(socket_path: str, timeout: float, log, connect_timeout: float = 15.0) -> ForkedWorker | None:
-    """A worker forked by the zygote at ``socket_path``, or None (with a note in ``log``): spawn it instead."""
+def fork_worker(socket_path: str, timeout: float, log, connect_timeout: float = 15.0,
+                expected_pid: int | None = None) -> ForkedWorker | None:
+    """A worker forked by the zygote at ``socket_path`` (pid ``expected_pid`` when known), or None (with a note in
+    ``log``): spawn it instead."""
     out_r, out_w = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(timeout)
         _connect(conn, socket_path, connect_timeout)
+        check_peer(conn, expected_pid)
         body = json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [HEADER.pack(len(body))], [out_w])
         conn.sendall(body)

@@ -99,6 +99,7 @@ class ClusterSnapshot(TypedDict):
     host_pids: NotRequired[list[int | None]]
     worker_pgids: NotRequired[list[int]]
     run_id: NotRequired[str]
+    isolation: NotRequired[dict[str, str]]  # {"mode": "namespace"} | {"mode": "off", "reason": ...} (isolation.py)
     # run_listing.describe(full=True): seen from outside the kernel
     recorded_status: NotRequired[str | None]  # what the state file says (status: what is true, e.g. "lost")
     kernel_alive: NotRequired[bool]
@@ -155,6 +156,7 @@ class RunRow(TypedDict):
     progress: RunProgress | None
     steps_per_sec: float | None  # the chief's
     session: dict[str, Any] | None  # %%worker --session: cells, idle/busy (magics/sessions/session.py)
+    isolation: dict[str, str] | None  # state.json's (backends/isolation.py); None: recorded by an older nbworkers
 
 
 class HostProcess(Protocol):

@@ -201,6 +201,11 @@ ISOLATION = _declare(EnvSetting(
                                           "auto, required or off"), KERNEL,
     "local runs' workers in a private network namespace: `auto` (when this machine allows it; else said once), "
     "`required` (refuse to launch without it), `off` (the setting `isolation`)"))
+RUNTIME_DIR = _declare(EnvSetting(
+    "NBWORKERS_RUNTIME_DIR", "", TEXT, "kernel, worker hosts, Ray nodes",
+    "where nbworkers makes its private runtime directories (zygote and relay sockets, a Ray node's run files): made "
+    "0700 if absent; else `$XDG_RUNTIME_DIR`, else `$TMPDIR` (`/tmp`), refused when another user can rename "
+    "things in it (no sticky bit)", default_text="`$XDG_RUNTIME_DIR` or `$TMPDIR`"))
 TF215_PYTHON = _declare(EnvSetting(
     "NBWORKERS_TF215_PYTHON", "", TEXT, KERNEL,
     "tutorial 04: the TensorFlow 2.15 interpreter", default_text="a checkout's `.venv-tf215`"))

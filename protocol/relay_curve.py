@@ -8,11 +8,18 @@ keys (ZAP, ``allow``): whoever learns the run's HMAC key from Ray's traffic stil
 and nobody on the path can read what workers send. A session's command socket (``session_channel``) is the
 relay's twin: ``CurveServer(..., like=relay.curve)``, the same server key and allowed keys. The local backend
 does not use it (its relay listens on loopback only, and encryption would cost every message CPU for nothing).
+
+Each allowed key is bound to the worker index of the actor that made it (``allow(key, worker)``): libzmq gives
+every message the ZAP ``User-Id`` of its sender (this authenticator's default: the client's public key, Z85), and
+the kernel's sockets take a message that names worker N (a relay message's ``worker``, a session's ``ready``)
+only from worker N's key (``speaks_for``). One authorised node cannot announce itself as another worker and be
+sent that worker's cells and pushed variables.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import zmq
 
@@ -23,19 +30,29 @@ class AllowedKeys:
     """The ZAP credentials provider: the client public keys (Z85) allowed to connect. Thread-safe."""
 
     def __init__(self) -> None:
-        self._keys: set[bytes] = set()
+        self._keys: dict[bytes, int | None] = {}  # public key (Z85) -> the worker index it speaks for
         self._lock = threading.Lock()
         self.refused = 0
 
-    def allow(self, public_key: str | bytes) -> None:
+    def allow(self, public_key: str | bytes, worker: int | None = None) -> None:
+        """Let ``public_key`` connect, as worker ``worker`` only (None: as any worker)."""
         with self._lock:
-            self._keys.add(public_key.encode("ascii") if isinstance(public_key, str) else public_key)
+            self._keys[public_key.encode("ascii") if isinstance(public_key, str) else public_key] = worker
 
     def callback(self, domain: str, key: bytes) -> bool:
         with self._lock:
             allowed = key in self._keys
             self.refused += not allowed
         return allowed
+
+    def speaks_for(self, sender: str, worker: Any) -> bool:
+        """May the peer with ZAP User-Id ``sender`` (its Z85 public key) send as worker ``worker``?"""
+        with self._lock:
+            key = sender.encode("ascii", "replace")
+            if key not in self._keys:
+                return False
+            bound = self._keys[key]
+            return bound is None or bound == worker
 
 
 class CurveServer:
@@ -63,8 +80,11 @@ class CurveServer:
         socket.curve_publickey = public
         socket.zap_domain = ZAP_DOMAIN.encode()
 
-    def allow(self, public_key: str) -> None:
-        self.keys.allow(public_key)
+    def allow(self, public_key: str, worker: int | None = None) -> None:
+        self.keys.allow(public_key, worker)
+
+    def speaks_for(self, sender: str, worker: Any) -> bool:
+        return self.keys.speaks_for(sender, worker)
 
     def close(self) -> None:
         self._auth.stop()

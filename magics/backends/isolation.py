@@ -7,7 +7,11 @@ lives on while a worker is still in it, and goes with the last one).
 
 ``namespace_for_run(mode)``: ``off`` — None; ``auto`` — the namespace, or None with a warning said once per
 kernel when this machine cannot make one (the workers then run in the machine's namespace, as before);
-``required`` — the namespace, or ``IsolationUnavailable`` naming why and what to do.
+``required`` — the namespace, or ``IsolationUnavailable`` naming why and what to do. It also returns why a run
+is not isolated; ``auto``'s fall-back is said once per kernel in the cell that met it (stderr) and in the log.
+
+``isolation_fact(backend)``: what a run records in ``state.json`` (``isolation``) and ``%workers`` shows:
+``{"mode": "namespace"}`` or ``{"mode": "off", "reason": ...}``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import select
 import subprocess
 import sys
 import time
+from typing import Any
 
 from nbworkers.magics.errors import IsolationUnavailable
 from nbworkers.protocol import env_settings
@@ -85,13 +90,17 @@ class RunNamespace:
         self._end(self.proc)
 
 
-def namespace_for_run(mode: str, timeout: float) -> RunNamespace | None:
-    """The run's namespace as ``mode`` (``settings().isolation``) asks, or None (see the module's docstring)."""
+IsolationFact = dict[str, str]  # {"mode": "namespace"} | {"mode": "off", "reason": "..."}
+
+
+def namespace_for_run(mode: str, timeout: float) -> tuple[RunNamespace | None, str]:
+    """(the run's namespace as ``mode`` (``settings().isolation``) asks, or None; why not when None): see the
+    module's docstring."""
     global _warned
     if mode == "off":
-        return None
+        return None, "isolation is off for this run (--isolation off / the isolation setting)"
     try:
-        return RunNamespace.start(timeout)
+        return RunNamespace.start(timeout), ""
     except OSError as error:
         reason = str(error)
     if mode == "required":
@@ -100,9 +109,31 @@ def namespace_for_run(mode: str, timeout: float) -> RunNamespace | None:
             f"workers ({reason}). Enable unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on "
             "Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), or set nbworkers.settings().isolation = "
             "'auto' to run without it (other users on this machine can then reach the workers' TensorFlow ports).")
+    why = f"no private network namespace could be made ({reason})"
     if not _warned:
         _warned = True
-        log.warning("nbworkers: local runs are not isolated: no private network namespace (%s). Their TensorFlow "
-                    "servers listen on every interface, as TensorFlow's own; set isolation = 'required' to refuse.",
-                    reason)
-    return None
+        text = (f"nbworkers: this run is not isolated: {why}. Its workers' TensorFlow servers listen on every "
+                "interface, reachable by other users of this machine. Enable unprivileged user namespaces "
+                "(sysctl user.max_user_namespaces > 0; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)"
+                ", or use --isolation required to refuse such runs. (Said once per kernel; `%workers` shows each "
+                "run's isolation.)")
+        log.warning("%s", text)
+        print(text, file=sys.stderr, flush=True)  # in the cell that launched the run
+    return None, why
+
+
+def isolation_fact(backend: Any) -> IsolationFact:
+    """The run's isolation as ``state.json`` and ``%workers`` show it (the backend's ``isolation_fact()``;
+    a backend without one: off)."""
+    fact = getattr(backend, "isolation_fact", None)
+    if callable(fact):
+        return fact()
+    return {"mode": "off", "reason": f"the {getattr(backend, 'name', '?')} backend makes no private network namespace"}
+
+
+def isolation_text(fact: Any) -> str:
+    """``namespace``, ``off (reason)``, or ``?`` for a run that recorded none (older nbworkers)."""
+    if not isinstance(fact, dict) or not fact.get("mode"):
+        return "?"
+    reason = fact.get("reason")
+    return f"{fact['mode']} ({reason})" if reason else str(fact["mode"])

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from nbworkers.host.command import host_command
-from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
+from nbworkers.magics.backends.isolation import IsolationFact, RunNamespace, namespace_for_run
 from nbworkers.magics.backends.zygotes import zygotes
 from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
 from nbworkers.magics.launch.ports import pick_free_ports
@@ -141,6 +141,8 @@ class LocalBackend:
         self.isolation = isolation  # auto | required | off; "": settings().isolation
         self._namespace: RunNamespace | None = None
         self._namespace_checked = False
+        # the last launch's isolation (kept after close(): the ended run's state.json still says it)
+        self._isolation: IsolationFact = {"mode": "off", "reason": "not launched yet"}
 
     def relay_hosts(self) -> tuple[str, str | None]:
         """(bind, advertise) of the kernel's relay and command socket: ``ipc`` — a Unix socket in the kernel's
@@ -152,6 +154,10 @@ class LocalBackend:
         """Do this run's workers share a private network namespace?"""
         return self._namespace is not None
 
+    def isolation_fact(self) -> IsolationFact:
+        """``{"mode": "namespace"}``, or ``off`` and why (``state.json``'s ``isolation``, ``%workers``)."""
+        return dict(self._isolation)
+
     def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
         """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked).
         The first plan of a run also makes its private network namespace (``isolation``)."""
@@ -160,7 +166,11 @@ class LocalBackend:
             self._namespace, self._namespace_checked = None, False
         if not self._namespace_checked:
             config = settings()
-            self._namespace = namespace_for_run(self.isolation or config.isolation, config.isolation_start_timeout)
+            wanted = self.isolation or config.isolation
+            if wanted == "auto" and self._isolation["mode"] == "namespace":
+                wanted = "required"  # a restart keeps the run's isolation, or fails saying why
+            self._namespace, why = namespace_for_run(wanted, config.isolation_start_timeout)
+            self._isolation = {"mode": "namespace"} if self._namespace is not None else {"mode": "off", "reason": why}
             self._namespace_checked = True
 
         gpu_lists = assign_gpus(len(tasks), gpus_per_worker, visible_gpus())
@@ -194,8 +204,10 @@ class LocalBackend:
         if not socket_path:
             return None
         config = settings()
+        zygote_pid = zygotes().pid_at(socket_path)
         return self._launch_cold(index, python, env, cwd, log_path, grace, role, [
-            "--zygote", socket_path, "--zygote-timeout", str(config.zygote_fork_timeout),
+            "--zygote", socket_path, *(["--zygote-pid", str(zygote_pid)] if zygote_pid else []),
+            "--zygote-timeout", str(config.zygote_fork_timeout),
             "--zygote-connect-timeout", str(config.zygote_connect_timeout)])
 
     def _launch_cold(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,

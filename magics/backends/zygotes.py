@@ -229,6 +229,11 @@ class ZygotePool:
         self._zygotes[key] = zygote
         return zygote
 
+    def pid_at(self, socket_file: str) -> int | None:
+        """The pid of this kernel's zygote listening at ``socket_file`` (the host checks its peer is that one)."""
+        with self._lock:
+            return next((z.proc.pid for z in self._zygotes.values() if z.socket_path == socket_file), None)
+
     def pids(self) -> frozenset[int]:
         with self._lock:
             return frozenset(z.proc.pid for z in self._zygotes.values())

@@ -9,6 +9,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
 from nbworkers.magics.notebook.attach import workers_attach
@@ -324,8 +325,9 @@ def _cluster_table() -> tuple[str, str]:
         roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
         statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
         rows.append((snap["name"], snap["backend"], _size_column(snap), snap["status"] + _session_column(snap),
-                     statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s", snap["run_dir"]))
-    header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "run dir")
+                     statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s",
+                     _isolation_column(cluster), snap["run_dir"]))
+    header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "isolation", "run dir")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)
     import html
@@ -346,6 +348,12 @@ def _with_footer(text: str, page: str) -> tuple[str, str]:
 
     footer = listing_footer()
     return f"{text}\n{footer}", f"{page}<p><small>{html.escape(footer)}</small></p>"
+
+
+def _isolation_column(cluster) -> str:
+    """``namespace``, or ``off (why)`` (backends/isolation.py); ``?`` for a run this kernel did not launch."""
+    backend = getattr(cluster, "backend", None)
+    return "?" if backend is None else isolation_text(isolation_fact(backend))
 
 
 def _session_column(snapshot: ClusterSnapshot) -> str:

@@ -21,6 +21,7 @@ import time
 import traceback
 from typing import Any, Callable, assert_never
 
+from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import cpp_log_level
@@ -400,6 +401,7 @@ class Cluster:
         self._last_state_write = time.monotonic()
         with self._lock:
             data = state_file_data(self._snapshot(), self._worker_group.handles, self.run_id)
+        data["isolation"] = isolation_fact(self.backend)  # namespace, or off and why (backends/isolation.py)
         try:
             rundir.write_state(self.run_dir, data)  # atomic, 0600
         except OSError:

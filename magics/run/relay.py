@@ -105,13 +105,18 @@ class RelayReceiver:
             return out
         while len(out) < max_messages:
             try:
-                frames = sockets.receive(self._socket, FRAMES, self.max_message_bytes)
+                frames, sender = sockets.receive_from(self._socket, FRAMES, self.max_message_bytes)
             except zmq.Again:
                 break
             if isinstance(frames, sockets.TooBig):
                 self.drops.note("oversized", f"{frames.nbytes} bytes in {frames.frames} frames")
                 continue
             message = self.decode(frames)
+            if message is not None and self.curve is not None and not self.curve.speaks_for(
+                    sender, message.content.get("worker")):
+                self.drops.note("bad_signature", f"a node's key sent as worker {message.content.get('worker')}, "
+                                                 "not the worker it was made for")
+                continue
             if message is not None:
                 out.append(message)
         return out
@@ -181,9 +186,10 @@ class RelayReceiver:
     def server_public_key(self) -> str:
         return self.curve.public_key if self.curve is not None else ""
 
-    def allow_client(self, public_key: str) -> None:
+    def allow_client(self, public_key: str, worker: int | None = None) -> None:
+        """Let the node key ``public_key`` connect (CurveZMQ), sending as worker ``worker`` only."""
         if self.curve is not None:
-            self.curve.allow(public_key)
+            self.curve.allow(public_key, worker)
 
     def close(self) -> None:
         if self.curve is not None:

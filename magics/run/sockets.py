@@ -5,6 +5,10 @@ message is received within bounds.
   private runtime directory (``private_dirs.socket_path``, mode 0700; the socket file 0600): no TCP port, and
   no other user can even open it. Otherwise a TCP port ZMQ picks atomically on ``host`` (``--backend ray``,
   with CurveZMQ on top: ``relay_curve.py``).
+- Over TCP the socket also bounds who has not authenticated yet: ``HANDSHAKE_IVL`` (``HANDSHAKE_SECONDS``,
+  libzmq's default is 30 s) drops a connection that has not finished the CurveZMQ handshake by then, and
+  ``BACKLOG`` (``PENDING_CONNECTIONS``) caps the connections waiting to be accepted. The bind address is the one
+  the nodes are told when this machine has it, not every interface (``backends/ray/address.bind_host``).
 - ``receive(socket, max_frames, max_bytes)``: one whole message, frame by frame (``copy=False``, ``RCVMORE``),
   keeping frames only while the message stays within ``max_frames`` frames and ``max_bytes`` bytes; the rest of
   an over-limit message is read and released at once, never joined into one list, and a ``TooBig`` says how big
@@ -25,6 +29,8 @@ from nbworkers.protocol.private.dirs import socket_path
 
 IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
 IPC_DIR_NAME = "nbworkers-ipc"
+HANDSHAKE_SECONDS = 5.0  # a TCP peer that has not finished the handshake by then is dropped (libzmq: 30 s)
+PENDING_CONNECTIONS = 16  # TCP connections waiting to be accepted (libzmq: 100)
 
 
 @dataclass(frozen=True)
@@ -42,13 +48,30 @@ def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str
         socket.bind(f"ipc://{path}")
         os.chmod(path, 0o600)
         return f"ipc://{path}"
+    socket.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
+    socket.setsockopt(zmq.BACKLOG, PENDING_CONNECTIONS)
     port = socket.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{advertise or host}:{port}"
 
 
+def sender_of(frame: zmq.Frame) -> str:
+    """The ZAP ``User-Id`` of the peer a received frame came from (CurveZMQ: its public key, Z85), or ""."""
+    try:
+        return str(frame.get("User-Id") or "")
+    except zmq.ZMQError:  # no ZAP on this socket (ipc, plain TCP)
+        return ""
+
+
 def receive(socket: zmq.Socket, max_frames: int, max_bytes: int, flags: int = zmq.NOBLOCK) -> list[bytes] | TooBig:
     """One message as a list of frames, or ``TooBig``; raises ``zmq.Again`` when none is waiting."""
+    return receive_from(socket, max_frames, max_bytes, flags)[0]
+
+
+def receive_from(socket: zmq.Socket, max_frames: int, max_bytes: int,
+                 flags: int = zmq.NOBLOCK) -> tuple[list[bytes] | TooBig, str]:
+    """``receive``, and who sent it (``sender_of``: the CURVE client key, "" without ZAP)."""
     frame = socket.recv(flags, copy=False)
+    sender = sender_of(frame)
     kept: list[bytes] = []
     count = size = 0
     while True:
@@ -64,5 +87,5 @@ def receive(socket: zmq.Socket, max_frames: int, max_bytes: int, flags: int = zm
             break
         frame = socket.recv(0, copy=False)  # the rest of a message is there once its first frame is
     if count > max_frames or size > max_bytes:
-        return TooBig(count, size)
-    return kept
+        return TooBig(count, size), sender
+    return kept, sender

@@ -9,10 +9,11 @@ Local backend: a Unix socket in the kernel's private runtime directory, like the
 TCP port, no other user can open it). Whatever arrives is bounded: frames of at most ``MAX_MESSAGE_BYTES``
 (libzmq cuts the sender), ``relay_receive_hwm`` messages per connection, and a message of more than
 ``MAX_FRAMES`` frames or ``MAX_MESSAGE_BYTES`` bytes is released frame by frame and counted in ``dropped``.
-``--backend ray``: bound where the relay binds (every
-interface, the kernel node's address advertised) and a CurveZMQ server exactly as the relay is
-(``relay_curve.CurveServer``, sharing the relay's server keypair and allowed client keys): only the run's
-nodes, with the client keypair their actor made there, can connect, and nobody on the path reads the cells.
+``--backend ray``: bound where the relay binds (the address the nodes are told, when this machine has it:
+``sockets.bind_host``) and a CurveZMQ server exactly as the relay is (``relay_curve.CurveServer``, sharing the
+relay's server keypair and allowed client keys): only the run's nodes, with the client keypair their actor made
+there, can connect, nobody on the path reads the cells, and a ``ready`` naming worker N counts only when it
+comes with worker N's key (``speaks_for``).
 Commands stay HMAC-signed and numbered on top.
 """
 
@@ -71,7 +72,7 @@ class CommandChannel:
         with self._lock:
             while True:
                 try:
-                    frames = sockets.receive(self._socket, MAX_FRAMES, MAX_MESSAGE_BYTES)
+                    frames, sender = sockets.receive_from(self._socket, MAX_FRAMES, MAX_MESSAGE_BYTES)
                 except zmq.Again:
                     return
                 if isinstance(frames, sockets.TooBig):
@@ -86,6 +87,9 @@ class CommandChannel:
                 worker, gen = content.get("worker"), content.get("gen")
                 if not isinstance(worker, int) or gen != self.gen:
                     self.dropped += 1
+                    continue
+                if self.curve is not None and not self.curve.speaks_for(sender, worker):
+                    self.dropped += 1  # another node's key: it would get this worker's cells and pushes
                     continue
                 self._peers[worker] = identity
 

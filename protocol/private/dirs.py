@@ -11,16 +11,21 @@ directory is on ``sys.path``. So:
 - ``owned_root(path)`` is the same check for a root folder that may be readable by others but writable by this
   user alone (the run root): not a symlink, ours, not group- or world-writable, and no parent that another
   user could rename it through.
-- ``runtime_dir(name)`` is the directory ``name`` under ``$XDG_RUNTIME_DIR`` (per-user by definition) when
-  that is set and private, else ``<tempdir>/<name>-<uid>``; when that one is unsafe it falls back to a fresh
-  ``tempfile.mkdtemp`` (private by construction) and warns once.
+- ``check_importable(path)``: a working directory that goes first on ``sys.path`` (a Ray node's copy of the
+  kernel's): this user's or root's, not writable by group or others, its parents checked as above.
+- ``runtime_dir(name)`` is ``$NBWORKERS_RUNTIME_DIR/<name>-<uid>`` when that is set, else the directory ``name``
+  under ``$XDG_RUNTIME_DIR`` (per-user by definition) when that is set and private, else
+  ``<tempdir>/<name>-<uid>``; when that one is unsafe it falls back to a fresh ``tempfile.mkdtemp`` (private by
+  construction) and warns once. The folders above it are checked as ``owned_root``'s are (a ``TMPDIR`` another
+  user may write to without the sticky bit, as on some HPC scratch file systems, is ``UnsafeRuntimeBase``: the
+  message says to set ``NBWORKERS_RUNTIME_DIR``).
 - ``socket_path(name, file_name)``: a Unix socket's path in ``runtime_dir(name)``, short enough for a socket
   (107 bytes), else under ``/tmp``.
 - ``module_command(python, module, ...)`` starts ``python -m module`` so that no working or temp directory
   lands on ``sys.path`` ahead of the standard library: ``-P`` when the interpreter is this one (3.11+),
   else a ``-c`` prelude that drops the ``''`` entry before anything but ``sys`` is imported (any version).
 
-Imports nothing beyond the standard library (the worker host and the Ray node import it).
+Imports nothing beyond the standard library and ``env_settings`` (the worker host and the Ray node import it).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+
+from nbworkers.protocol import env_settings
 
 log = logging.getLogger("nbworkers")
 
@@ -88,6 +95,25 @@ def check_ancestors(path: Path) -> None:
                                   f"their own in its place. `chmod o-w,g-w {parent}` or use another folder.")
 
 
+def check_importable(path: str | os.PathLike) -> Path:
+    """``path`` (a working directory that goes first on ``sys.path``), resolved, when no one but this user (or
+    root) can put a file in it: owned by this user or root, not writable by group or others (a sticky bit does
+    not help: anyone may still add a module), and no parent another user could swap it through
+    (``check_ancestors``). UnsafeDirectory otherwise, naming the folder and the fix."""
+    real = Path(os.path.realpath(path))
+    info = os.stat(real)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeDirectory(f"{real} is not a directory")
+    if info.st_uid not in (0, os.getuid()):
+        raise UnsafeDirectory(f"{real} belongs to user id {info.st_uid}, not to you ({os.getuid()}): its modules "
+                              "would run as you. Use a directory of your own.")
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        raise UnsafeDirectory(f"{real} may be written by other users (mode {stat.S_IMODE(info.st_mode):o}): a module "
+                              f"they put there would run as you. `chmod go-w {real}` or use another directory.")
+    check_ancestors(real)
+    return real
+
+
 def owned_root(path: str | os.PathLike) -> Path:
     """A root folder that only this user can change (the run root): made (with its missing parents) mode 0700 if
     absent, whatever the umask; else a real directory owned by this user, not writable by group or others, whose
@@ -126,18 +152,47 @@ _fallbacks: dict[tuple[str, str], Path] = {}
 _fallback_lock = threading.Lock()
 
 
+RUNTIME_DIR_ENV = env_settings.RUNTIME_DIR.name  # a base for the private runtime directories, ahead of XDG / TMPDIR
+
+
+class UnsafeRuntimeBase(UnsafeDirectory):
+    """The folder runtime directories would be made in can be swapped by another user (a parent of it is
+    another user's, or group- or world-writable without the sticky bit)."""
+
+
+def _safe_base(base: Path, name: str) -> None:
+    """Raise UnsafeRuntimeBase unless nothing made in ``base`` can be renamed or replaced by another user."""
+    try:
+        check_ancestors(base / name)
+    except UnsafeDirectory as error:
+        raise UnsafeRuntimeBase(
+            f"nbworkers will not make its private runtime directory {name} under {base}: {error} Set "
+            f"{RUNTIME_DIR_ENV} (or TMPDIR) to a directory only you can write to, e.g. `mkdir -m 700 "
+            f"~/.nbworkers-run && export {RUNTIME_DIR_ENV}=~/.nbworkers-run`, before starting the kernel."
+        ) from error
+
+
 def runtime_dir(name: str, base: str | os.PathLike | None = None) -> Path:
     """A private directory for ``name`` (``nbworkers-zygote``, ``nbworkers-ray``, ...), the same one every time
-    in this process: ``$XDG_RUNTIME_DIR/name`` or ``<tempdir>/name-<uid>``, else a fresh ``mkdtemp``."""
+    in this process: ``$NBWORKERS_RUNTIME_DIR/name-<uid>``, ``$XDG_RUNTIME_DIR/name`` or ``<tempdir>/name-<uid>``,
+    else a fresh ``mkdtemp`` there. Every folder above it must be root's or ours and, when others may write to it,
+    sticky: else ``UnsafeRuntimeBase`` (the message says what to set), since another user could swap whatever
+    is made there."""
     if base is None:
-        xdg = os.environ.get("XDG_RUNTIME_DIR")
-        if xdg:
-            try:
-                check_private(Path(xdg))
-                return private_dir(Path(xdg) / name)
-            except (UnsafeDirectory, OSError):
-                pass
-        base = tempfile.gettempdir()
+        explicit = env_settings.RUNTIME_DIR.get()
+        if explicit:
+            base = owned_root(os.path.expanduser(explicit))  # the user's choice: made 0700, or refused saying why
+        else:
+            xdg = os.environ.get("XDG_RUNTIME_DIR")
+            if xdg:
+                try:
+                    check_private(Path(xdg))
+                    check_ancestors(Path(xdg))
+                    return private_dir(Path(xdg) / name)
+                except (UnsafeDirectory, OSError):
+                    pass
+            base = tempfile.gettempdir()
+    _safe_base(Path(base), name)
     wanted = Path(base) / f"{name}-{os.getuid()}"
     try:
         return private_dir(wanted)

@@ -3,8 +3,9 @@
 A run directory is private (0700, ``magics/rundir/prepare.py``) under a checked run root, but a worker still
 opens its files as if it were not, so that a swapped directory or a planted link is caught where it is used:
 
-- ``open_own(path, flags)``: ``os.open`` with ``O_NOFOLLOW`` (a symlink at ``path`` fails), then ``fstat`` on
-  the open descriptor: a regular file owned by this user, or ``UnsafeFile`` (the message names the file and
+- ``open_own(path, flags)``: ``os.open`` with ``O_NOFOLLOW`` (a symlink at ``path`` fails) and ``O_NONBLOCK``
+  (a FIFO planted there does not hang the open), then ``fstat`` on the open descriptor: a regular file owned by
+  this user (the descriptor is then made blocking again), or ``UnsafeFile`` (the message names the file and
   what to do). The worker's ``cell.py``, ``push.pkl`` and the host's log go through it.
 - ``sign_push(key, payload)`` / ``verify_push(key, data)``: ``push.pkl`` is the pickled variables behind a
   header and an HMAC-SHA256 of them under the run's relay key (``NBWORKERS_KEY``, which every worker of the run
@@ -37,11 +38,13 @@ def open_own(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o60
     """A descriptor on ``path``, refusing symlinks (``O_NOFOLLOW``) and files that are not this user's own
     regular files (``fstat`` on what was opened, so nothing can be swapped between the check and the use)."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
     except OSError as error:
         if os.path.islink(path):
             raise UnsafeFile(f"{path} is a symlink: nbworkers only opens the run's own files. Remove it and run the "
                              "cell again.") from error
+        if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO with no reader: ENXIO
+            raise UnsafeFile(f"{path} is not a regular file: remove it and run the cell again.") from error
         raise
     try:
         info = os.fstat(fd)
@@ -50,6 +53,7 @@ def open_own(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o60
         if info.st_uid != os.getuid():
             raise UnsafeFile(f"{path} belongs to user id {info.st_uid}, not to you ({os.getuid()}): someone else "
                              "wrote it. nbworkers will not use it; check who can write to the run root.")
+        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise

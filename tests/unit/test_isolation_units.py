@@ -94,19 +94,66 @@ def test_a_namespace_whose_holder_is_not_the_one_named_is_never_joined():
     assert netns.join(netns.describe_self()) is False  # already there: nothing to do
 
 
-def test_isolation_modes_when_the_machine_cannot_make_a_namespace(monkeypatch, caplog):
+def test_isolation_modes_when_the_machine_cannot_make_a_namespace(monkeypatch, caplog, capsys):
     def unavailable(timeout):
         raise isolation.HolderFailed("Operation not permitted")
 
     monkeypatch.setattr(isolation.RunNamespace, "start", staticmethod(unavailable))
     monkeypatch.setattr(isolation, "_warned", False)
-    assert isolation.namespace_for_run("off", 1.0) is None
+    namespace, why = isolation.namespace_for_run("off", 1.0)
+    assert namespace is None and "--isolation off" in why
     with pytest.raises(IsolationUnavailable, match="Operation not permitted.*isolation = 'auto'"):
         isolation.namespace_for_run("required", 1.0)
     with caplog.at_level("WARNING", logger="nbworkers"):
-        assert isolation.namespace_for_run("auto", 1.0) is None
-        assert isolation.namespace_for_run("auto", 1.0) is None
+        assert isolation.namespace_for_run("auto", 1.0) == (None, "no private network namespace could be made "
+                                                                   "(Operation not permitted)")
+        assert isolation.namespace_for_run("auto", 1.0)[0] is None
     assert sum("not isolated" in r.getMessage() for r in caplog.records) == 1  # said once
+    said = capsys.readouterr().err  # in the cell that launched the run, once, with what to do
+    assert said.count("this run is not isolated") == 1 and "user.max_user_namespaces" in said
+
+
+def test_a_run_records_its_isolation_and_a_restart_keeps_it_or_fails(monkeypatch, capsys):
+    """The fact state.json and %workers show: off with the reason; namespace; and a restart of an isolated run
+    whose namespace cannot be made again fails instead of going on un-isolated."""
+    from nbworkers.magics.backends.local import LocalBackend
+
+    class Holder:
+        def __init__(self):
+            self.up = True
+
+        def alive(self):
+            return self.up
+
+        def close(self):
+            self.up = False
+
+    made = []
+
+    def start(timeout):
+        if made:
+            raise isolation.HolderFailed("user namespaces now refused")
+        made.append(Holder())
+        return made[-1]
+
+    monkeypatch.setattr(isolation.RunNamespace, "start", staticmethod(start))
+    off = LocalBackend(isolation="off")
+    assert isolation.isolation_fact(off) == {"mode": "off", "reason": "not launched yet"}
+    off.plan([object()], None)
+    assert isolation.isolation_fact(off)["mode"] == "off"
+    assert "--isolation off" in isolation.isolation_text(isolation.isolation_fact(off))
+
+    backend = LocalBackend(isolation="auto")
+    backend.plan([object()], None)
+    assert isolation.isolation_fact(backend) == {"mode": "namespace"}
+    assert isolation.isolation_text(isolation.isolation_fact(backend)) == "namespace"
+    made[0].up = False  # its holder was killed: the restart's plan needs a new one, and cannot have it
+    with pytest.raises(IsolationUnavailable, match="user namespaces now refused"):
+        backend.plan([object()], None)
+    assert isolation.isolation_text(None) == "?"  # a state.json of an older nbworkers
+    ray_like = type("RayLike", (), {"name": "ray"})()
+    assert isolation.isolation_fact(ray_like) == {"mode": "off",
+                                                  "reason": "the ray backend makes no private network namespace"}
 
 
 def test_the_isolation_variable_takes_three_words():

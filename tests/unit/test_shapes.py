@@ -49,7 +49,8 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     data = dict(_state(run_dir).snapshot())
-    data.update(hostname="here", host_pids=[1, 2], worker_pgids=[], run_id="r1")  # what the supervisor adds
+    data.update(hostname="here", host_pids=[1, 2], worker_pgids=[], run_id="r1",  # what the supervisor adds
+                isolation={"mode": "off", "reason": "test"})
     for worker in data["workers"]:
         worker.pop("history")
     write_state(run_dir, data)
@@ -64,6 +65,7 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     rows = list_runs(tmp_path)
     assert [row["name"] for row in rows] == ["run"]
     assert set(rows[0]) == _declared(shapes.RunRow)
+    assert rows[0]["isolation"] == {"mode": "off", "reason": "test"}
 
     from nbworkers.magics.notebook.attach import AttachedCluster
 

@@ -83,3 +83,16 @@ def route_address(host: str) -> str:
             return sock.getsockname()[0]
         except OSError:
             return socket.gethostbyname(socket.gethostname())
+
+
+def bind_host(advertise: str) -> str:
+    """The address to bind a TCP socket the nodes reach at ``advertise``: that address itself when it is one of
+    this machine's (so nothing listens on other interfaces), else every interface (``0.0.0.0``: an address
+    behind NAT or a name that resolves elsewhere, e.g. ``relay_host`` set to a router's address)."""
+    try:
+        address = socket.gethostbyname(advertise)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+        return address
+    except OSError:
+        return "0.0.0.0"

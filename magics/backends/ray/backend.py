@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.backends.ray.address import connected_address, remember_connection, route_address, same_cluster
+from nbworkers.magics.backends.ray.address import (
+    bind_host,
+    connected_address,
+    remember_connection,
+    route_address,
+    same_cluster,
+)
 from nbworkers.magics.backends.ray.capacity import placeable
 from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendError, check_launch: this module's API too)
     INSTALL_HINT,
@@ -145,14 +151,23 @@ class RayBackend:
         self._relay = relay
 
     def relay_hosts(self) -> tuple[str, str | None]:
-        """(bind, advertise) for the kernel's relay: every interface, and the address the nodes reach us at."""
+        """(bind, advertise) for the kernel's relay, command and data sockets: the address the nodes reach us at,
+        bound on that address alone when this machine has it (``sockets.bind_host``; else every interface)."""
         ray = self._connect()
         if self.settings.relay_host:
-            return "0.0.0.0", self.settings.relay_host
-        if self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
+            advertise = self.settings.relay_host
+        elif self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
             head = split_address(self.address)  # a ray:// address always has a host
-            return "0.0.0.0", route_address(head[0] if head else "")
-        return "0.0.0.0", ray.util.get_node_ip_address()
+            advertise = route_address(head[0] if head else "")
+        else:
+            advertise = ray.util.get_node_ip_address()
+        return bind_host(advertise), advertise
+
+    def isolation_fact(self) -> dict[str, str]:
+        """What ``state.json`` and ``%workers`` say (``backends/isolation.py``): Ray workers use their nodes'
+        networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model)."""
+        return {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
+                                         "its node, unauthenticated; the relay is CurveZMQ"}
 
     # ------------------------------------------------------------------ placement
     def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
@@ -190,9 +205,9 @@ class RayBackend:
             self._release_group()
             raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
         self._group = _Group(group, actors, where, open=set(range(count)), zygotes_asked=asked)
-        for w in where:
+        for index, w in enumerate(where):  # each node's key speaks for its own worker only (relay_curve.py)
             if self._relay is not None and w.get("relay_client_key"):
-                self._relay.allow_client(w["relay_client_key"])
+                self._relay.allow_client(w["relay_client_key"], index)
         self._generation += 1
         self.placements = where
         return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
@@ -264,6 +279,8 @@ class RayBackend:
                 f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
             ) from None
         where = group.where[index]
+        if started.get("cwd_refused"):  # said in the cell too: the worker's imports and relative paths moved
+            print(f"nbworkers: worker {index}: {started['cwd_refused']}", file=sys.stderr, flush=True)
         with open(log_path, "ab") as log:
             if note:
                 log.write(f"--- nbworkers: {note}\n".encode())

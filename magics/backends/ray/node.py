@@ -31,7 +31,8 @@ from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
 from nbworkers.protocol import wire
-from nbworkers.protocol.private.dirs import private_dir, runtime_dir
+from nbworkers.protocol.private.dirs import check_importable, private_dir, runtime_dir
+from nbworkers.protocol.private.files import open_own
 from nbworkers.protocol.relay_curve import client_keypair
 from nbworkers.version import installed_version
 
@@ -41,6 +42,7 @@ ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
 # private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be
 # made there
 NODE_RUN_ROOT = "nbworkers-ray"
+APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 PROBE_BYTES = 4096  # bytes of the end of the kernel's log file compared to tell a shared file system
 
 
@@ -53,9 +55,10 @@ def free_port(bind_host: str = "0.0.0.0") -> int:
 
 
 def log_probe(path: Path) -> tuple[int, bytes]:
-    """(size, last bytes) of a file: the kernel's view of a log file, for ``same_file`` on the node."""
+    """(size, last bytes) of a file: the kernel's view of a log file, for ``same_file`` on the node (this user's
+    own regular file only: a symlink or a FIFO planted at the path is (-1, b""), never followed or waited on)."""
     try:
-        with open(path, "rb") as file:
+        with os.fdopen(open_own(path), "rb") as file:
             file.seek(0, os.SEEK_END)
             size = file.tell()
             file.seek(max(0, size - PROBE_BYTES))
@@ -76,6 +79,23 @@ def write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def usable_cwd(wanted: str, run_dir: Path) -> tuple[str, str, bool]:
+    """(the worker's working directory on this node, why not ``wanted`` or "", whether ``wanted`` was refused as
+    unsafe): the kernel's ``wanted`` when it
+    exists here and no other user can put a module in it or swap it (``check_importable``: it goes first on the
+    worker's ``sys.path``), else the run's private directory on this node."""
+    where = f"on this node ({socket.gethostname()})"
+    if not wanted or not os.path.isdir(wanted):
+        missing = f"{wanted or 'the cell directory'} does not exist {where}; the cell runs in {run_dir}"
+        return str(run_dir), missing, False
+    try:
+        check_importable(wanted)
+    except OSError as error:
+        return str(run_dir), (f"the cell does not run in {wanted} {where}: {error} It runs in the private "
+                              f"directory {run_dir} instead (relative paths, e.g. a checkpoint_dir, land there)."), True
+    return wanted, "", False
 
 
 def node_run_dir(name: str) -> Path:
@@ -144,22 +164,20 @@ class NbworkersWorkerHost:
                 run_dir = node_run_dir(request["node_dir_name"])
                 log_path = run_dir / Path(request["log"]).name
                 if request["generation"] == 0:
-                    log_path.write_bytes(b"")
+                    os.close(open_own(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
                 for name, data in request["files"].items():
                     write_atomically(run_dir / name, data)
                 env[wire.ENV_RUN_DIR] = str(run_dir)
                 env[wire.ENV_CODE] = str(cell_path(run_dir))
                 if env.get(wire.ENV_PUSH):
                     env[wire.ENV_PUSH] = str(push_path(run_dir))
-            cwd = request["cwd"]
-            if not cwd or not os.path.isdir(cwd):
-                notes.append(f"--- nbworkers: {cwd or 'the cell directory'} does not exist on this node"
-                             f" ({socket.gethostname()}); the cell runs in {run_dir}\n")
-                cwd = str(run_dir)
+            cwd, cwd_note, unsafe = usable_cwd(request["cwd"], run_dir)
+            if cwd_note:
+                notes.append(f"--- nbworkers: {cwd_note}\n")
             env[wire.ENV_CWD] = cwd
             python = request["python"] or sys.executable
             offset = log_path.stat().st_size if log_path.exists() else 0
-            with open(log_path, "ab") as log:
+            with os.fdopen(open_own(log_path, APPEND), "ab") as log:  # no link, no FIFO (own_files.py)
                 for note in notes:
                     log.write(note.encode())
             zygote = request.get("zygote")  # [socket, fork timeout, connect timeout]: node_zygote.py
@@ -167,7 +185,7 @@ class NbworkersWorkerHost:
                 "--log", str(log_path), "--grace", str(request["grace"]), "--role", request["role"],
                 *(["--zygote", zygote[0], "--zygote-timeout", str(zygote[1]), "--zygote-connect-timeout",
                    str(zygote[2])] if zygote else [])])
-            with open(log_path, "ab") as stderr:
+            with os.fdopen(open_own(log_path, APPEND), "ab") as stderr:
                 self._host = subprocess.Popen(
                     command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,
                     start_new_session=True, close_fds=True,
@@ -176,7 +194,7 @@ class NbworkersWorkerHost:
             self._worker_pgid, self._forked = None, None
             self._run_id = request["env"].get(RUN_ID_ENV, "")
             return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
-                    "host_pid": self._host.pid, "cwd": cwd, "python": python}
+                    "host_pid": self._host.pid, "cwd": cwd, "python": python, "cwd_refused": cwd_note if unsafe else ""}
 
     def wait(self) -> int:
         """Block until the host exits; its exit code (the worker's; 128+N when killed by signal N)."""
@@ -273,7 +291,7 @@ class NbworkersWorkerHost:
         if self._log_path is None:
             return b"", offset
         try:
-            with open(self._log_path, "rb") as file:
+            with os.fdopen(open_own(self._log_path), "rb") as file:
                 file.seek(offset)
                 data = file.read(limit)
         except OSError:
