@@ -207,6 +207,24 @@ def test_the_workers_share_a_namespace_of_their_own_and_the_kernel_listens_on_no
         assert kernel.value(expression).startswith("ipc://"), expression
 
 
+def test_each_run_records_its_isolation_where_the_user_sees_it(live):
+    """state.json, the REST API's listing and `%workers` say whether a run's workers were isolated, and why not."""
+    kernel, run_dir, _ = live
+    assert json.loads((run_dir / "state.json").read_text())["isolation"] == {"mode": "namespace"}
+    off = kernel.run("%%worker -n 1 --isolation off --name iso-off --block\nprint('plain network')")
+    assert not off.error, off.text
+    off_dir = Path(kernel.value("str(nbworkers.get_cluster('iso-off').run_dir)"))
+    recorded = json.loads((off_dir / "state.json").read_text())["isolation"]
+    assert recorded["mode"] == "off" and "--isolation off" in recorded["reason"], recorded
+    from nbworkers.magics.rundir.listing import list_runs
+
+    rows = {row["name"]: row["isolation"] for row in list_runs(run_dir.parent)}  # what GET /nbworkers/api/clusters says
+    assert rows["iso-run"] == {"mode": "namespace"} and rows["iso-off"] == recorded, rows
+    listing = kernel.run("%workers").stdout
+    lines = {line.split()[0]: line for line in listing.splitlines() if line.startswith("iso-")}
+    assert " namespace " in lines["iso-run"] and "off (isolation is off for this run" in lines["iso-off"], listing
+
+
 @pytest.mark.skipif(not as_nobody_available(), reason="acting as another user needs root and setpriv")
 def test_another_user_reaches_no_port_and_no_socket_of_a_live_run_or_session(live):
     kernel, run_dir, session_dir = live

@@ -162,6 +162,36 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 
 
+OPEN_CWD_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --block
+import importlib.util, os, sys
+print("CWD", os.getcwd(), "PLANTED", importlib.util.find_spec("planted_here") is not None, flush=True)
+"""
+
+
+def test_a_working_directory_others_may_write_is_not_used_on_the_nodes_and_the_cell_says_so(
+        kernel, run_root, ray_cluster, tmp_path):
+    """The kernel's working directory, world-writable (as a shared scratch folder): on every node the worker runs
+    in the run's private directory instead, never imports a module planted there, and the cell says why."""
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    (shared / "planted_here.py").write_text("raise SystemExit('imported a planted module')\n")
+    shared.chmod(0o777)
+    moved = kernel.run(f"import os; _before = os.getcwd(); os.chdir({str(shared)!r})")
+    assert not moved.error, moved.error
+    try:
+        ran = kernel.run(OPEN_CWD_CELL.format(address=ray_cluster.address, name="rayopencwd"))
+    finally:
+        kernel.run("os.chdir(_before)")
+    assert not ran.error, ran.text
+    assert ran.text.count("may be written by other users") >= 2 and "chmod go-w" in ran.text, ran.text
+    snap = kernel.value("nbworkers.get_cluster('rayopencwd').snapshot()")
+    assert snap["status"] == "finished", snap["error"]
+    lines = [line for w in snap["workers"] for line in w["log_tail"] if line.startswith("CWD")]
+    assert len(lines) == 2 and all(f"CWD {shared} " not in line and line.endswith("PLANTED False")
+                                   for line in lines), lines
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+
+
 # The kernel's kill -9 ending every actor and process: test_ray_nodes.py (three nodes, node zygotes too).
 
 
