@@ -219,8 +219,8 @@ def test_each_run_records_its_isolation_where_the_user_sees_it(live):
     from nbworkers.magics.rundir.listing import list_runs
 
     rows = {row["name"]: row["isolation"] for row in list_runs(run_dir.parent)}  # what GET /nbworkers/api/clusters says
-    assert rows["iso-run"] == {"mode": "namespace"} and rows["iso-off"] == recorded, rows
-    listing = kernel.run("%workers").stdout
+    assert rows.get("iso-run") == {"mode": "namespace"} and rows.get("iso-off") == recorded, (rows, run_dir)
+    listing = kernel.run("%workers").text
     lines = {line.split()[0]: line for line in listing.splitlines() if line.startswith("iso-")}
     assert " namespace " in lines["iso-run"] and "off (isolation is off for this run" in lines["iso-off"], listing
 
