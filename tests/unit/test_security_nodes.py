@@ -251,3 +251,22 @@ def test_the_channels_bind_the_address_the_nodes_use_and_bound_the_handshake():
     finally:
         pull.close(0)
         context.term()
+
+
+def test_a_ray_workers_host_is_told_its_node_zygotes_pid():
+    """The node zygote's pid, from its actor's answer, goes with the socket to the worker's host (``--zygote-pid``),
+    which checks that the process at the socket is that one (as locally)."""
+    from nbworkers.magics.backends.ray.node_zygotes import Asked, NodeZygotes
+
+    class FakeRay:
+        @staticmethod
+        def get(ref, timeout=None):
+            return ref
+
+    zygotes = NodeZygotes()
+    asked = Asked(key="k", python="", forwarded={}, refs={
+        "node-a": (object(), {"socket": "/run/a.sock", "pid": 4242, "log": "/run/a.log"}),
+        "node-b": (object(), {"socket": "/run/b.sock", "pid": 4343, "log": "/run/b.log"})})
+    answers = zygotes.answers(FakeRay(), asked, ["node-a", "node-b", "node-a"], timeout=1.0)
+    assert answers == [("/run/a.sock", ""), ("/run/b.sock", ""), ("/run/a.sock", "")]
+    assert (zygotes.pid_at("/run/a.sock"), zygotes.pid_at("/run/b.sock"), zygotes.pid_at(None)) == (4242, 4343, None)

@@ -268,7 +268,8 @@ class RayBackend:
             "log": str(log_path),
             "probe": log_probe(log_path),
             "files": files,
-            "zygote": [zygote, config.zygote_fork_timeout, config.zygote_connect_timeout] if zygote else None,
+            "zygote": [zygote, config.zygote_fork_timeout, config.zygote_connect_timeout,
+                       node_zygotes().pid_at(zygote)] if zygote else None,
         }
         actor = group.actors[index]
         try:

@@ -180,11 +180,12 @@ class NbworkersWorkerHost:
             with os.fdopen(open_own(log_path, APPEND), "ab") as log:  # no link, no FIFO (own_files.py)
                 for note in notes:
                     log.write(note.encode())
-            zygote = request.get("zygote")  # [socket, fork timeout, connect timeout]: node_zygote.py
+            zygote = request.get("zygote")  # [socket, fork timeout, connect timeout, pid or None]: node_zygote.py
             command = host_command(python, [
                 "--log", str(log_path), "--grace", str(request["grace"]), "--role", request["role"],
                 *(["--zygote", zygote[0], "--zygote-timeout", str(zygote[1]), "--zygote-connect-timeout",
-                   str(zygote[2])] if zygote else [])])
+                   str(zygote[2])] if zygote else []),
+                *(["--zygote-pid", str(zygote[3])] if zygote and len(zygote) > 3 and zygote[3] else [])])
             with os.fdopen(open_own(log_path, APPEND), "ab") as stderr:
                 self._host = subprocess.Popen(
                     command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,

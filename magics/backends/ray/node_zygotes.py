@@ -52,6 +52,7 @@ class NodeZygotes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._actors: dict[tuple[str, str], Any] = {}
+        self._pids: dict[str, int] = {}  # a zygote's socket on its node -> its pid there (the host checks its peer)
 
     def sockets_for(self, ray: Any, node_ids: list[str], python: str, env: dict[str, str],
                     forwarded: dict[str, str], cwd: str, timeout: float,
@@ -106,7 +107,11 @@ class NodeZygotes:
                 asked.refs.update(self.ask(ray, [node_id], asked.python, asked.forwarded).refs)
             actor, ref = asked.refs[node_id]
             try:
-                answers[node_id] = ray.get(ref, timeout=timeout)["socket"], ""
+                facts = ray.get(ref, timeout=timeout)
+                answers[node_id] = facts["socket"], ""
+                if isinstance(facts.get("pid"), int):
+                    with self._lock:
+                        self._pids[facts["socket"]] = facts["pid"]
             except Exception as error:  # its node is going away, or the actor could not start: spawn, once
                 with self._lock:
                     self._actors.pop((node_id, asked.key), None)
@@ -115,6 +120,11 @@ class NodeZygotes:
                 why = f"no zygote on this node ({type(error).__name__}: {first})"
                 answers[node_id] = None, f"spawned, not forked: {why}"
         return [answers[node_id] for node_id in node_ids]
+
+    def pid_at(self, socket_path: str | None) -> int | None:
+        """The pid, on its node, of the zygote listening at ``socket_path`` (None: not known)."""
+        with self._lock:
+            return self._pids.get(socket_path or "")
 
     def prewarm(self, ray: Any, asked: Asked) -> None:
         """Start the zygotes left for later (a run ended: its nodes are free), without waiting for them."""
