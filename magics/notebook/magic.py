@@ -31,6 +31,7 @@ from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.summary import ECHOED_KEY, render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle
+from nbworkers.protocol.private.dirs import UnsafeDirectory
 
 
 @magics_class
@@ -120,7 +121,7 @@ class WorkerMagics(Magics):
             cluster = Cluster(spec)
             cluster.start()  # raises before anything runs, or leaves nothing behind
             registry.add(cluster)
-        except LaunchError as error:
+        except (LaunchError, UnsafeDirectory) as error:  # UnsafeDirectory: a runtime dir's parent others may change
             raise UsageError(str(error)) from None
         if not args.block:
             idle_interrupt.watch(self.shell, cluster.name)  # ■ while it runs, the kernel idle: says how to stop it

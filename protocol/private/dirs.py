@@ -168,7 +168,8 @@ def _safe_base(base: Path, name: str) -> None:
         raise UnsafeRuntimeBase(
             f"nbworkers will not make its private runtime directory {name} under {base}: {error} Set "
             f"{RUNTIME_DIR_ENV} (or TMPDIR) to a directory only you can write to, e.g. `mkdir -m 700 "
-            f"~/.nbworkers-run && export {RUNTIME_DIR_ENV}=~/.nbworkers-run`, before starting the kernel."
+            f"~/.nbworkers-run && export {RUNTIME_DIR_ENV}=~/.nbworkers-run` before starting the kernel (or "
+            f"`%env {RUNTIME_DIR_ENV}=...` in it)."
         ) from error
 
 

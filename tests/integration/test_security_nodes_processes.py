@@ -85,3 +85,37 @@ def test_a_socket_another_user_put_in_the_zygotes_place_gets_nothing_and_the_wor
         os.killpg(fake.pid, signal.SIGKILL)
         fake.wait(30)
         shutil.rmtree(theirs, ignore_errors=True)
+
+
+def test_a_kernel_whose_tmpdir_others_may_write_makes_nothing_there_and_says_what_to_set(tmp_path, kernel_env,
+                                                                                          run_root):
+    """TMPDIR on a world-writable folder without the sticky bit (as on some HPC scratch): a run refuses, saying to
+    set NBWORKERS_RUNTIME_DIR, nothing of nbworkers is made there; with NBWORKERS_RUNTIME_DIR set, the run works."""
+    from conftest import Kernel, processes_of_run_root, wait_until
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    k = Kernel(notebook, {**kernel_env, "TMPDIR": str(scratch)},
+               kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    try:
+        loaded = k.run("%load_ext nbworkers\nimport nbworkers")
+        assert not loaded.error, loaded.error
+        refused = k.run("%%worker -n 1 --name scratch-run --block\nprint('ran')")
+        assert refused.status == "error" and "no sticky bit" in refused.text and "NBWORKERS_RUNTIME_DIR" in refused.text, \
+            refused.text
+        assert "Traceback" not in refused.text  # the message and what to do, not a traceback
+        assert not [p.name for p in scratch.iterdir() if p.name.startswith("nbworkers")]
+        private = tmp_path / "private-runtime"
+        ran = k.run(f"%env NBWORKERS_RUNTIME_DIR={private}\n")
+        assert not ran.error, ran.text
+        ran = k.run("%%worker -n 1 --name scratch-run2 --block\nprint('ran here')")
+        assert not ran.error, ran.text
+        assert "ran here" in ran.text
+        assert os.stat(private).st_mode & 0o777 == 0o700 and any(private.iterdir())
+        assert not [p.name for p in scratch.iterdir() if p.name.startswith("nbworkers")]
+    finally:
+        k.shutdown()
+    assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 15)
