@@ -93,13 +93,11 @@ def test_a_kernel_whose_tmpdir_others_may_write_makes_nothing_there_and_says_wha
     set NBWORKERS_RUNTIME_DIR, nothing of nbworkers is made there; with NBWORKERS_RUNTIME_DIR set, the run works."""
     from conftest import Kernel, processes_of_run_root, wait_until
 
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    scratch.chmod(0o777)
-    notebook = tmp_path / "notebook"
-    notebook.mkdir()
-    k = Kernel(notebook, {**kernel_env, "TMPDIR": str(scratch)},
-               kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    scratch = tmp_path / "scratch"  # as HPC scratch may be: anyone may write, no sticky bit
+    scratch.mkdir(mode=0o700)
+    os.chmod(scratch, 0o777)
+    ipykernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    k = Kernel(tmp_path, {**kernel_env, "TMPDIR": str(scratch)}, kernel_cmd=ipykernel)  # its cwd: tmp_path
     try:
         loaded = k.run("%load_ext nbworkers\nimport nbworkers")
         assert not loaded.error, loaded.error
