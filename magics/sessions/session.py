@@ -43,6 +43,7 @@ from nbworkers.magics.sessions.core import SessionCore, SessionTimings
 from nbworkers.magics.sessions.data import DataChannel
 from nbworkers.magics.sessions.events import Group, WorkerEnd, WorkerSave
 from nbworkers.magics.sessions.pull import PullRequest
+from nbworkers.magics.sessions.summary import session_summary, with_session
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import mime, session_wire
 
@@ -181,19 +182,12 @@ class Session(Cluster):
             return super().wait(timeout, echo=echo, **kwargs)
         return last.wait(timeout, raise_on_failure=raise_on_failure, echo=echo)
 
-    def snapshot(self) -> ClusterSnapshot:
-        with self._lock:
-            data = self._snapshot()
-            data["session"] = self._summary()
-        return data
+    def _snapshot(self) -> ClusterSnapshot:
+        """The run's snapshot with the session's part (lock held): the views, state.json and the REST API read it."""
+        return with_session(super()._snapshot(), self._summary())
 
     def _summary(self) -> dict[str, Any]:
-        core = self._cells
-        return {
-            "name": self.name, "cells": len(self.cells), "state": "busy" if core.busy else "idle",
-            "cell": core.current, "queued": len(core.queue), "alive_from": core.alive_from, "lost": core.lost_note,
-            "saved": core.saved.summary(self.name) if core.saved is not None else "",
-        }
+        return session_summary(self.name, self._cells)
 
     def __repr__(self) -> str:
         summary = self._summary()
@@ -350,7 +344,7 @@ class Session(Cluster):
             current.dirty = True
         elif kind == "status" and current is not None and content["state"] in (WorkerStatus.WAITING,
                                                                                 WorkerStatus.RUNNING):
-            current.workers[index].apply_status(content["state"], content.get("detail") or "")
+            current.workers[index].apply_status(WorkerStatus(content["state"]), content.get("detail") or "")
             current.dirty = True
         super()._apply(message)
 
