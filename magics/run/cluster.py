@@ -99,7 +99,7 @@ class Cluster:
     # ----------------------------------------------------------------------------------- user-facing API
     @property
     def status(self) -> str:
-        return self.state.status
+        return str(self.state.status)
 
     @property
     def done(self) -> bool:
@@ -200,9 +200,8 @@ class Cluster:
     def start(self) -> "Cluster":
         self._prepare_run_dir()
         self._relay = RelayReceiver(self._key, *self.backend.relay_hosts(),  # ray: every interface, CurveZMQ
-                                    curve=getattr(self.backend, "encrypt_relay", False))
-        if hasattr(self.backend, "attach_relay"):
-            self.backend.attach_relay(self._relay)
+                                    curve=self.backend.encrypt_relay)
+        self.backend.attach_relay(self._relay)
         try:
             self._launch_group()
         except BaseException as error:
@@ -279,9 +278,7 @@ class Cluster:
 
     def _close_backend(self) -> None:
         """What the backend holds for this run (the local backend: its network namespace's holder)."""
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()
 
     def _handle(self, event: ev.Event) -> None:
         """Give the supervisor core one event and carry out what it decides (lock held)."""

@@ -17,14 +17,14 @@ from typing import Any
 
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
 
-QUEUED = CellState.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
+QUEUED = ViewStatus.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
 
 
 class SessionCell:
@@ -236,7 +236,7 @@ class SessionCell:
         """The core dispatched the cell: every worker runs it."""
         self.started = time.time()
         for worker in self.workers:
-            worker.status = WorkerStatus.RUNNING.value
+            worker.status = WorkerStatus.RUNNING
         self.dirty = True
 
     def feed_log(self, worker: int, text: str) -> None:
@@ -253,13 +253,13 @@ class SessionCell:
                 return
         self._show_held_stops()
         if end.status != CellEnd.INTERRUPTED:
-            self.workers[worker].apply_status(end.status.worker_status.value, end.error)
+            self.workers[worker].apply_status(end.status.worker_status, end.error)
         self.dirty = True
 
     def _show_held_stops(self) -> None:
         held, self._held_stops = self._held_stops, {}
         for index, end in held.items():
-            self.workers[index].apply_status(end.status.worker_status.value, end.error)
+            self.workers[index].apply_status(end.status.worker_status, end.error)
 
     def conclude(self) -> None:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
@@ -271,7 +271,7 @@ class SessionCell:
             self.record.state, WorkerStatus.STOPPED)
         for worker in self.workers:
             if worker.status in (WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.WAITING):
-                worker.status = status.value
+                worker.status = status
         self.dirty = True
 
     def end(self) -> None:

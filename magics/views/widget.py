@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import anywidget
 import traitlets as t
 
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import ENDED
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views import band_chart, compact
@@ -377,6 +377,6 @@ def _same(name: str, old: Any, new: Any) -> bool:
     """Equal for sending purposes: the running wall clock alone is not worth a message (the page ticks it)."""
     if old is None:
         return False
-    if name == "cluster" and new.get("status") not in DONE_STATES:
+    if name == "cluster" and new.get("status") not in ENDED:
         return {**old, "wall_time": None} == {**new, "wall_time": None}
     return old == new

@@ -8,8 +8,7 @@ import math
 import signal
 from typing import Any
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import ENDED, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
@@ -127,7 +126,7 @@ def headline(snapshot: ClusterSnapshot) -> str:
     label = "stopped by you" if status == ClusterStatus.STOPPED else status_label(status)
     text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
     text += f", {worker_count(snapshot)}"
-    verb = "in" if status in DONE_STATES else "for"
+    verb = "in" if status in ENDED else "for"
     text += f", {verb} {format_duration(snapshot.get('wall_time'))}"
     if snapshot.get("restarts"):
         text += f", {snapshot['restarts']} restart{'s' if snapshot['restarts'] != 1 else ''}"
