@@ -3,7 +3,7 @@
 ``SessionCell`` is what ``%%worker --session NAME`` returns. It looks like a cluster to the views
 (``name``, ``snapshot()``, ``stop()``, ``restart()``), so the widget and the text/HTML view show it unchanged;
 its snapshot adds ``session: {name, cell, state, cells, running}`` (the widget's header line shows it).
-Its lifecycle (state, error, each worker's end) is the session core's ``CellRecord`` (``magics/sessions/core.py``);
+Its lifecycle (state, error, each worker's end) is the session core's ``CellRecord`` (``sessions/core/cells.py``);
 the session carries the core's actions into it (``begin``, ``feed_log``, ``worker_ended``, ``conclude``, ``end``).
 """
 
@@ -19,7 +19,7 @@ from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
 from nbworkers.magics.sessions.core import CellRecord
-from nbworkers.magics.sessions.events import WorkerEnd
+from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire

@@ -3,7 +3,7 @@ after cell in their own persistent namespaces (``distlib/worker/session.py``).
 
 ``Session`` is a ``Cluster`` (same launch, relay, restart policy, watchdog, stop) with a command socket
 (``magics/sessions/channel.py``) and ``SessionCell``s. Every decision about cells is the session core's
-(``magics/sessions/core.py``: events in, actions out); this class is its shell: it turns relay messages, Stop
+(``magics/sessions/core/cells.py``: events in, actions out); this class is its shell: it turns relay messages, Stop
 clicks and the supervisor's rounds into the core's events, and carries out its actions (send a command, tell a
 cell's views, restart the processes through the supervisor core). Cells run one at a time, in order (as
 IPython's execution queue); a failed cell cancels the queued ones.
@@ -36,12 +36,12 @@ from nbworkers.magics.run.core.failures import UserRestart, WorkerFailure
 from nbworkers.magics.run.core.statuses import CellEnd, WorkerStatus
 from nbworkers.magics.run.noise import NoiseFilter
 from nbworkers.magics.run.relay import Message
-from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings
+from nbworkers.magics.sessions.core import events as ev
+from nbworkers.magics.sessions.core.events import Group, WorkerEnd, WorkerSave
 from nbworkers.magics.sessions.data import DataChannel
-from nbworkers.magics.sessions.events import Group, WorkerEnd, WorkerSave
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.sessions.summary import session_summary, with_session
 from nbworkers.magics.shapes import ClusterSnapshot

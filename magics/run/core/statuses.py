@@ -21,7 +21,7 @@ __all__ = ["ENDED", "RECORDED_ENDS", "CellEnd", "CellState", "ClusterStatus", "V
 
 
 class CellState(Status):
-    """Where one cell of a session is (``magics/sessions/core.py``; ``SessionCell.state``)."""
+    """Where one cell of a session is (``magics/sessions/core/cells.py``; ``SessionCell.state``)."""
 
     QUEUED = "queued"  # submitted, waiting for the cells before it and for every worker to be ready
     RUNNING = "running"

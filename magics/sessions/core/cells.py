@@ -1,7 +1,7 @@
 """A session's cell lifecycle, as a state machine: ``SessionCore.handle(event) -> [action]``.
 
 No threads, sockets, processes or TensorFlow here: ``Session`` (``magics/sessions/session.py``) turns what it saw
-into events (``magics/sessions/events.py``), hands them in and carries out the actions it gets back (send a
+into events (``magics/sessions/core/events.py``), hands them in and carries out the actions it gets back (send a
 command, tell a cell's views, restart the processes). Time comes from an injected ``clock`` (seconds,
 monotonic), the grace periods from an injected ``timings`` (read at each use: a user may change the settings while
 the session runs), so every path is unit-tested in milliseconds (tests/unit/test_session_core.py):
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
-from nbworkers.magics.sessions import events as ev
-from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
-from nbworkers.magics.sessions.saved_state import SavedState
+from nbworkers.magics.sessions.core import events as ev
+from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.magics.sessions.core.saved_state import SavedState
 
 LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
 SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
