@@ -93,7 +93,7 @@ class SessionCell:
         return self._done.is_set()
 
     def snapshot(self) -> ClusterSnapshot:
-        with self.session._lock:
+        with self.session.lock:
             return self._snapshot()
 
     def _snapshot(self) -> ClusterSnapshot:
@@ -154,7 +154,7 @@ class SessionCell:
             if publisher is not None:
                 publisher.tick(self.outputs)
 
-        with self.session._lock:
+        with self.session.lock:
             self._waiters += 1
         try:
             wait_for(self._done, timeout, self.session.settings.flush_interval, tick)
@@ -166,7 +166,7 @@ class SessionCell:
             if ended:
                 self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
         finally:
-            with self.session._lock:
+            with self.session.lock:
                 self._waiters -= 1
         if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
@@ -175,7 +175,7 @@ class SessionCell:
     @property
     def value(self) -> WorkersValue | None:
         """The cell's last expression (worker 0's, the others' where they differ), or None when it had none."""
-        with self.session._lock:
+        with self.session.lock:
             return WorkersValue(self.results) if self.results else None
 
     def show_outputs(self) -> None:
@@ -225,7 +225,7 @@ class SessionCell:
         except ImportError:  # no ipywidgets: cell.show_outputs() still shows them
             return
         live.show()
-        with self.session._lock:
+        with self.session.lock:
             self._live = live
             live.add(self.outputs)
             if self.record.state.is_terminal and self.results:
@@ -277,7 +277,7 @@ class SessionCell:
     def end(self) -> None:
         """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
         self._done.set()
-        with self.session._lock:
+        with self.session.lock:
             waiting = self._waiters > 0
         if not waiting:
             self.finish_views()
@@ -286,7 +286,7 @@ class SessionCell:
     def refresh_if_due(self, interval: float) -> None:
         """The supervisor's refresh of a running cell's views: when something changed, at most every ``interval``
         seconds, and not while a ``wait()`` refreshes them itself (from the notebook's thread)."""
-        with self.session._lock:
+        with self.session.lock:
             waiting = self._waiters > 0
         if self.dirty and not waiting and time.monotonic() - self._flushed >= interval:
             self._flushed = time.monotonic()

@@ -20,7 +20,7 @@ def test_a_sessions_state_file_and_rest_row_carry_its_cells(tmp_path):
     session.submit("x = 1")
     session.submit("x += 1")  # no workers yet: both wait in the queue
     session.run_dir.mkdir(parents=True, mode=0o700)
-    session._write_state()  # what the supervisor thread writes every state_file_interval
+    session.cluster._loop.write_state()  # what the run loop writes every state_file_interval
     row = listing.describe(session.run_dir)
     assert row is not None and row["session"] is not None
     assert row["session"]["cells"] == 2 and row["session"]["state"] == "busy" and row["session"]["queued"] == 2
@@ -38,7 +38,7 @@ def test_an_idle_session_shows_no_step_or_rate_of_its_last_cell(tmp_path):
     assert snapshot["session"]["state"] == "idle"
     assert [(w["step"], w["steps_per_sec"]) for w in snapshot["workers"]] == [(None, None), (None, None)]
     session.run_dir.mkdir(parents=True, mode=0o700)
-    session._write_state()
+    session.cluster._loop.write_state()
     row = listing.describe(session.run_dir)
     assert row is not None and row["progress"] is None and row["steps_per_sec"] is None
     assert worker.step == 20  # the run's own record is untouched: only the picture leaves it out
