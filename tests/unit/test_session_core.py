@@ -35,7 +35,7 @@ class Session:
         return actions
 
     def submit(self, timeout: float | None = None, group: Group = READY) -> list[ev.Action]:
-        return self.send(ev.Submitted(len(self.core.cells) + 1, timeout, group))
+        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group))
 
     def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
         self.now += seconds
