@@ -21,7 +21,7 @@ from nbworkers.magics.run.core.state import ClusterState
 from nbworkers.magics.run.failed import run_failure
 from nbworkers.magics.run.group_launch import backend_for
 from nbworkers.magics.run.loop import Participant, RunLoop
-from nbworkers.magics.run.outputs import LiveViews, final_snapshot, read_logs, wait_for
+from nbworkers.magics.run.outputs import LiveViews, Waits, final_snapshot, read_logs
 from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.settings import WorkerSettings
@@ -42,7 +42,7 @@ class Cluster:
         self._participants = tuple(participants)
         self._views = LiveViews()
         self._lock = threading.RLock()  # the run loop's: one for every run of this handle
-        self._waiters = 0
+        self._waits = Waits()  # wait() calls refreshing the views themselves
         self._new_run()
 
     def _new_run(self) -> None:
@@ -143,17 +143,8 @@ class Cluster:
             if echo is not None:
                 echo.tick(self.snapshot())
 
-        with self._lock:
-            self._waiters += 1
-        try:
-            ended = wait_for(self._loop.done, timeout, self.settings.flush_interval, tick)
-            if echo is not None:
-                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
-            if ended:
-                self._finish_views(error_below=raise_on_failure, echoed=echo is not None)
-        finally:
-            with self._lock:
-                self._waiters -= 1
+        ended = self._waits.wait(self._loop.done, timeout, self.settings.flush_interval, tick, echo, self.snapshot,
+                                 lambda: self._finish_views(error_below=raise_on_failure, echoed=echo is not None))
         if raise_on_failure:
             failure = run_failure(self.snapshot(), ended=ended, waited=timeout)
             if failure is not None:
@@ -194,17 +185,13 @@ class Cluster:
     # ----------------------------------------------------------------------------------- views (the loop's callbacks)
     def _after_round(self) -> None:
         """The loop's round: the views, at most every ``flush_interval`` seconds, unless a ``wait()`` refreshes them."""
-        with self._lock:
-            waiting = self._waiters > 0
         due = self._loop.dirty and time.monotonic() - self._views.last_flush >= self.settings.flush_interval
-        if not waiting and due:
+        if due and not self._waits.any:
             self._refresh_views()
 
     def _after_end(self) -> None:
         """The loop ended: the final summary, unless a ``wait()`` leaves it (tied to its cell)."""
-        with self._lock:
-            waiting = self._waiters > 0
-        if not waiting:
+        if not self._waits.any:
             self._finish_views()
 
     def _refresh_views(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
+from nbworkers.magics.run.outputs import Waits
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
@@ -53,7 +54,7 @@ class SessionCell:
         self._views: list[Any] = []
         self._views_lock = threading.Lock()
         self._done = threading.Event()
-        self._waiters = 0
+        self._waits = Waits()  # wait() calls refreshing the views themselves
         self.dirty = True
         self._flushed = 0.0  # monotonic time the session last refreshed this cell's views
 
@@ -140,8 +141,6 @@ class SessionCell:
         """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
         the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``). ``echo``: a
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
-        from nbworkers.magics.run.outputs import wait_for
-
         publisher = None  # the rich outputs: into the waiting notebook cell, unless the cell's view has its own
         if echo is not None and self._live is None:
             publisher = RichPublisher(label_workers=self.display == "all")
@@ -154,20 +153,15 @@ class SessionCell:
             if publisher is not None:
                 publisher.tick(self.outputs)
 
-        with self.session.lock:
-            self._waiters += 1
-        try:
-            wait_for(self._done, timeout, self.session.settings.flush_interval, tick)
-            ended = self._done.is_set()
-            if echo is not None:
-                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+        def finish() -> None:
             if publisher is not None:
                 publisher.tick(self.outputs)
-            if ended:
-                self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
-        finally:
-            with self.session.lock:
-                self._waiters -= 1
+            self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
+
+        ended = self._waits.wait(self._done, timeout, self.session.settings.flush_interval, tick, echo, self.snapshot,
+                                 finish)
+        if not ended and publisher is not None:
+            publisher.tick(self.outputs)
         if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
@@ -277,18 +271,14 @@ class SessionCell:
     def end(self) -> None:
         """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
         self._done.set()
-        with self.session.lock:
-            waiting = self._waiters > 0
-        if not waiting:
+        if not self._waits.any:
             self.finish_views()
 
     # ------------------------------------------------------------------------------ views
     def refresh_if_due(self, interval: float) -> None:
         """The supervisor's refresh of a running cell's views: when something changed, at most every ``interval``
         seconds, and not while a ``wait()`` refreshes them itself (from the notebook's thread)."""
-        with self.session.lock:
-            waiting = self._waiters > 0
-        if self.dirty and not waiting and time.monotonic() - self._flushed >= interval:
+        if self.dirty and not self._waits.any and time.monotonic() - self._flushed >= interval:
             self._flushed = time.monotonic()
             self.refresh_views()
 
