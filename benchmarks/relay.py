@@ -49,7 +49,7 @@ _steps = [w.step for w in _c.state.workers]
 _pl.Path({gate!r} + ".done").write_text("done")
 _c.wait({timeout})
 _ingest = dict(t0=_t0, t1=_t1, t2=_t2, lines=_lines, updates=_updates, status=_c.status, steps=_steps,
-               drops=_c._drop_counts())
+               drops=_c.snapshot()['dropped'])
 """
 
 LATENCY_CELL = """%%worker -n 1 --name {name}

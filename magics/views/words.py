@@ -136,7 +136,7 @@ def headline(snapshot: ClusterSnapshot) -> str:
 def snapshot_note(snapshot: ClusterSnapshot) -> str:
     """What an attached run's summary says while the run goes on in another kernel: it is a snapshot, it will not
     update, and how to see more (``%workers attach`` marks the snapshot ``attached``); empty otherwise."""
-    if not snapshot.get("attached") or snapshot.get("status") in DONE_STATES:
+    if not snapshot.get("attached") or snapshot.get("status") in ENDED:
         return ""
     name = snapshot.get("name", "NAME")
     return (f"A snapshot of a run live in another kernel: it will not update. Run `%workers attach {name}` again "
