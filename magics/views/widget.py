@@ -283,7 +283,7 @@ class ClusterWidgetView:
 
     def update(self, snapshot: ClusterSnapshot) -> None:
         self._apply(snapshot)
-        if self._summary_shown and snapshot.get("status") not in DONE_STATES and self._handle is not None:
+        if self._summary_shown and snapshot.get("status") not in ENDED and self._handle is not None:
             # an ended run runs again (Restart; the sidebar's on an ended run): the display's fallback, what a
             # reloaded page shows where the widget does not render, goes back from the final summary to the live view
             self._summary_shown = False
@@ -295,7 +295,7 @@ class ClusterWidgetView:
             self.widget.send_state(key=list(STATE_TRAITS))
         if self._handle is not None:
             self._handle.update(bundle(self.widget, snapshot), raw=True)
-            self._summary_shown = snapshot.get("status") in DONE_STATES
+            self._summary_shown = snapshot.get("status") in ENDED
 
     def close(self) -> None:
         self.widget.close()
