@@ -61,7 +61,7 @@ def _measure(kernel: BenchKernel, tmp, workers: int, seconds: float, backlog: in
         time.sleep(max(0.0, 0.5 - (time.perf_counter() - started)))
     cpu1, t1 = sum(proc.cpu_times()[:2]), time.time()
     sent = kernel.value(f"[(t, n) for t, n in _sent if {t0} <= t <= {t1}]")
-    state = kernel.value("dict(status=_c.status, drops=_c._drop_counts(), "
+    state = kernel.value("dict(status=_c.status, drops=_c.snapshot()['dropped'], "
                          "steps=min(w.step or 0 for w in _c.state.workers))")
     kernel.output("_c.stop()\n_c.wait(60)\n_view.close()")
     sizes = [n for _, n in sent]

@@ -49,7 +49,7 @@ _steps = [w.step for w in _c.state.workers]
 _pl.Path({gate!r} + ".done").write_text("done")
 _c.wait({timeout})
 _ingest = dict(t0=_t0, t1=_t1, t2=_t2, lines=_lines, updates=_updates, status=_c.status, steps=_steps,
-               drops=_c._drop_counts())
+               drops=_c.snapshot()['dropped'])
 """
 
 LATENCY_CELL = """%%worker -n 1 --name {name}
@@ -81,12 +81,12 @@ def _counted(snapshot, _update=_update):
     _shown.append((_time.time(), snapshot["workers"][0]["metrics"].get("t_report")))
     _update(snapshot)
 _view.update = _counted
-_apply = _c._apply
+_apply = _c._loop._take  # the run loop takes each relay message here (magics/run/loop.py)
 def _timed_apply(message, _apply=_apply):
     _apply(message)
     if message.kind == "metrics":
         _applied.append((_time.time(), message.content["metrics"].get("t_report")))
-_c._apply = _timed_apply
+_c._loop._take = _timed_apply
 _pl.Path({gate!r}).write_text("go")
 _c.wait({timeout})
 _latency = dict(shown=_shown, applied=_applied, status=_c.status)

@@ -194,10 +194,16 @@ class Backend(Protocol):
     @property
     def name(self) -> str: ...  # "local", "ray": the snapshot's ``backend``
 
+    @property
+    def encrypt_relay(self) -> bool: ...  # the relay crosses machines: CurveZMQ (ray); False: a private ipc socket
+
     def relay_hosts(self) -> tuple[str, str | None]: ...  # (bind, advertise) addresses of the kernel's relay
+    def attach_relay(self, relay: Any) -> None: ...  # the run's relay, once bound (ray: allows each node's key)
+    def capacity(self) -> int: ...  # how many workers it can place now (--min-workers: elastic runs)
     def plan(self, tasks: list[Any], gpus_per_worker: int | None) -> list[Placement]: ...
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
                role: str = "worker") -> WorkerHandle: ...
+    def close(self) -> None: ...  # the run ended: let go of what the backend held for it (a no-op if nothing)
 
 
 class View(Protocol):

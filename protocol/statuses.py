@@ -16,18 +16,15 @@ from enum import Enum
 
 class Status(str, Enum):
     """A status (no members here): equal to its string value, printed as it, and final or not. The run's
-    ``ClusterStatus`` and ``WorkerStatus`` both are one; their final values are the same four."""
+    ``ClusterStatus`` and ``WorkerStatus`` both are one; their final values are the same four (``ENDED``)."""
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def is_terminal(self) -> bool:
-        """True once it has ended: no status follows this one."""
-        return self.value in TERMINAL_VALUES
-
-
-TERMINAL_VALUES = frozenset({"finished", "failed", "stopped", "lost"})
+        """True once it has ended (``ENDED``): no status follows this one."""
+        return self.value in ENDED
 
 
 class ClusterStatus(Status):
@@ -56,6 +53,24 @@ class WorkerStatus(Status):
     STOPPED = "stopped"  # stopped by request or because another worker failed
     LOST = "lost"  # its run was lost (dead kernel; set by the kernel)
 
+
+class ViewStatus(Status):
+    """What a view shows that no run records: a card's status beside ``ClusterStatus`` and ``WorkerStatus``."""
+
+    QUEUED = "queued"  # a session cell waiting for the cells before it (magics/sessions/cell.py)
+    DETACHED = "detached"  # a widget card whose kernel restarted or died (the widget's front end sets it)
+
+
+# The ended statuses, defined here once: a run (or a worker) in one of them has ended and no status follows.
+# FINISHED, FAILED and STOPPED are what a run's own supervisor records in its state; LOST is never recorded by it:
+# others conclude it from a state that says "running" beside a dead kernel (magics/rundir/liveness.py).
+# The front end's copies (labextension/src/format.ts ENDED, magics/views/widget_cards.js DONE) are held to this
+# by tests/unit/test_vocabulary.py.
+ENDED: frozenset[str] = frozenset({ClusterStatus.FINISHED, ClusterStatus.FAILED, ClusterStatus.STOPPED,
+                                   ClusterStatus.LOST})
+# The ends a run's supervisor records (``ENDED`` without LOST): a recorded status outside them means "not over
+# yet, as far as its kernel said", which only a live kernel can keep true.
+RECORDED_ENDS: frozenset[str] = ENDED - {ClusterStatus.LOST}
 
 # What a worker may say in a ``status`` message (the kernel drops any other ``state`` as malformed)
 SENT_BY_WORKERS = frozenset(WorkerStatus) - {WorkerStatus.STOPPING, WorkerStatus.LOST}

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -136,6 +138,7 @@ class WorkerProcess:
 class LocalBackend:
     name = "local"
     worker_host = "localhost"  # the address TF_CONFIG gives every worker
+    encrypt_relay = False  # the relay is an ipc socket in the kernel's private directory: no other user reaches it
 
     def __init__(self, isolation: str = "") -> None:
         self.isolation = isolation  # auto | required | off; "": settings().isolation
@@ -148,6 +151,13 @@ class LocalBackend:
         """(bind, advertise) of the kernel's relay and command socket: ``ipc`` — a Unix socket in the kernel's
         private runtime directory (``magics/run/sockets.py``): no TCP port, no other user can connect."""
         return "ipc", None
+
+    def attach_relay(self, relay: Any) -> None:
+        """Nothing to allow: only this user's processes reach the relay's ipc socket."""
+
+    def capacity(self) -> int:
+        """As many as asked: this machine's processes (elastic runs, --min-workers, are Ray's: checks.py)."""
+        return sys.maxsize
 
     @property
     def isolated(self) -> bool:

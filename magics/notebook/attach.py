@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.notebook import registry
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, run_dir_of
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import LOST, effective_status, leftover_processes
@@ -43,7 +43,7 @@ class AttachedCluster:
         data.setdefault("backend", "")
         data.setdefault("restarts", 0)
         data.setdefault("run_dir", str(self.run_dir))
-        if data.get("status") not in DONE_STATES and isinstance(data.get("started"), (int, float)):
+        if data.get("status") not in RECORDED_ENDS and isinstance(data.get("started"), (int, float)):
             data["wall_time"] = time.time() - data["started"]
         data["attached"] = True
         return data
@@ -56,7 +56,7 @@ class AttachedCluster:
     @property
     def done(self) -> bool:
         state = read_state(self.run_dir)
-        if state is None or state.get("status") in DONE_STATES:
+        if state is None or state.get("status") in RECORDED_ENDS:
             return True
         return effective_status(state) == LOST and not leftover_processes(state, self.run_dir)
 

@@ -6,17 +6,20 @@ import atexit
 import threading
 
 from nbworkers.magics.run.cluster import Cluster
+from nbworkers.magics.sessions.session import Session
 
-_clusters: dict[str, Cluster] = {}
+Handle = Cluster | Session  # a plain run's handle, or a session's (which holds its Cluster)
+
+_clusters: dict[str, Handle] = {}
 _lock = threading.Lock()
 
 
-def add(cluster: Cluster) -> None:
+def add(cluster: Handle) -> None:
     with _lock:
         _clusters[cluster.name] = cluster
 
 
-def get(name: str) -> Cluster:
+def get(name: str) -> Handle:
     with _lock:
         if name not in _clusters:
             known = ", ".join(sorted(_clusters)) or "none yet"
@@ -24,7 +27,7 @@ def get(name: str) -> Cluster:
         return _clusters[name]
 
 
-def all_clusters() -> list[Cluster]:
+def all_clusters() -> list[Handle]:
     with _lock:
         return list(_clusters.values())
 
@@ -34,7 +37,7 @@ def names() -> set[str]:
         return set(_clusters)
 
 
-def running() -> list[Cluster]:
+def running() -> list[Handle]:
     return [c for c in all_clusters() if not c.done]
 
 

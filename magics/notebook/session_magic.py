@@ -38,7 +38,7 @@ def live_session(name: str):
         cluster = registry.get(name)
     except KeyError:
         return None
-    if isinstance(cluster, Session) and not cluster.done and not cluster._stop_event.is_set():
+    if isinstance(cluster, Session) and not cluster.done and not cluster.stop_requested:
         return cluster
     return None
 
@@ -143,7 +143,7 @@ def restore_session(name: str) -> None:
     session = live_session(name)
     if session is None:
         raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
-    if session._cells.saved is None:
+    if session.saved is None:
         raise UsageError(f"session {name!r} saved nothing to restore: it saves its models, variables and values only "
                          "when its processes restart after one worker's error.")
     try:

@@ -19,9 +19,10 @@ from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.elastic import Elastic
 from nbworkers.magics.run.core.supervisor import Supervisor
+from nbworkers.magics.shapes import Backend
 
 
-def elastic_start(spec: LaunchSpec, backend: Any) -> tuple[Elastic | None, int]:
+def elastic_start(spec: LaunchSpec, backend: Backend) -> tuple[Elastic | None, int]:
     """An elastic run's bounds and the workers its cluster can place now ((None, 0): a fixed size)."""
     if not spec.min_workers:
         return None, 0
@@ -37,7 +38,7 @@ def elastic_start(spec: LaunchSpec, backend: Any) -> tuple[Elastic | None, int]:
 class CapacityLooks:
     """When an elastic run looks at its cluster's capacity, and the user's asks waiting for an answer."""
 
-    def __init__(self, backend: Any, interval: float, clock=time.monotonic):
+    def __init__(self, backend: Backend, interval: float, clock=time.monotonic):
         self.backend = backend
         self.interval = interval
         self.clock = clock

@@ -50,6 +50,37 @@ class LiveViews:
                 _safely(view.finish, snapshot)
 
 
+class Waits:
+    """The ``wait()`` calls under way on a run or a cell: each refreshes the views itself (from the notebook's
+    thread, tied to its cell) and leaves the final summary, so the loop leaves the views alone meanwhile."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @property
+    def any(self) -> bool:
+        with self._lock:
+            return self._count > 0
+
+    def wait(self, done: threading.Event, timeout: float | None, interval: float, tick: Callable[[], None],
+             echo: Any, snapshot: Callable[[], Any], finish: Callable[[], None]) -> bool:
+        """Block until ``done`` (True) or ``timeout`` (False), ``tick`` every ``interval`` seconds; then the
+        ``echo``'s last lines (a ``WorkerEcho``, or None) and, once ended, ``finish`` (the final summary)."""
+        with self._lock:
+            self._count += 1
+        try:
+            ended = wait_for(done, timeout, interval, tick)
+            if echo is not None:
+                echo.finish(snapshot()) if ended else echo.tick(snapshot())
+            if ended:
+                finish()
+        finally:
+            with self._lock:
+                self._count -= 1
+        return ended
+
+
 def wait_for(done: threading.Event, timeout: float | None, interval: float, tick: Callable[[], None]) -> bool:
     """Block until ``done`` (True) or ``timeout`` seconds (False), calling ``tick`` every ``interval`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout

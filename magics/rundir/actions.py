@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.rundir.layout import read_state, request_restart
 from nbworkers.magics.rundir.liveness import effective_status, is_foreign, kernel_alive, leftover_processes
 
@@ -32,7 +32,7 @@ def restart_run(run_dir: Path) -> None:
     """Ask the run's supervisor to restart its group; returns at once (the listing shows the restart)."""
     state = read_state(run_dir) or {}
     status = effective_status(state)
-    if status in DONE_STATES or not kernel_alive(state):
+    if status in RECORDED_ENDS or not kernel_alive(state):
         raise RunNotRestartable(
             f"run {run_dir.name!r} is {status}: only a running run can be restarted from here; run its cell again "
             f"(or the widget's Restart, `nbworkers.get_cluster({run_dir.name!r}).restart()`) in its notebook")
@@ -45,7 +45,7 @@ def remove_run(run_dir: Path) -> None:
     """Delete an ended run's directory (refused while the run, or any process of it, is alive)."""
     state = read_state(run_dir) or {}
     status = effective_status(state)
-    if state.get("status") not in DONE_STATES:
+    if state.get("status") not in RECORDED_ENDS:
         raise RunNotRemovable(
             f"run {run_dir.name!r} is {status}, not ended: stop it first (DELETE /nbworkers/api/clusters/"
             f"{run_dir.name}, the sidebar's Stop, or `%workers stop {run_dir.name}`), then remove it")

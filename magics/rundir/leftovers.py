@@ -18,8 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
@@ -33,7 +32,7 @@ def find_leftovers(root: str | os.PathLike | None = None) -> list[Path]:
     found = []
     for run_dir in list_run_dirs(root):
         state = read_state(run_dir)
-        if state is None or state.get("status") in DONE_STATES or is_foreign(state):
+        if state is None or state.get("status") in RECORDED_ENDS or is_foreign(state):
             continue
         if not kernel_alive(state):
             found.append(run_dir)
@@ -43,7 +42,7 @@ def find_leftovers(root: str | os.PathLike | None = None) -> list[Path]:
 def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None:
     """Kill what is left of a dead kernel's run and record it as failed."""
     state = read_state(run_dir)
-    if state is None or state.get("status") in DONE_STATES or kernel_alive(state):
+    if state is None or state.get("status") in RECORDED_ENDS or kernel_alive(state):
         return state
     stop_processes(leftover_processes(state, run_dir), kill_grace)
     return mark_ended(run_dir, ClusterStatus.FAILED,

@@ -11,12 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal, cast, overload
 
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import ENDED, RECORDED_ENDS
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, restart_requested, state_mtime, stop_requested
 from nbworkers.magics.rundir.liveness import LOST, effective_status, kernel_alive, leftover_processes
 from nbworkers.magics.shapes import ClusterSnapshot, RunProgress, RunRow
-
-ENDED_WORKER_STATES = (*DONE_STATES, LOST)
 
 
 def _number(value: Any) -> int | None:
@@ -78,7 +76,7 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "status": status,
         "recorded_status": state.get("status"),
         "kernel_alive": alive,
-        "processes_alive": len(leftover_processes(state, run_dir)) if status not in DONE_STATES else 0,
+        "processes_alive": len(leftover_processes(state, run_dir)) if status not in RECORDED_ENDS else 0,
         "state_age": None if mtime is None else max(0.0, time.time() - mtime),
         "stop_requested": stop_requested(run_dir),
     }
@@ -105,8 +103,8 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "run_dir": str(run_dir),
         **liveness,
         "restart_requested": restart_requested(run_dir),
-        "workers_alive": 0 if status in ENDED_WORKER_STATES else sum(
-            1 for w in workers if w.get("status") not in ENDED_WORKER_STATES),
+        "workers_alive": 0 if status in ENDED else sum(
+            1 for w in workers if w.get("status") not in ENDED),
         "nodes": sorted({str(w["host"]) for w in workers if w.get("host")}),
         "progress": progress_of(workers),
         "steps_per_sec": _steps_per_sec(workers),

@@ -19,8 +19,7 @@ from typing import Any
 
 import psutil
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus
 from nbworkers.procs.kill import alive, group_members
 from nbworkers.procs.ownership import (
     CREATE_TIME_SLACK,
@@ -111,7 +110,7 @@ def effective_status(state: dict[str, Any], kernel_is_alive: bool | None = None)
     """The recorded status, or ``LOST`` when it says the run is not over but its kernel is dead."""
     recorded = state.get("status")
     status = recorded if isinstance(recorded, str) else "unknown"
-    if status in DONE_STATES:
+    if status in RECORDED_ENDS:
         return status
     is_alive = kernel_alive(state) if kernel_is_alive is None else kernel_is_alive
     return status if is_alive else LOST

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from nbworkers.magics.errors import ClusterNameError
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.rundir.layout import cell_path, checked_run_root, push_path, read_state
 from nbworkers.magics.rundir.liveness import kernel_alive, leftover_processes
 from nbworkers.protocol.private.dirs import write_private
@@ -29,7 +29,7 @@ __all__ = ["prepare_run_dir", "run_in_use"]
 def run_in_use(run_dir: Path) -> str:
     """Why the existing ``run_dir`` must not be replaced ("" when it may be)."""
     state = read_state(run_dir)
-    if state is None or state.get("status") in DONE_STATES:
+    if state is None or state.get("status") in RECORDED_ENDS:
         return ""
     if kernel_alive(state):
         if state.get("kernel_pid") == os.getpid():

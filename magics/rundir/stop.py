@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import read_state, request_stop, write_state
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
@@ -28,7 +27,7 @@ POLL_INTERVAL = 0.1  # seconds between checks while waiting for a run to stop
 def mark_ended(run_dir: Path, status: ClusterStatus, error: str, worker_status: WorkerStatus) -> dict[str, Any] | None:
     """Record the end of a run whose kernel is gone (nobody else will)."""
     state = read_state(run_dir)
-    if state is None or state.get("status") in DONE_STATES:
+    if state is None or state.get("status") in RECORDED_ENDS:
         return state
     now = time.time()
     state["status"] = status.value
@@ -38,7 +37,7 @@ def mark_ended(run_dir: Path, status: ClusterStatus, error: str, worker_status: 
         state["wall_time"] = now - state["started"]
     state["reaped"] = now
     for worker in state.get("workers") or []:
-        if isinstance(worker, dict) and worker.get("status") not in DONE_STATES:
+        if isinstance(worker, dict) and worker.get("status") not in RECORDED_ENDS:
             worker["status"] = worker_status.value
             worker["detail"] = worker.get("detail") or error
     write_state(run_dir, state)
@@ -59,12 +58,12 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
         stop_timeout = current_settings().stop_grace + current_settings().stop_wait_margin
     state = read_state(run_dir) or {}
     killed = 0
-    if state.get("status") not in DONE_STATES and not is_foreign(state):
+    if state.get("status") not in RECORDED_ENDS and not is_foreign(state):
         request_stop(run_dir)
         deadline = time.monotonic() + stop_timeout
         while time.monotonic() < deadline and kernel_alive(state):
             current = read_state(run_dir) or state
-            if current.get("status") in DONE_STATES and not leftover_processes(current, run_dir):
+            if current.get("status") in RECORDED_ENDS and not leftover_processes(current, run_dir):
                 break
             time.sleep(poll_interval)
         state = read_state(run_dir) or state
@@ -72,7 +71,7 @@ def stop_run(run_dir: Path, stop_timeout: float | None = None, kill_grace: float
         if kernel_alive(state):
             # let the supervisor notice the exits and record them
             settle = time.monotonic() + current_settings().stop_settle_timeout
-            while time.monotonic() < settle and (read_state(run_dir) or {}).get("status") not in DONE_STATES:
+            while time.monotonic() < settle and (read_state(run_dir) or {}).get("status") not in RECORDED_ENDS:
                 time.sleep(poll_interval)
         else:
             mark_ended(run_dir, ClusterStatus.STOPPED, "stopped by request after its kernel died", WorkerStatus.STOPPED)

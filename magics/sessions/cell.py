@@ -3,7 +3,7 @@
 ``SessionCell`` is what ``%%worker --session NAME`` returns. It looks like a cluster to the views
 (``name``, ``snapshot()``, ``stop()``, ``restart()``), so the widget and the text/HTML view show it unchanged;
 its snapshot adds ``session: {name, cell, state, cells, running}`` (the widget's header line shows it).
-Its lifecycle (state, error, each worker's end) is the session core's ``CellRecord`` (``magics/sessions/core.py``);
+Its lifecycle (state, error, each worker's end) is the session core's ``CellRecord`` (``sessions/core/cells.py``);
 the session carries the core's actions into it (``begin``, ``feed_log``, ``worker_ended``, ``conclude``, ``end``).
 """
 
@@ -17,14 +17,15 @@ from typing import Any
 
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
+from nbworkers.magics.run.outputs import Waits
 from nbworkers.magics.sessions.core import CellRecord
-from nbworkers.magics.sessions.events import WorkerEnd
+from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
 
-QUEUED = CellState.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
+QUEUED = ViewStatus.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
 
 
 class SessionCell:
@@ -53,7 +54,7 @@ class SessionCell:
         self._views: list[Any] = []
         self._views_lock = threading.Lock()
         self._done = threading.Event()
-        self._waiters = 0
+        self._waits = Waits()  # wait() calls refreshing the views themselves
         self.dirty = True
         self._flushed = 0.0  # monotonic time the session last refreshed this cell's views
 
@@ -93,7 +94,7 @@ class SessionCell:
         return self._done.is_set()
 
     def snapshot(self) -> ClusterSnapshot:
-        with self.session._lock:
+        with self.session.lock:
             return self._snapshot()
 
     def _snapshot(self) -> ClusterSnapshot:
@@ -140,8 +141,6 @@ class SessionCell:
         """Block until the cell ends (True) or ``timeout`` passes (False); refresh the views meanwhile and leave
         the final summary. A failed cell raises ``RunFailed`` (unless ``raise_on_failure=False``). ``echo``: a
         ``magics.echo.WorkerEcho`` writing the workers' output into the notebook cell as it comes."""
-        from nbworkers.magics.run.outputs import wait_for
-
         publisher = None  # the rich outputs: into the waiting notebook cell, unless the cell's view has its own
         if echo is not None and self._live is None:
             publisher = RichPublisher(label_workers=self.display == "all")
@@ -154,20 +153,15 @@ class SessionCell:
             if publisher is not None:
                 publisher.tick(self.outputs)
 
-        with self.session._lock:
-            self._waiters += 1
-        try:
-            wait_for(self._done, timeout, self.session.settings.flush_interval, tick)
-            ended = self._done.is_set()
-            if echo is not None:
-                echo.finish(self.snapshot()) if ended else echo.tick(self.snapshot())
+        def finish() -> None:
             if publisher is not None:
                 publisher.tick(self.outputs)
-            if ended:
-                self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
-        finally:
-            with self.session._lock:
-                self._waiters -= 1
+            self.finish_views(error_below=raise_on_failure, echoed=echo is not None)
+
+        ended = self._waits.wait(self._done, timeout, self.session.settings.flush_interval, tick, echo, self.snapshot,
+                                 finish)
+        if not ended and publisher is not None:
+            publisher.tick(self.outputs)
         if raise_on_failure and ended and self.state == CellState.FAILED:
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
@@ -175,7 +169,7 @@ class SessionCell:
     @property
     def value(self) -> WorkersValue | None:
         """The cell's last expression (worker 0's, the others' where they differ), or None when it had none."""
-        with self.session._lock:
+        with self.session.lock:
             return WorkersValue(self.results) if self.results else None
 
     def show_outputs(self) -> None:
@@ -225,7 +219,7 @@ class SessionCell:
         except ImportError:  # no ipywidgets: cell.show_outputs() still shows them
             return
         live.show()
-        with self.session._lock:
+        with self.session.lock:
             self._live = live
             live.add(self.outputs)
             if self.record.state.is_terminal and self.results:
@@ -236,7 +230,7 @@ class SessionCell:
         """The core dispatched the cell: every worker runs it."""
         self.started = time.time()
         for worker in self.workers:
-            worker.status = WorkerStatus.RUNNING.value
+            worker.status = WorkerStatus.RUNNING
         self.dirty = True
 
     def feed_log(self, worker: int, text: str) -> None:
@@ -253,13 +247,13 @@ class SessionCell:
                 return
         self._show_held_stops()
         if end.status != CellEnd.INTERRUPTED:
-            self.workers[worker].apply_status(end.status.worker_status.value, end.error)
+            self.workers[worker].apply_status(end.status.worker_status, end.error)
         self.dirty = True
 
     def _show_held_stops(self) -> None:
         held, self._held_stops = self._held_stops, {}
         for index, end in held.items():
-            self.workers[index].apply_status(end.status.worker_status.value, end.error)
+            self.workers[index].apply_status(end.status.worker_status, end.error)
 
     def conclude(self) -> None:
         """The core concluded the cell (its record holds how): the workers still running show its end."""
@@ -271,24 +265,20 @@ class SessionCell:
             self.record.state, WorkerStatus.STOPPED)
         for worker in self.workers:
             if worker.status in (WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.WAITING):
-                worker.status = status.value
+                worker.status = status
         self.dirty = True
 
     def end(self) -> None:
         """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
         self._done.set()
-        with self.session._lock:
-            waiting = self._waiters > 0
-        if not waiting:
+        if not self._waits.any:
             self.finish_views()
 
     # ------------------------------------------------------------------------------ views
     def refresh_if_due(self, interval: float) -> None:
         """The supervisor's refresh of a running cell's views: when something changed, at most every ``interval``
         seconds, and not while a ``wait()`` refreshes them itself (from the notebook's thread)."""
-        with self.session._lock:
-            waiting = self._waiters > 0
-        if self.dirty and not waiting and time.monotonic() - self._flushed >= interval:
+        if self.dirty and not self._waits.any and time.monotonic() - self._flushed >= interval:
             self._flushed = time.monotonic()
             self.refresh_views()
 

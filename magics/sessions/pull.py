@@ -44,7 +44,7 @@ class PullRequest:
 def wait_for_worker(session, worker: int, what: str) -> None:
     """Return once ``worker`` can take a command: after the cells submitted before the call (an Interrupt in
     the notebook stops waiting), and once the workers are (re)started; ``PullError`` when the session ended."""
-    session._check_index(worker)
+    session.check_index(worker)
     while True:
         cell = session.last_pending_cell()
         if cell is None:
@@ -52,10 +52,10 @@ def wait_for_worker(session, worker: int, what: str) -> None:
         cell.wait(raise_on_failure=False)
     deadline = time.monotonic() + session.settings.pull_timeout
     while True:  # the workers may still be starting (or restarting)
-        with session._lock:
-            if session._done.is_set() or session._core.stopping:
+        with session.lock:
+            if session.ending:
                 raise PullError(f"session {session.name!r} is {session.status}: nothing to {what}")
-            if not session._core.restart_pending and worker in session._channel.ready_workers():
+            if session.ready(worker):
                 return
         if time.monotonic() > deadline:
             raise PullError(f"worker {worker} of session {session.name!r} was not ready in "
@@ -77,10 +77,10 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
     wait_for_worker(session, worker, "pull from")
     data = session.data_channel
     with data.lock:
-        with session._lock:
+        with session.lock:
             request = PullRequest(uuid.uuid4().hex, worker, session.state.generation)
-            session._pulls[request.request] = request
-            reached = session._channel.send(
+            session.pending_pulls[request.request] = request
+            reached = session.channel.send(
                 "pull", workers=[worker], request=request.request, expression=expression,
                 max_bytes=session.settings.pull_max_bytes, data=data.address,
             )
@@ -89,8 +89,8 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
         try:
             return _receive(session, data, request, timeout or session.settings.pull_timeout)
         finally:
-            with session._lock:
-                session._pulls.pop(request.request, None)
+            with session.lock:
+                session.pending_pulls.pop(request.request, None)
 
 
 def _receive(session, data, request: PullRequest, timeout: float) -> Any:
@@ -104,7 +104,7 @@ def _receive(session, data, request: PullRequest, timeout: float) -> Any:
         if frames is None:
             continue
         try:
-            kind, content, blobs = session_data.unpack(frames, session._key, session.settings.pull_max_bytes)
+            kind, content, blobs = session.unpack_reply(frames)
         except session_data.DataError as error:
             if "more than the limit" in str(error) and _is_for(frames, request):
                 raise PullError(f"refused {source}: {error} (setting pull_max_bytes)") from None

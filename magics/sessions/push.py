@@ -77,8 +77,6 @@ def scatter(session, name: str, array: Any, workers: list[int] | None = None) ->
 
 def _send(session, worker: int, tree: dict[str, Any], blobs: list[Any]) -> None:
     wait_for_worker(session, worker, "push to")
-    with session._lock:
-        channel = session._channel
-    reached = channel.send_data("push", worker, {"values": tree}, blobs, session.settings.pull_timeout)
+    reached = session.channel.send_data("push", worker, {"values": tree}, blobs, session.settings.pull_timeout)
     if not reached:
         raise PushError(f"worker {worker} cannot be reached (it is gone; the session restarts it): push again")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any, Final
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import WorkerStatus
+from nbworkers.magics.run.core.statuses import ENDED, WorkerStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views import compact
 
@@ -136,7 +135,7 @@ def _compact_text(snapshot: ClusterSnapshot, done: bool) -> list[str]:
 
 def render_text(snapshot: ClusterSnapshot) -> str:
     """A few lines for ``text/plain``: one per worker; log paths and the error when the run is over."""
-    done = snapshot.get("status") in DONE_STATES
+    done = snapshot.get("status") in ENDED
     lines = [headline(snapshot)]
     if snapshot_note(snapshot):
         lines.append(f"  {snapshot_note(snapshot)}")
@@ -234,7 +233,7 @@ def _worker_rows(snapshot: ClusterSnapshot, with_logs: bool) -> str:
     if shared:
         above += f"<p>Every worker: {_esc(format_metrics(shared))}</p>"
     below = (f'<p style="font-size:0.85em">Logs: <code>{_esc(snapshot.get("run_dir") or "")}/worker-&lt;index&gt;.log'
-             "</code></p>") if snapshot.get("run_dir") and snapshot.get("status") in DONE_STATES else ""
+             "</code></p>") if snapshot.get("run_dir") and snapshot.get("status") in ENDED else ""
     return above + table + below
 
 
@@ -266,7 +265,7 @@ def render_html(snapshot: ClusterSnapshot) -> str:
 
     Once the run is over this is the final summary (:func:`render_summary_html`).
     """
-    if snapshot.get("status") in DONE_STATES:
+    if snapshot.get("status") in ENDED:
         return render_summary_html(snapshot)
     tails = []
     for worker in _with_logs(snapshot):

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import anywidget
 import traitlets as t
 
-from nbworkers.magics.run.core.state import DONE_STATES
+from nbworkers.magics.run.core.statuses import ENDED
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views import band_chart, compact
@@ -283,7 +283,7 @@ class ClusterWidgetView:
 
     def update(self, snapshot: ClusterSnapshot) -> None:
         self._apply(snapshot)
-        if self._summary_shown and snapshot.get("status") not in DONE_STATES and self._handle is not None:
+        if self._summary_shown and snapshot.get("status") not in ENDED and self._handle is not None:
             # an ended run runs again (Restart; the sidebar's on an ended run): the display's fallback, what a
             # reloaded page shows where the widget does not render, goes back from the final summary to the live view
             self._summary_shown = False
@@ -295,7 +295,7 @@ class ClusterWidgetView:
             self.widget.send_state(key=list(STATE_TRAITS))
         if self._handle is not None:
             self._handle.update(bundle(self.widget, snapshot), raw=True)
-            self._summary_shown = snapshot.get("status") in DONE_STATES
+            self._summary_shown = snapshot.get("status") in ENDED
 
     def close(self) -> None:
         self.widget.close()
@@ -377,6 +377,6 @@ def _same(name: str, old: Any, new: Any) -> bool:
     """Equal for sending purposes: the running wall clock alone is not worth a message (the page ticks it)."""
     if old is None:
         return False
-    if name == "cluster" and new.get("status") not in DONE_STATES:
+    if name == "cluster" and new.get("status") not in ENDED:
         return {**old, "wall_time": None} == {**new, "wall_time": None}
     return old == new

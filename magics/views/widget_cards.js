@@ -16,7 +16,7 @@ const STATUS_LABELS = {
   lost: "lost",
   detached: "detached", // a card of a view whose kernel restarted or died (widget.js)
 };
-const DONE = new Set(["finished", "failed", "stopped", "lost"]); // the terminal statuses (is_terminal)
+const DONE = new Set(["finished", "failed", "stopped", "lost"]); // ENDED in protocol/statuses.py (tests/unit/test_vocabulary.py)
 const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const TRACEBACK_LINES = 20;

@@ -8,8 +8,7 @@ import math
 import signal
 from typing import Any
 
-from nbworkers.magics.run.core.state import DONE_STATES
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import ENDED, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
@@ -127,7 +126,7 @@ def headline(snapshot: ClusterSnapshot) -> str:
     label = "stopped by you" if status == ClusterStatus.STOPPED else status_label(status)
     text = f"nbworkers cluster {snapshot.get('name', '?')}: {label}"
     text += f", {worker_count(snapshot)}"
-    verb = "in" if status in DONE_STATES else "for"
+    verb = "in" if status in ENDED else "for"
     text += f", {verb} {format_duration(snapshot.get('wall_time'))}"
     if snapshot.get("restarts"):
         text += f", {snapshot['restarts']} restart{'s' if snapshot['restarts'] != 1 else ''}"
@@ -137,7 +136,7 @@ def headline(snapshot: ClusterSnapshot) -> str:
 def snapshot_note(snapshot: ClusterSnapshot) -> str:
     """What an attached run's summary says while the run goes on in another kernel: it is a snapshot, it will not
     update, and how to see more (``%workers attach`` marks the snapshot ``attached``); empty otherwise."""
-    if not snapshot.get("attached") or snapshot.get("status") in DONE_STATES:
+    if not snapshot.get("attached") or snapshot.get("status") in ENDED:
         return ""
     name = snapshot.get("name", "NAME")
     return (f"A snapshot of a run live in another kernel: it will not update. Run `%workers attach {name}` again "

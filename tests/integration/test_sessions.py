@@ -188,13 +188,13 @@ def pull_with_forged_reply(send):
             out["error"] = str(error)
     thread = threading.Thread(target=run)
     thread.start()
-    while not session._pulls:
+    while not session.pending_pulls:
         time.sleep(0.01)
-    request = next(iter(session._pulls))
+    request = next(iter(session.pending_pulls))
     socket = zmq.Context.instance().socket(zmq.PUSH)
     socket.connect(session.data_channel.address)
     fields = {{"request": request, "worker": 0, "gen": session.state.generation, "error": None}}
-    socket.send_multipart(send(wire.Signer(session._key), fields))
+    socket.send_multipart(send(wire.Signer(session._part.loop.key), fields))
     thread.join(60)
     socket.close(linger=0)
     return out
@@ -205,20 +205,20 @@ def npy_header(array):
     return buffer.getvalue()
 
 def pickled(signer, fields):  # a pickle where an array's .npy header should be
-    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [pickle.dumps(Evil()), b""])
 
 def pickle_tag(signer, fields):  # a pickle, honestly labelled: the kernel never loads one
-    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
+    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
                              [pickle.dumps(Evil())])
 
 def object_array(signer, fields):
     array = np.array([Evil()], dtype=object)
-    return session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [npy_header(array), pickle.dumps(Evil())])
 
 def tampered(signer, fields):  # the payload changed after signing: its MAC no longer matches
-    frames = session_data.pack(session._key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    frames = session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                                [npy_header(np.zeros(4)), bytes(32)])
     return frames[:-1] + [b"x" * 32]
 
@@ -227,7 +227,7 @@ def wrong_key(signer, fields):  # not signed with the session's key: dropped and
     return session_data.pack(other, wire.Signer(other), "pull", {{**fields, "value": "forged"}}, [])
 
 def other_request(signer, fields):  # well signed, for no pending request: dropped and counted
-    return session_data.pack(session._key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
+    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
 
 results = {{name: pull_with_forged_reply(fn) for name, fn in [
     ("pickle", pickled), ("pickle_tag", pickle_tag), ("object", object_array),
@@ -238,7 +238,7 @@ results = {{name: pull_with_forged_reply(fn) for name, fn in [
 def test_hostile_pull_replies_are_refused_without_executing_anything(session_kernel, tmp_path):
     k = session_kernel
     mark = tmp_path / "pwned"
-    drops_before = k.value("dict(nbworkers.session('train')._drop_counts())")
+    drops_before = k.value("nbworkers.session('train').snapshot()['dropped']")
     result = k.run(HOSTILE.format(mark=str(mark)))
     assert not result.error, result.text
     results = k.value("results")
@@ -248,7 +248,7 @@ def test_hostile_pull_replies_are_refused_without_executing_anything(session_ker
     for name in ("tampered", "wrong_key", "other_request"):  # dropped and counted; the genuine reply arrives
         assert results[name] == {"value": "genuine"}, name
     assert not mark.exists()  # the pickle's payload never ran
-    drops = k.value("dict(nbworkers.session('train')._drop_counts())")
+    drops = k.value("nbworkers.session('train').snapshot()['dropped']")
     assert drops["data"] >= drops_before["data"] + 3
     assert k.value("nbworkers.session('train').pull('1 + 1')") == 2  # the session goes on
 
@@ -412,13 +412,13 @@ def test_rich_outputs_that_are_not_what_they_claim_are_dropped_and_counted(sessi
     """A pickle's MIME type, bad base64, more than display_max_bytes, a bundle for another cell: none is shown,
     each is counted; the genuine output of the same cell still is."""
     k = session_kernel
-    before = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    before = k.value("nbworkers.session('rich').snapshot()['dropped']")
     number = k.value("len(nbworkers.session('rich').cells)") + 1
     result = k.run(FORGED_DISPLAYS.format(cell=number))
     assert result.status == "ok", result.text
     assert [d for d in result.displays if "nbworkers cluster" not in d.get("text/plain", "")] \
         == [{"text/plain": "the genuine one"}], result.displays
-    drops = k.value("dict(nbworkers.session('rich')._drop_counts())")
+    drops = k.value("nbworkers.session('rich').snapshot()['dropped']")
     assert drops["malformed"] - before["malformed"] == 2 * 2, (before, drops)  # on each of the 2 workers
     assert drops["oversized"] - before["oversized"] == 2 and drops["stale"] - before["stale"] == 2, (before, drops)
 

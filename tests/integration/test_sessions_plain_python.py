@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from conftest import wait_until
 
 
 def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_failure(tmp_path):
@@ -30,6 +31,11 @@ def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_fai
         last.wait(60)
         assert repr(last.value) == "20" and last.snapshot()["workers"][0]["log_tail"] == []  # Out, not a print
         assert session.snapshot()["session"]["state"] == "idle"
+        from nbworkers.magics.rundir.listing import describe  # what the REST API and the sidebar read: state.json
+
+        assert wait_until(lambda: ((describe(session.run_dir) or {}).get("session") or {}).get("cells") == 5, 30)
+        row = describe(session.run_dir)
+        assert row is not None and row["session"]["cells"] == 5 and row["session"]["state"] == "idle"
         slow = session.submit("import time\ntime.sleep(60)", timeout=0.5)  # --timeout: interrupted, failed
         with pytest.raises(Exception, match="timed out after 0.5 s"):
             slow.wait(60)

@@ -129,8 +129,8 @@ def test_interrupt_button_does_not_kill_workers(kernel, run_root):
 
 def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, run_root):
     assert not kernel.run(SLEEP_CELL.format(name="forged")).error
-    address = kernel.value("nbworkers.get_cluster('forged')._relay.address")
-    key = kernel.value("nbworkers.get_cluster('forged')._key")
+    address = kernel.value("nbworkers.get_cluster('forged').relay.address")
+    key = kernel.value("nbworkers.get_cluster('forged')._loop.key")
     from nbworkers.protocol.wire import Sender
 
     forger = Sender(address, "00" * 32, worker=0)  # the wrong key
@@ -151,7 +151,7 @@ def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, 
         lambda: kernel.value("nbworkers.get_cluster('forged').snapshot()['workers'][0]['metrics']") == {"loss": 0.5}, 20
     )
     kernel.run("import time; time.sleep(0.5)")
-    dropped = kernel.value("nbworkers.get_cluster('forged')._drop_counts()")
+    dropped = kernel.value("nbworkers.get_cluster('forged').snapshot()['dropped']")
     assert dropped["bad_signature"] == 3 and dropped["malformed"] == 2, dropped
     snap = kernel.value("nbworkers.get_cluster('forged').snapshot()")
     assert snap["status"] == "running" and snap["workers"][0]["status"] != "failed"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from nbworkers.magics.run.core.statuses import CellEnd
 from nbworkers.magics.sessions.cell import SessionCell
 from nbworkers.magics.sessions.core import CellRecord
-from nbworkers.magics.sessions.events import WorkerEnd
+from nbworkers.magics.sessions.core.events import WorkerEnd
 
 STOPPED = WorkerEnd(CellEnd.INTERRUPTED, "stopped at step 12", step=12)
 

@@ -1,4 +1,4 @@
-"""The session core (magics/sessions/core.py) driven by events on a fake clock: no kernel, no processes, no
+"""The session core (magics/sessions/core/cells.py) driven by events on a fake clock: no kernel, no processes, no
 sockets, no TensorFlow. Each test walks one path of a cell's lifecycle and checks the actions and the cells' states."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState
-from nbworkers.magics.sessions import events as ev
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings
-from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.magics.sessions.core import events as ev
+from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
 
 READY, CONNECTING, RESTARTING, STOPPING = Group.READY, Group.CONNECTING, Group.RESTARTING, Group.STOPPING
 OK = WorkerEnd(CellEnd.OK)
@@ -35,7 +35,7 @@ class Session:
         return actions
 
     def submit(self, timeout: float | None = None, group: Group = READY) -> list[ev.Action]:
-        return self.send(ev.Submitted(len(self.core.cells) + 1, timeout, group))
+        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group))
 
     def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
         self.now += seconds

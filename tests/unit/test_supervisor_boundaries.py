@@ -15,8 +15,8 @@ from nbworkers.magics.run.core.supervisor import Supervisor
 from nbworkers.magics.run.core.timings import Timings
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE = [*sorted((ROOT / "magics" / "run" / "core").glob("*.py")), ROOT / "magics" / "sessions" / "core.py",
-        ROOT / "magics" / "sessions" / "events.py"]
+PURE = [*sorted((ROOT / "magics" / "run" / "core").glob("*.py")),
+        *sorted((ROOT / "magics" / "sessions" / "core").glob("*.py"))]
 
 
 class Clocks:

@@ -4,6 +4,8 @@ module constants. No kernel, no TensorFlow, no subprocess."""
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +50,32 @@ def test_the_run_and_its_workers_end_on_the_same_four_statuses():
     assert issubclass(C, protocol_statuses.Status) and issubclass(W, protocol_statuses.Status)
     assert {c.value for c in C if c.is_terminal} == {w.value for w in W if w.is_terminal} == {
         "finished", "failed", "stopped", "lost"}
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _js_set(path: Path, name: str) -> set[str]:
+    """The strings of ``const NAME = new Set([...])`` (or ``export const``) in a front-end file."""
+    found = re.search(rf"const {name} = new Set\(\[(.*?)\]\)", path.read_text())
+    assert found, f"no `const {name} = new Set([...])` in {path.relative_to(REPO)}"
+    return set(re.findall(r"[\"'](\w+)[\"']", found.group(1)))
+
+
+def test_the_ended_statuses_are_defined_once_and_the_front_ends_copies_hold_to_them():
+    C, W = statuses.ClusterStatus, statuses.WorkerStatus
+    assert statuses.ENDED == {s for s in C if s.is_terminal} == {s for s in W if s.is_terminal}
+    assert statuses.RECORDED_ENDS == statuses.ENDED - {C.LOST}  # LOST: concluded by others, never recorded
+    assert _js_set(REPO / "labextension" / "src" / "format.ts", "ENDED") == statuses.ENDED
+    assert _js_set(REPO / "magics" / "views" / "widget_cards.js", "DONE") == statuses.ENDED
+
+
+def test_every_status_a_card_shows_belongs_to_an_enum_with_a_label():
+    every = {s.value for enum in (statuses.ClusterStatus, statuses.WorkerStatus, statuses.ViewStatus) for s in enum}
+    assert {"queued", "detached"} <= every
+    source = (REPO / "magics" / "views" / "widget_cards.js").read_text()
+    labels = re.search(r"const STATUS_LABELS = \{(.*?)\n\};", source, re.S)
+    assert labels and set(re.findall(r"^\s*(\w+):", labels.group(1), re.M)) == every
 
 
 def test_every_status_has_one_label_in_the_summary():

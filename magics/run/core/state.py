@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbworkers.magics.run.core.logtail import LogTail
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, RestartEntry, WorkerSnapshot
 
 CLUSTER_STATES = tuple(status.value for status in ClusterStatus)
-# the ends a run's own kernel records (LOST, also terminal, is what others conclude when that kernel died)
-DONE_STATES = (ClusterStatus.FINISHED.value, ClusterStatus.FAILED.value, ClusterStatus.STOPPED.value)
 
 
 @dataclass
@@ -33,7 +31,7 @@ class WorkerState:
     role_index: int = 0
     host: str = ""
     pid: int | None = None
-    status: str = WorkerStatus.STARTING.value
+    status: WorkerStatus = WorkerStatus.STARTING
     detail: str = ""
     exit_code: int | None = None
     epoch: int | None = None
@@ -85,7 +83,7 @@ class WorkerState:
             return self.epoch
         return step
 
-    def apply_status(self, state: str, detail: str = "") -> None:
+    def apply_status(self, state: WorkerStatus, detail: str = "") -> None:
         """A worker's own status message; a new state without a detail clears the old state's detail."""
         if detail or state != self.status:
             self.detail = detail or ""
@@ -98,7 +96,7 @@ class WorkerState:
             "role_index": self.role_index,
             "host": self.host,
             "pid": self.pid,
-            "status": self.status,
+            "status": str(self.status),  # a plain string: the JSON, the views and repr() see "running"
             "detail": self.detail,
             "exit_code": self.exit_code,
             "epoch": self.epoch,
@@ -123,7 +121,7 @@ class ClusterState:
     workers: list[WorkerState]
     run_dir: str
     backend: str = "local"
-    status: str = ClusterStatus.STARTING.value
+    status: ClusterStatus = ClusterStatus.STARTING
     error: str = ""
     started: float = field(default_factory=time.time)
     ended: float | None = None
@@ -141,7 +139,7 @@ class ClusterState:
 
     @property
     def done(self) -> bool:
-        return self.status in DONE_STATES
+        return self.status in RECORDED_ENDS
 
     def resize(self, size: int, new_worker: Callable[[int], WorkerState]) -> None:
         """The workers of a group of ``size``: those beyond it dropped, new ones (``new_worker(index)``) added."""
@@ -156,7 +154,7 @@ class ClusterState:
         snapshot: ClusterSnapshot = {
             "name": self.name,
             "backend": self.backend,
-            "status": self.status,
+            "status": str(self.status),
             "error": self.error,
             "started": self.started,
             "ended": self.ended,

@@ -1,6 +1,7 @@
 """Every status a run and a worker can be in, as ``str`` enums.
 
-``ClusterStatus`` and ``WorkerStatus`` are defined in ``protocol/statuses.py`` (the workers send worker statuses;
+``ClusterStatus``, ``WorkerStatus``, ``ViewStatus`` and the ended statuses (``ENDED``, ``RECORDED_ENDS``) are
+defined in ``protocol/statuses.py`` (the workers send worker statuses;
 the state file, the REST API and the sidebar carry run statuses) and re-exported here with the session's cell
 states, so the kernel side imports them from one place.
 
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 from enum import Enum
 
-from nbworkers.protocol.statuses import ClusterStatus, Status, WorkerStatus
+from nbworkers.protocol.statuses import ENDED, RECORDED_ENDS, ClusterStatus, Status, ViewStatus, WorkerStatus
 
-__all__ = ["CellEnd", "CellState", "ClusterStatus", "WorkerStatus", "is_terminal"]
+__all__ = ["ENDED", "RECORDED_ENDS", "CellEnd", "CellState", "ClusterStatus", "ViewStatus", "WorkerStatus",
+           "is_terminal"]
 
 
 class CellState(Status):
-    """Where one cell of a session is (``magics/sessions/core.py``; ``SessionCell.state``)."""
+    """Where one cell of a session is (``magics/sessions/core/cells.py``; ``SessionCell.state``)."""
 
     QUEUED = "queued"  # submitted, waiting for the cells before it and for every worker to be ready
     RUNNING = "running"

@@ -62,7 +62,7 @@ class Supervisor:
         self.started = clock()
         self.attempt = Attempt(state.generation, None, self.started, self.started)
         self.stopping_since: float | None = None
-        self.final_status: str = ""
+        self.final_status = ClusterStatus.STOPPED  # what the stop under way ends in (``stopping``)
         self.kill_deadline: float | None = None
         self.pending: WorkerFailure | None = None  # a restart is due once the group is gone
         self.restart_due = 0.0
@@ -147,10 +147,10 @@ class Supervisor:
         worker = self.state.workers[event.worker]
         worker.apply_metrics(event.content, self.wall())
         if worker.status in (WorkerStatus.STARTING, WorkerStatus.WAITING):
-            worker.status = WorkerStatus.RUNNING.value
+            worker.status = WorkerStatus.RUNNING
         self._note_resume(event.content)
         if self.state.status == ClusterStatus.STARTING:
-            self.state.status = ClusterStatus.RUNNING.value
+            self.state.status = ClusterStatus.RUNNING
 
     def _on_status(self, event: ev.StatusReported) -> None:
         self.attempt.last_progress = self.clock()
@@ -159,7 +159,7 @@ class Supervisor:
             worker.apply_status(_worker_status(event.state), event.detail)
             started = event.state in (WorkerStatus.RUNNING, WorkerStatus.WAITING)
             if started and self.state.status == ClusterStatus.STARTING:
-                self.state.status = ClusterStatus.RUNNING.value
+                self.state.status = ClusterStatus.RUNNING
 
     def _on_stop_requested(self) -> list[ev.Action]:
         if self.stopping:
@@ -180,15 +180,15 @@ class Supervisor:
                 continue
             worker.exit_code = code
             if self.pending is not None:
-                worker.status = WorkerStatus.RESTARTING.value
+                worker.status = WorkerStatus.RESTARTING
                 self._amend_cause(index, code, log_tail)
             elif code == 0 or index in self.attempt.retired:  # retired: stopped by us once training ended
-                worker.status = WorkerStatus.FINISHED.value
+                worker.status = WorkerStatus.FINISHED
             elif self.stopping:
                 stopped = self.final_status == ClusterStatus.STOPPED or worker.status != WorkerStatus.FAILED
-                worker.status = (WorkerStatus.STOPPED if stopped else WorkerStatus.FAILED).value
+                worker.status = (WorkerStatus.STOPPED if stopped else WorkerStatus.FAILED)
             else:
-                worker.status = WorkerStatus.FAILED.value
+                worker.status = WorkerStatus.FAILED
                 failures.append(classify_exit(index, code, log_tail))
                 worker.detail = worker.detail or str(failures[-1])
         return self._on_failure(root_cause(failures)) if failures else []
@@ -241,13 +241,13 @@ class Supervisor:
             if self.stopping:
                 self.state.status = self.final_status
             elif all(w.exit_code == 0 or w.index in self.attempt.retired for w in self.state.workers):
-                self.state.status = ClusterStatus.FINISHED.value
+                self.state.status = ClusterStatus.FINISHED
             else:
-                self.state.status = ClusterStatus.FAILED.value
+                self.state.status = ClusterStatus.FAILED
         return [ev.KillGroup()]
 
     def _on_crashed(self, event: ev.SupervisorCrashed) -> list[ev.Action]:
-        self.state.status = ClusterStatus.FAILED.value
+        self.state.status = ClusterStatus.FAILED
         self.state.error = "nbworkers supervisor crashed:\n" + event.traceback
         self.state.ended = self.state.ended or self.wall()
         return [ev.KillGroup()]
@@ -261,14 +261,14 @@ class Supervisor:
         self.pending = failure
         self.restart_stop_at = self.clock()
         self.restart_due = self.clock() + decision.backoff
-        self.state.status = ClusterStatus.RESTARTING.value
+        self.state.status = ClusterStatus.RESTARTING
         for worker in self.state.workers:
-            worker.status = WorkerStatus.RESTARTING.value
+            worker.status = WorkerStatus.RESTARTING
         return [self._stop_group(), ev.RestartScheduled(failure)]
 
     def _fail(self, failure: WorkerFailure) -> list[ev.Action]:
         self.pending = None  # a failed run is not restarted
-        self.state.status = ClusterStatus.FAILED.value
+        self.state.status = ClusterStatus.FAILED
         self.state.failure_kind = failure.kind
         # a short message: the worker's traceback is shown from its log tail, once (views, RunFailed)
         self.state.error = f"{str(failure).rstrip('.')}."
@@ -278,8 +278,8 @@ class Supervisor:
         self.stopping_since = self.clock()
         if self.state.status != ClusterStatus.FAILED:
             stopping = ClusterStatus.STOPPING if final_status == ClusterStatus.STOPPED else final_status
-            self.state.status = stopping.value
-        self.final_status = final_status.value
+            self.state.status = stopping
+        self.final_status = final_status
         return [self._stop_group()]
 
     def _stop_group(self) -> ev.StopGroup:
@@ -345,9 +345,9 @@ class Supervisor:
             **({"workers": list(sizes)} if sizes[0] != sizes[1] else {}),
         })
         resized = f" ({sizes[0]} -> {sizes[1]} workers)" if sizes[0] != sizes[1] else ""
-        state.status = ClusterStatus.STARTING.value
+        state.status = ClusterStatus.STARTING
         for worker in state.workers:
-            worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING.value, None, None, ""
+            worker.status, worker.exit_code, worker.pid, worker.detail = WorkerStatus.STARTING, None, None, ""
             worker.restarts += 1
             worker.log_tail.feed([f"--- nbworkers: restarting the group ({cause.kind}): {cause}{resized}\n"])
         now = self.clock()
@@ -374,8 +374,8 @@ class Supervisor:
             self.policy.progressed()
 
 
-def _worker_status(state: str) -> str:
+def _worker_status(state: str) -> WorkerStatus:
     try:
-        return WorkerStatus(state).value
-    except ValueError:  # the relay checks it (protocol/wire.py); kept as sent all the same
-        return state
+        return WorkerStatus(state)
+    except ValueError:  # the relay checks it (protocol/wire.py): never from a worker that passed the checks
+        return WorkerStatus.RUNNING

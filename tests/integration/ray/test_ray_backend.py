@@ -146,7 +146,7 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
         snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
         assert snap["status"] == "finished", snap["error"]
         assert all(any("hello from" in line for line in w["log_tail"]) for w in snap["workers"]), snap["workers"]
-    encrypted = kernel.value("nbworkers.get_cluster('raysecond')._relay.curve is not None")
+    encrypted = kernel.value("nbworkers.get_cluster('raysecond').relay.curve is not None")
     assert encrypted
     other = free_port()
     checks = kernel.run(

@@ -29,7 +29,7 @@ import time, zmq
 from nbworkers.protocol import wire
 from nbworkers.protocol.relay_curve import client_keypair
 session = nbworkers.session("rs")
-channel = session._channel
+channel = session.channel
 peers, refused = dict(channel._peers), channel.curve.keys.refused
 strangers = []
 for curve in [(channel.curve.public_key, *client_keypair()), None]:  # a key nobody allowed; no CurveZMQ at all
@@ -39,13 +39,13 @@ for curve in [(channel.curve.public_key, *client_keypair()), None]:  # a key nob
         sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (k.encode() for k in curve)
     sock.connect(channel.address)
     # signed with the run's HMAC key (readable in Ray's traffic): only CurveZMQ keeps it out
-    sock.send_multipart(wire.Signer(session._key).frames("ready", {"worker": 0, "gen": session.state.generation}))
+    sock.send_multipart(wire.Signer(session._part.loop.key).frames("ready", {"worker": 0, "gen": session.state.generation}))
     strangers.append(sock)
 time.sleep(3)
 answered = [bool(s.poll(1000)) for s in strangers]
 facts = {"endpoint": channel._socket.getsockopt(zmq.LAST_ENDPOINT).decode(), "address": channel.address,
-         "relay_address": session._relay.address, "same_keys": channel.curve.keys is session._relay.curve.keys,
-         "same_server_key": channel.curve.public_key == session._relay.server_public_key,
+         "relay_address": session.relay.address, "same_keys": channel.curve.keys is session.relay.curve.keys,
+         "same_server_key": channel.curve.public_key == session.relay.server_public_key,
          "peers_kept": dict(channel._peers) == peers, "newly_refused": channel.curve.keys.refused - refused,
          "answered": answered}
 for s in strangers:

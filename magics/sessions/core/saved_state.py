@@ -1,6 +1,6 @@
 """What a session's workers saved before its processes restarted, told to the user (pure: no I/O, no TensorFlow).
 
-The session core (``magics/sessions/core.py``) collects the workers' ``saved`` answers (``events.WorkerSave``) in a
+The session core (``sessions/core/cells.py``) collects the workers' ``saved`` answers (``events.WorkerSave``) in a
 ``SavedState``; its ``note`` goes into the failed cell's error and the session's ``lost_note``, its ``summary`` into
 ``%workers``. Worker 0's models, optimizers, variables and other trackables come back when the cells that build
 them run again (the note names those cells: the workers report the cell that last bound each name), at once with
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nbworkers.magics.sessions.events import WorkerSave
+from nbworkers.magics.sessions.core.events import WorkerSave
 
 TF_KINDS = ("model", "variable", "checkpoint")  # worker 0's, restored into rebuilt objects by %workers restore
 KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": ""}  # a checkpoint's detail names it

@@ -1,4 +1,4 @@
-"""What the session core (``magics/sessions/core.py``) is told, and what it asks the session to do.
+"""What the session core (``magics/sessions/core/cells.py``) is told, and what it asks the session to do.
 
 Events are what ``Session`` (``magics/sessions/session.py``) observed: a cell submitted, a worker's ``cell``
 message, a cell's end marker in a log, a Stop, the supervisor's round, and what the supervisor core decided about

@@ -1,7 +1,7 @@
 """A session's cell lifecycle, as a state machine: ``SessionCore.handle(event) -> [action]``.
 
 No threads, sockets, processes or TensorFlow here: ``Session`` (``magics/sessions/session.py``) turns what it saw
-into events (``magics/sessions/events.py``), hands them in and carries out the actions it gets back (send a
+into events (``magics/sessions/core/events.py``), hands them in and carries out the actions it gets back (send a
 command, tell a cell's views, restart the processes). Time comes from an injected ``clock`` (seconds,
 monotonic), the grace periods from an injected ``timings`` (read at each use: a user may change the settings while
 the session runs), so every path is unit-tested in milliseconds (tests/unit/test_session_core.py):
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
-from nbworkers.magics.sessions import events as ev
-from nbworkers.magics.sessions.events import Group, InterruptOutcome, WorkerEnd
-from nbworkers.magics.sessions.saved_state import SavedState
+from nbworkers.magics.sessions.core import events as ev
+from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.magics.sessions.core.saved_state import SavedState
 
 LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
 SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
@@ -110,7 +110,7 @@ class SessionCore:
         self.workers = workers
         self.timings = timings
         self.clock = clock
-        self.cells: list[CellRecord] = []
+        self.records: list[CellRecord] = []  # each cell's lifecycle (the participant's SessionCell shows it)
         self.queue: deque[int] = deque()
         self.current: int | None = None
         self.alive_from = 1  # the first cell whose state lives in the current processes
@@ -122,12 +122,12 @@ class SessionCore:
 
     # ------------------------------------------------------------------------------------- queries
     def record(self, number: int) -> CellRecord:
-        return self.cells[number - 1]
+        return self.records[number - 1]
 
     def live_cells(self) -> str:
         """The cells whose state the current processes hold ("cells 3-8", "cell 3", "no cell"): what a restart of
         them loses (the Restart button's confirmation and the note after it say so)."""
-        ran = [c.number for c in self.cells if c.number >= self.alive_from and c.started_at is not None]
+        ran = [c.number for c in self.records if c.number >= self.alive_from and c.started_at is not None]
         return f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
 
     @property
@@ -145,9 +145,9 @@ class SessionCore:
         ``Event`` union (``assert_never``): an event without a case fails mypy."""
         match event:
             case ev.Submitted():
-                if event.cell != len(self.cells) + 1:
-                    raise ValueError(f"cell {event.cell} submitted after {len(self.cells)} cells")
-                self.cells.append(CellRecord(event.cell, event.timeout))
+                if event.cell != len(self.records) + 1:
+                    raise ValueError(f"cell {event.cell} submitted after {len(self.records)} cells")
+                self.records.append(CellRecord(event.cell, event.timeout))
                 self.queue.append(event.cell)
                 return self._dispatch(event.group)
             case ev.Tick():
@@ -170,7 +170,7 @@ class SessionCore:
             case ev.WorkerEnded():
                 return self._worker_ended(event)
             case ev.LogClosed():
-                if 0 < event.cell <= len(self.cells):
+                if 0 < event.cell <= len(self.records):
                     self.record(event.cell).closed_logs.add(event.worker)
                 return []
             case ev.StateSaved():
@@ -387,7 +387,7 @@ class SessionCore:
         self._restart = None
         actions = self._conclude_current(outcome.state, f"{outcome.error}\n{self.lost_note}".strip(), outcome.failed)
         actions += self._cancel_queue(f"not run: {self.lost_note}")
-        self.alive_from = len(self.cells) + 1
+        self.alive_from = len(self.records) + 1
         return actions + [ev.FailPulls(f"not answered: {self.lost_note}")]
 
     def _stale(self, cell: int, worker: int) -> ev.DropStale:
