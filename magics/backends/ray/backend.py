@@ -4,8 +4,9 @@ One Ray actor per worker (``ray_node.NbworkersWorkerHost``), all in one placemen
 STRICT_SPREAD, one worker per node; else PACK). ``plan()`` places the group and asks every actor for its
 node's address, a free port there and the GPUs Ray gave it: that is each worker's ``TF_CONFIG`` entry.
 ``launch()`` makes the actor start the usual worker host on its node, so logs, relay messages, exit codes,
-stop, kill and stack dumps behave as with the local backend. The kernel's relay listens on every interface
-and tells the workers the kernel node's address; messages stay signed with the cluster's key.
+stop, kill and stack dumps behave as with the local backend. The kernel's relay listens on the address it tells
+the workers (every interface only when this machine does not have it: ``address.bind_host``); CurveZMQ encrypts
+it, and each node's key may speak only for its own worker.
 
 When the worker's node does not see the kernel's files (no shared file system), the cell and the pushed
 variables are copied to the node, the log is written there and copied back, a chunk every
@@ -22,14 +23,21 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.backends.ray.actors import (
+    actor_class,
+    actor_failure,
+    first_line,
+    kill_actor,
+    remove_placement_group,
+    restore_sigterm,
+    sigterm_handler,
+)
 from nbworkers.magics.backends.ray.address import (
     bind_host,
     connected_address,
@@ -120,7 +128,7 @@ class RayBackend:
             self._check_same_cluster(ray)
             return ray
         check_address(self.address, self.settings.connect_timeout)
-        kernel_sigterm = _sigterm_handler()
+        kernel_sigterm = sigterm_handler()
         try:
             ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
                      namespace="nbworkers")
@@ -133,7 +141,7 @@ class RayBackend:
             raise RayBackendError(f"could not connect to the Ray cluster at {self.address}: {first}. {hint}"
                                   " Nothing was started.") from None
         finally:
-            _restore_sigterm(kernel_sigterm)  # ray.init turns SIGTERM into SystemExit in the main thread
+            restore_sigterm(kernel_sigterm)  # ray.init turns SIGTERM into SystemExit in the main thread
         return ray
 
     def _check_same_cluster(self, ray) -> None:
@@ -186,10 +194,10 @@ class RayBackend:
         try:
             ray.get(group.ready(), timeout=self.settings.placement_timeout)
         except Exception as error:
-            _remove_placement_group(ray, group)
+            remove_placement_group(ray, group)
             raise RayBackendError(self._placement_failure(ray, count, bundle, strategy, error)) from None
         asked = self._ask_zygotes(ray, group)  # their actors and imports start beside the worker hosts' actors
-        remote = _actor_class(ray)
+        remote = actor_class(ray)
         actors = []
         try:
             for i in range(count):
@@ -203,7 +211,7 @@ class RayBackend:
         except Exception as error:
             self._group = _Group(group, actors, [])
             self._release_group()
-            raise RayBackendError(_actor_failure(error, self.settings.actor_start_timeout)) from None
+            raise RayBackendError(actor_failure(error, self.settings.actor_start_timeout)) from None
         self._group = _Group(group, actors, where, open=set(range(count)), zygotes_asked=asked)
         for index, w in enumerate(where):  # each node's key speaks for its own worker only (relay_curve.py)
             if self._relay is not None and w.get("relay_client_key"):
@@ -277,7 +285,7 @@ class RayBackend:
         except Exception as error:
             self._release_group()
             raise RayBackendError(
-                f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {_first_line(error)}"
+                f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {first_line(error)}"
             ) from None
         where = group.where[index]
         if started.get("cwd_refused"):  # said in the cell too: the worker's imports and relative paths moved
@@ -331,10 +339,10 @@ class RayBackend:
         """Kill the worker's actor; the last one of its group also removes the placement group."""
         group = self._group
         if group is None or proc.actor not in group.actors:
-            _kill_actor(proc._ray, proc.actor)
+            kill_actor(proc._ray, proc.actor)
             return
         index = group.actors.index(proc.actor)
-        _kill_actor(proc._ray, proc.actor)
+        kill_actor(proc._ray, proc.actor)
         group.open.discard(index)
         if not group.open:
             self._release_group()
@@ -347,59 +355,8 @@ class RayBackend:
         import ray
 
         for actor in group.actors:
-            _kill_actor(ray, actor)
-        _remove_placement_group(ray, group.placement_group)
+            kill_actor(ray, actor)
+        remove_placement_group(ray, group.placement_group)
 
 
 # ---------------------------------------------------------------------------------------- helpers
-_remote_class = None
-
-
-def _actor_class(ray):
-    """The actor class, made once per kernel (threaded: ``wait`` blocks while other calls answer)."""
-    global _remote_class
-    if _remote_class is None:
-        _remote_class = ray.remote(max_concurrency=8, max_restarts=0)(NbworkersWorkerHost)
-    return _remote_class
-
-
-def _sigterm_handler():
-    return signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-
-
-def _restore_sigterm(handler) -> None:
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-
-
-def _kill_actor(ray, actor) -> None:
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:
-        pass
-
-
-def _remove_placement_group(ray, group) -> None:
-    try:
-        from ray.util.placement_group import remove_placement_group
-
-        remove_placement_group(group)
-    except Exception:
-        pass
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[-1] if text else ''}"
-
-
-def _actor_failure(error: BaseException, timeout: float) -> str:
-    text = str(error)
-    if "No module named" in text and "nbworkers" in text:
-        return (f"nbworkers is not installed on a Ray node ({_first_line(error)}). Install the same nbworkers"
-                f" (`{INSTALL_HINT}`) in the Python environment Ray runs there. Nothing was started.")
-    if "GetTimeoutError" in type(error).__name__ or "Timed out" in text:
-        return (f"the worker host actors did not start within {timeout:g} s (c.RaySettings.actor_start_timeout)."
-                " Nothing was started.")
-    return f"the worker host actors could not start: {_first_line(error)}. Nothing was started."
-
