@@ -22,11 +22,11 @@ Commands (``msg_type``; content fields):
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
-- ``save``       seq, gen, cell, max_bytes: before the kernel restarts the processes (their collectives are unusable
-                 after an abort), save the namespace into ``<run dir>/session-state/gen-<gen>/worker-<i>/``
-                 (``distlib/saved_state/namespace.py``: models and variables as ``.npz``, tf.train.Checkpoint
-                 files, arrays and JSON values; ``max_bytes`` bounds the arrays and values); the worker answers
-                 ``saved``
+- ``save``       seq, gen, cell, max_bytes, holder: before the kernel restarts the processes (collectives aborted,
+                 a worker killed, a second Stop, Restart), save the namespace into
+                 ``<run dir>/session-state/gen-<gen>/worker-<i>/`` (``distlib/saved_state/namespace.py``: models and
+                 variables as tf.train.Checkpoint files on worker ``holder`` only, arrays and JSON values on each;
+                 ``max_bytes`` bounds the arrays and values); the worker answers ``saved``
 - ``shutdown``   seq, gen: leave the cell loop; the worker exits
 
 The relay kind added to ``wire.KINDS``:

@@ -242,7 +242,8 @@ class SessionWorker:
                 raise RuntimeError("this worker has no run directory (NBWORKERS_RUN_DIR) to save into")
             report.update(session_state.save_namespace(self.namespace, run_dir, self.gen, self.index,
                                                        int(content.get("max_bytes") or session_wire.SAVE_MAX_BYTES),
-                                                       built_in=self.bindings.built_in))
+                                                       built_in=self.bindings.built_in,
+                                                       holder=int(content.get("holder") or 0)))
             print(f"nbworkers: saved {', '.join(e['name'] for e in report['saved']) or 'nothing'} into "
                   f"{report['dir']} before the restart", file=sys.stderr, flush=True)
         except Exception as error:

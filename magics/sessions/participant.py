@@ -49,6 +49,7 @@ class SessionParticipant:
         self._logs = LogRouter()  # each worker's output to the cell that printed it
         self._noise = self._noise_filters()  # TensorFlow's chatter stays out of the cells (the log keeps it)
         self._ended = False
+        loop.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for the save
 
     def _timings(self) -> SessionTimings:
         """The grace periods as the settings say now (a user may change them while the session runs)."""
@@ -171,7 +172,7 @@ class SessionParticipant:
                 case ev.SendAbort():
                     self._send("abort", workers=list(action.workers), cell=action.cell, reason=action.reason)
                 case ev.SendSave():
-                    self._send("save", workers=list(action.workers), cell=action.cell,
+                    self._send("save", workers=list(action.workers), cell=action.cell, holder=action.holder,
                                max_bytes=session_wire.SAVE_MAX_BYTES)
                 case ev.CellWorkerEnded():
                     self.cells[action.cell - 1].worker_ended(action.worker, action.end)
@@ -188,7 +189,7 @@ class SessionParticipant:
                     answer = action.outcome
                     if self.core.current is not None:
                         self.cells[self.core.current - 1].dirty = True
-                case ev.RestartLosingState() | ev.MarkProgress():
+                case ev.RestartLosingState() | ev.MarkProgress() | ev.SaveFinished():
                     pass  # the run's (bridge.run_event, above)
                 case _:
                     assert_never(action)
