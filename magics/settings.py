@@ -113,7 +113,8 @@ class WorkerSettings(Configurable):
     session_abort_grace = Float(5.0, help="Seconds workers get to end a cell after an abort (or a Stop) before the "
                                 "session restarts its processes (their state is lost).").tag(config=True)
     session_save_wait = Float(120.0, help="Seconds the workers of a session get to save their state (models, "
-                              "variables, arrays) before a restart after an error restarts the processes anyway.").tag(
+                              "variables, arrays) before any restart of its processes (an error, a worker killed, the "
+                              "second Stop, Restart) goes on anyway; those still saving then lose theirs.").tag(
                                   config=True)
     session_interrupt_grace = Float(10.0, help="Seconds a Stop (KeyboardInterrupt) gets to end a session cell on "
                                     "every worker before the session restarts its processes.").tag(config=True)

@@ -49,7 +49,6 @@ class SessionParticipant:
         self._logs = LogRouter()  # each worker's output to the cell that printed it
         self._noise = self._noise_filters()  # TensorFlow's chatter stays out of the cells (the log keeps it)
         self._ended = False
-        loop.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for the save
 
     def _timings(self) -> SessionTimings:
         """The grace periods as the settings say now (a user may change them while the session runs)."""
@@ -61,6 +60,7 @@ class SessionParticipant:
             self.channel = CommandChannel(self.loop.key, *hosts, curve=curve)
             self.data = DataChannel(*hosts, curve=curve)
         self.channel.new_generation(self.loop.state.generation)
+        self.loop.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for a save
         self._logs = LogRouter()
         self._noise = self._noise_filters()
         return {session_wire.ENV_SESSION: self.loop.name, session_wire.ENV_COMMANDS: self.channel.address}
