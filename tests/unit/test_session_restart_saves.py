@@ -89,12 +89,28 @@ def test_the_second_stop_ends_the_cell_on_every_worker_and_saves_before_the_rest
     outcome, actions = s.stop()
     assert outcome == InterruptOutcome.RESTARTING
     assert actions == [ev.SendAbort(1, (0, 1), "Stop was pressed twice")]
+    s.send(ev.WorkerEnded(0, 1, ABORTED))  # the first to end it saves the models and variables
+    assert s.actions[-1] == ev.SendSave(1, (0,), holder=0)
     s.send(ev.WorkerEnded(1, 1, ABORTED))
     assert s.actions[-1] == ev.SendSave(1, (1,), holder=0)
-    s.send(ev.WorkerEnded(0, 1, ABORTED))
-    assert s.actions[-1] == ev.SendSave(1, (0,), holder=0)
     s.send(ev.StateSaved(1, VALUES_SAVED))
     assert s.send(ev.StateSaved(0, MODEL_SAVED))[-1] == ev.RestartLosingState("Stop was pressed twice")
     assert s.tick(group=READY) == []  # the cell does not end on its own while the restart is due
     actions = s.send(ev.GroupRestarting("Stop was pressed twice", on_purpose=True))
     assert concluded(actions) == [(1, CellState.STOPPED)] and "worker 0 saved model" in s.core.record(1).error
+
+
+def test_a_worker_that_does_not_end_the_cell_after_the_abort_is_not_waited_for_past_the_abort_grace():
+    s = Session()
+    s.submit()
+    s.stop()
+    s.stop()  # the second Stop: both are told to end the cell; worker 0 is stuck (it ignores the interrupt)
+    s.send(ev.WorkerEnded(1, 1, ABORTED))
+    s.send(ev.StateSaved(1, HOLDER_1))
+    assert s.tick(TIMINGS.abort_grace - 0.1) == []
+    assert s.tick(0.2) == [ev.RestartLosingState("Stop was pressed twice")]  # not the whole save_wait
+    s.send(ev.GroupRestarting("Stop was pressed twice", on_purpose=True))
+    assert "Worker 0 did not end the cell after the abort (session_abort_grace), so it could not save" in (
+        s.core.lost_note)
+    assert "Worker 0 had not ended the cell, so worker 1 saved the models and variables in its place" in (
+        s.core.lost_note)

@@ -93,8 +93,7 @@ class SessionCore:
                 return self._dispatch(event.group)
             case ev.Tick():
                 if self._saving is not None:  # the restart waits for the save, at most save_wait seconds
-                    waited = self.clock() - self._saving.asked_at >= self.timings().save_wait
-                    return self._restart_after_save() if waited else []
+                    return self._save_waited()
                 # while a restart is on its way, its GroupRestarting ends the running cell
                 actions = (self._check_cell(self.record(self.current), event.group)
                            if self.current and self._restart is None else [])
@@ -326,7 +325,7 @@ class SessionCore:
         """Ask ``savers`` to save now and tell ``running`` to end the cell (each saves once it did)."""
         if not savers and not running:
             return [ev.SaveFinished()] if held else [ev.RestartLosingState(reason)]
-        holder = restart_save.holder(savers, running)
+        holder = min(savers, default=restart_save.NO_HOLDER)  # worker 0 when it can save now
         self._saving = Saving(self.clock(), reason, held, set(running))
         self._save = SavedState(cell.number, savers, wait=self.timings().save_wait, holder=holder, gone=gone)
         actions: list[ev.Action] = [ev.SendAbort(cell.number, running, reason)] if running else []
@@ -339,6 +338,8 @@ class SessionCore:
             return []
         saving.awaiting.discard(event.worker)
         saved.asked += (event.worker,)
+        if saved.holder == restart_save.NO_HOLDER:  # the first to end the cell saves the models and variables
+            saved.holder = event.worker
         return [ev.SendSave(event.cell, (event.worker,), saved.holder)]
 
     def _state_saved(self, event: ev.StateSaved) -> list[ev.Action]:
@@ -349,10 +350,22 @@ class SessionCore:
         actions: list[ev.Action] = [ev.MarkProgress(event.worker)]
         return actions + (self._restart_after_save() if not saved.unanswered and not saving.awaiting else [])
 
+    def _save_waited(self) -> list[ev.Action]:
+        """Workers told to end the cell get ``abort_grace`` seconds (then they are not saved), the save
+        ``save_wait`` seconds in all."""
+        assert self._saving is not None and self._save is not None
+        waited, timings = self.clock() - self._saving.asked_at, self.timings()
+        if self._saving.awaiting and waited >= timings.abort_grace:
+            self._save.not_ended += tuple(sorted(self._saving.awaiting))
+            self._saving.awaiting.clear()
+            if not self._save.unanswered:
+                return self._restart_after_save()
+        return self._restart_after_save() if waited >= timings.save_wait else []
+
     def _restart_after_save(self) -> list[ev.Action]:
         assert self._saving is not None and self._save is not None
         saving, self._saving = self._saving, None
-        self._save.not_ended = tuple(sorted(saving.awaiting))
+        self._save.not_ended += tuple(sorted(saving.awaiting))
         return [ev.SaveFinished()] if saving.held else [ev.RestartLosingState(saving.reason)]
 
     def _group_restarting(self, event: ev.GroupRestarting) -> list[ev.Action]:

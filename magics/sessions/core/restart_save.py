@@ -6,8 +6,8 @@ the second Stop): it asks the save, then ``RestartLosingState``. Or the supervis
 killed by hand or by the out-of-memory killer, the widget's or the sidebar's Restart) and holds it
 (``SaveRequested``, magics/run/core/save_hold.py): the core asks the save of the workers still alive, then
 ``SaveFinished`` lets the supervisor stop the group. Either way a worker still in the running cell is first told
-to end it (``SendAbort``: a save needs the worker's main thread) and asked to save once it did; all of it within
-``session_save_wait`` seconds.
+to end it (``SendAbort``: a save needs the worker's main thread) and asked to save once it did, within
+``session_abort_grace`` seconds (one that does not is not saved); all of it within ``session_save_wait`` seconds.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ class Saving:
     awaiting: set[int] = field(default_factory=set)
 
 
-def holder(savers: tuple[int, ...], awaiting: tuple[int, ...]) -> int:
-    """The worker that saves the models, optimizers and variables (every worker holds the same under
-    MultiWorkerMirroredStrategy): worker 0 when it can, else the lowest that can save now, else the lowest still
-    ending the cell."""
-    return min(savers or awaiting, default=0)
+# The worker that saves the models, optimizers and variables (every worker holds the same under
+# MultiWorkerMirroredStrategy): worker 0 when it can save at once, else the lowest that can, else the first that
+# ends the cell; none yet:
+NO_HOLDER = -1

@@ -116,13 +116,13 @@ class SavedState:
             found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
                          f"{'its' if len(late) == 1 else 'their'} state is gone.")
         if self.not_ended:
-            found.append(f"{_workers(self.not_ended)} did not end the cell within {self.wait:g} s, so "
+            found.append(f"{_workers(self.not_ended)} did not end the cell after the abort (session_abort_grace), so "
                          f"{'it' if len(self.not_ended) == 1 else 'they'} could not save: "
                          f"{'its' if len(self.not_ended) == 1 else 'their'} state is gone.")
         if self.gone:
             found.append(f"{_workers(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
                          f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost.")
-        if self.holder != 0 and 0 not in self.gone:
+        if self.holder > 0 and 0 not in self.gone:
             found.append(f"Worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
                          "in its place (every worker holds the same under MultiWorkerMirroredStrategy).")
         return found
