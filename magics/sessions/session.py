@@ -15,7 +15,8 @@ time, in order (as IPython's execution queue); a failed cell cancels the queued 
 - Stop (``interrupt``): KeyboardInterrupt in the cell on every worker; the session stays usable. A cell
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
-- A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
+- A worker killed, or Restart: the group restarts as any cluster does (restart policy), once the workers still
+  alive saved what they hold (the supervisor holds the restart: magics/run/core/save_hold.py).
 - Rich output: a worker's ``display`` message (a MIME bundle, ``protocol/mime.py``) goes to the running cell
   (``SessionCell.outputs``, its last expression to ``SessionCell.results``) when it passes the checks and limits
   (``display_max_bytes``, ``display_max_outputs``); else it is dropped and counted.

@@ -6,6 +6,8 @@ weights and optimizer back. Its own kernel and session (built and trained as in 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import wait_until
 from session_helpers import BUILD, TRAIN, cell_log, session_kernel_in
@@ -86,7 +88,8 @@ def test_the_second_stop_ends_the_cell_on_every_worker_and_saves_before_the_rest
     assert k.value(f"{SESSION}.cells[{number - 1}].state") == "stopped"
     error = k.value(f"{SESSION}.cells[{number - 1}].error")
     print(error)
-    assert "Stop was pressed twice" in error and "Before the restart worker 0 saved model (Keras model: " in error
+    assert "Stop was pressed twice" in error  # the first worker to end the cell saved the model
+    assert re.search(r"Before the restart worker [01] saved model \(Keras model: ", error), error
     assert any("SWALLOWED 2" in line for line in cell_log(k, number, 0))
     rebuild_and_check(k)
 

@@ -18,8 +18,8 @@ the session runs), so every path is unit-tested in milliseconds (tests/unit/test
   models and variables, every worker's arrays and values: ``distlib/saved_state/namespace.py``), for at most
   ``save_wait`` seconds; then it asks for ``RestartLosingState``; the supervisor restarts the group and answers
   ``GroupRestarting``, and the core ends the running cell, cancels the queue and says which cells' state is gone
-  from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the
-  supervisor decided itself (a worker killed, the Restart button) arrives the same way.
+  from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the supervisor
+  decided (a worker killed, Restart) comes first as ``SaveRequested``: the same save, then ``SaveFinished``.
 
 Composition, not a shared core: the supervisor core (``magics/run/core/supervisor.py``) decides about processes
 (every ``%%worker`` run has one, session or not) and this core about cells. They never call each other: the

@@ -122,7 +122,7 @@ class SavedState:
         if self.gone:
             found.append(f"{_workers(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
                          f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost.")
-        if self.holder > 0 and 0 not in self.gone:
+        if self.holder > 0 and 0 not in self.gone and 0 not in self.asked:
             found.append(f"Worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
                          "in its place (every worker holds the same under MultiWorkerMirroredStrategy).")
         return found
