@@ -59,14 +59,20 @@ def rebuild_and_check(k) -> None:
         assert k.value(SAME_MODEL.format(SESSION, worker, SESSION, worker)), worker
 
 
+def kill_9(k, worker: int, restarts: int) -> str:
+    """kill -9 of one worker; the session's note once its processes restarted."""
+    pid = k.value(f"{SESSION}.snapshot()['workers'][{worker}]['pid']")
+    assert not k.run(f"import os, signal\nos.kill({pid}, signal.SIGKILL)").error
+    assert wait_until(lambda: restarted(k, restarts), 120, interval=0.5)
+    note = k.value(f"{SESSION}.lost_note")
+    print(note)
+    return note
+
+
 def test_kill_9_of_worker_1_worker_0_saves_before_the_restart(session_kernel):
     k = session_kernel
     remember_model(k)
-    pid = k.value(f"{SESSION}.snapshot()['workers'][1]['pid']")
-    assert not k.run(f"import os, signal\nos.kill({pid}, signal.SIGKILL)").error
-    assert wait_until(lambda: restarted(k, 1), 120, interval=0.5)
-    note = k.value(f"{SESSION}.lost_note")
-    print(note)
+    note = kill_9(k, 1, restarts=1)
     assert "worker 1 was killed by SIGKILL" in note
     assert "Before the restart worker 0 saved model (Keras model: " in note and "step_size (variable" in note
     assert "Worker 1 was gone before the save (killed): its own arrays and values are lost." in note
@@ -101,11 +107,7 @@ def test_restart_saves_and_when_worker_0_is_killed_worker_1_saves_the_model(sess
     assert wait_until(lambda: restarted(k, 3), 120, interval=0.5)
     assert "Before the restart worker 0 saved model (Keras model: " in k.value(f"{SESSION}.lost_note")
     rebuild_and_check(k)
-    pid = k.value(f"{SESSION}.snapshot()['workers'][0]['pid']")
-    assert not k.run(f"os.kill({pid}, signal.SIGKILL)").error
-    assert wait_until(lambda: restarted(k, 4), 120, interval=0.5)
-    note = k.value(f"{SESSION}.lost_note")
-    print(note)
+    note = kill_9(k, 0, restarts=4)
     assert "Before the restart worker 1 saved model (Keras model: " in note
     assert "Worker 0 was gone before the save (killed)" in note
     rebuild_and_check(k)  # worker 1's checkpoint, read on both new workers
