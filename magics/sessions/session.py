@@ -132,7 +132,8 @@ class Session:
         self.cluster.stop()
 
     def restart(self) -> None:
-        """Restart the processes (every variable in them is lost); a session that ended starts again, empty."""
+        """Restart the processes (their state is lost, but for what the workers still alive save first); a session
+        that ended starts again, empty."""
         self.cluster.restart()
 
     def resize(self) -> str:
