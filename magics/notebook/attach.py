@@ -1,5 +1,8 @@
-"""``%workers attach NAME``: a read-only handle on a run this kernel did not start (a dead kernel's, another
-kernel's), shown and waited for like a ``Cluster``. Imports no TensorFlow."""
+"""``%workers attach NAME``: a handle on a run this kernel did not start (a dead kernel's, another kernel's, a
+detached run's), shown and waited for like a ``Cluster``. A detached run (``%%worker --detach``: its loop in a
+supervisor process of its own, magics/run/detached.py) is controllable from it: ``stop()`` and ``restart()`` are the
+run directory's request files its loop obeys. Any other run is read-only (``restart()`` refused). Imports no
+TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 from nbworkers.magics.notebook import registry
 from nbworkers.magics.run.core.statuses import RECORDED_ENDS
-from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, run_dir_of
+from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, request_restart, run_dir_of
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import LOST, effective_status, leftover_processes
 from nbworkers.magics.rundir.stop import stop_run
@@ -80,8 +83,20 @@ class AttachedCluster:
                                              name=f"nbworkers-stop-{self.name}")
             self._stopper.start()
 
+    @property
+    def detached(self) -> bool:
+        """Run by a supervisor process of its own (``--detach``), outside any kernel."""
+        return bool((read_state(self.run_dir) or {}).get("detached"))
+
     def restart(self) -> None:
-        raise RuntimeError(f"cluster {self.name!r} is attached read-only: re-run its %%worker cell to start it again.")
+        """A detached run that is still running: stop its group and start it again (its loop takes the request)."""
+        if not self.detached:
+            raise RuntimeError(f"cluster {self.name!r} is attached read-only: re-run its %%worker cell to start it "
+                               f"again.")
+        if self.done:
+            raise RuntimeError(f"detached cluster {self.name!r} has ended (its supervisor process with it): re-run "
+                               f"its %%worker --detach cell to start it again.")
+        request_restart(self.run_dir)
 
     def wait(self, timeout: float | None = None, raise_on_failure: bool = False, echo: Any = None) -> bool:
         """Block until the run is over (True) or ``timeout`` passes (False). ``raise_on_failure`` and ``echo``
@@ -105,6 +120,8 @@ class AttachedCluster:
         self.show()
 
     def __repr__(self) -> str:
+        if self.detached:
+            return f"<AttachedCluster {self.name!r} (detached): {self.status}, {self.run_dir}>"
         return f"<AttachedCluster {self.name!r}: {self.status}, {self.run_dir}>"
 
 

@@ -103,6 +103,7 @@ class RunLoop:
         self.stop_event = threading.Event()
         self.restart_event = threading.Event()
         self.dirty = True  # something the views show changed since they were last refreshed
+        self.detached = False  # run by its own supervisor process, outside the kernel (detached.py)
         self.key = wire.new_key()
         self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
         self._queue: deque[ev.Event] = deque()
@@ -336,6 +337,8 @@ class RunLoop:
         with self.lock:
             data = state_file_data(self.snapshot(), self._worker_group.handles, self.run_id)
         data["isolation"] = isolation_fact(self.backend)  # namespace, or off and why (backends/isolation.py)
+        if self.detached:  # its kernel_pid is the supervisor process's (liveness.py)
+            data["detached"] = True
         try:
             rundir.write_state(self.run_dir, data)
         except OSError:
