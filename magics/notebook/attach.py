@@ -14,14 +14,15 @@ from typing import Any
 
 from nbworkers.magics.notebook import registry
 from nbworkers.magics.run.core.statuses import RECORDED_ENDS
-from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, request_restart, run_dir_of
+from nbworkers.magics.run.outputs import LiveViews
+from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, request_restart, run_dir_of, state_mtime
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import LOST, effective_status, leftover_processes
 from nbworkers.magics.rundir.stop import stop_run
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views.summary import render_summary_html, render_text
-from nbworkers.magics.views.view import HtmlBundle
+from nbworkers.magics.views.view import HtmlBundle, default_view_factory
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
 
@@ -125,9 +126,42 @@ class AttachedCluster:
         return f"<AttachedCluster {self.name!r}: {self.status}, {self.run_dir}>"
 
 
+class DetachedCluster(AttachedCluster):
+    """A detached run's handle (``%%worker --detach``): the live widget (or text view), refreshed from its state
+    file, whose Stop and Restart are the run directory's request files its supervisor process obeys."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir)
+        self._views = LiveViews()
+        self._watcher: threading.Thread | None = None
+
+    def show(self) -> None:  # type: ignore[override]  # a View, as Cluster.show
+        view = default_view_factory(self)
+        self._views.add(view)
+        view.show()
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch, daemon=True, name=f"nbworkers-watch-{self.name}")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Refresh the views when the state file changes, the final summary once the run is over."""
+        seen: float | None = None
+        while not self.done:
+            mtime = state_mtime(self.run_dir)
+            if mtime != seen:
+                seen = mtime
+                self._views.refresh(self.snapshot)
+            time.sleep(self.settings.flush_interval)
+        self._views.finish(self.snapshot)
+
+
 def attach(name: str, root: str | os.PathLike | None = None) -> AttachedCluster:
-    """A read-only handle on the run ``name`` under the run root (raises RunNotFound with what to do)."""
-    return AttachedCluster(run_dir_of(name, root))
+    """A handle on the run ``name`` under the run root (raises RunNotFound with what to do): a detached run's
+    controllable one, else a read-only one."""
+    run_dir = run_dir_of(name, root)
+    if (read_state(run_dir) or {}).get("detached"):
+        return DetachedCluster(run_dir)
+    return AttachedCluster(run_dir)
 
 
 def workers_attach(name: str | None) -> Any:

@@ -14,6 +14,7 @@ import psutil
 from cells import worker_cell
 from conftest import Kernel, processes_of_run_root, wait_until
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TICKS = """\
 import time
 for i in range(100000):
@@ -28,7 +29,9 @@ def _ticks(run_root, name: str) -> int:
 
 
 def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kernel, kernel_env, run_root, tmp_path):
-    assert not kernel.run(worker_cell("-n 2 --detach --name far", TICKS)).error
+    started = kernel.run(worker_cell("-n 2 --detach --name far", TICKS))
+    assert not started.error, started.error
+    assert any(WIDGET_MIME in shown for shown in started.displays), started.displays  # the live widget, as before
     assert wait_until(lambda: _ticks(run_root, "far") >= 3, 90), "the detached run did not start ticking"
     state = json.loads((run_root / "far" / "state.json").read_text())
     supervisor = psutil.Process(state["kernel_pid"])  # the run's liveness is its supervisor's, not the kernel's
