@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ from nbworkers.magics.settings import settings as current_settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views.summary import render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle, default_view_factory
+from nbworkers.protocol import wire
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
+HISTORY_POINTS = 2000  # a detached run's chart: points kept per worker (as the run's own state keeps)
 
 
 class AttachedCluster:
@@ -134,6 +137,21 @@ class DetachedCluster(AttachedCluster):
         super().__init__(run_dir)
         self._views = LiveViews()
         self._watcher: threading.Thread | None = None
+        self._history: dict[int, list[tuple[int, tuple[tuple[str, Any], ...]]]] = {}  # per worker, for the chart
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The state file's picture, with the chart's history gathered here from each picture (state.json carries
+        the latest metrics only): a point per state-file write that brought new metrics."""
+        data = super().snapshot()
+        for worker in data.get("workers") or []:
+            metrics = wire.decode_metrics(worker.get("metrics") or {})
+            history = self._history.setdefault(worker.get("index", 0), [])
+            point = (_global_step(worker), tuple(sorted(metrics.items())))
+            if metrics and (not history or history[-1] != point):
+                history.append(point)
+                del history[:-HISTORY_POINTS]
+            worker["history"] = list(history)
+        return data
 
     def show(self) -> None:  # type: ignore[override]  # a View, as Cluster.show
         view = default_view_factory(self)
@@ -153,6 +171,16 @@ class DetachedCluster(AttachedCluster):
                 self._views.refresh(self.snapshot)
             time.sleep(self.settings.flush_interval)
         self._views.finish(self.snapshot)
+
+
+def _global_step(worker: Mapping[str, Any]) -> int:
+    """The chart's x, as the run's own state computes it (magics/run/core/state.py, ``global_step``)."""
+    step, epoch, total = worker.get("step") or 0, worker.get("epoch"), worker.get("steps_total")
+    if isinstance(epoch, int) and isinstance(total, int) and total:
+        return max(epoch - 1, 0) * total + step
+    if isinstance(epoch, int) and worker.get("step") is None:
+        return epoch
+    return step if isinstance(step, int) else 0
 
 
 def attach(name: str, root: str | os.PathLike | None = None) -> AttachedCluster:

@@ -17,7 +17,7 @@ import pytest
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
-from nbworkers.magics.notebook.attach import AttachedCluster
+from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
 from nbworkers.magics.run import detach_start
 from nbworkers.magics.run.detached import DetachRequest, serve, settings_values
 from nbworkers.magics.rundir.layout import restart_requested, write_state
@@ -45,8 +45,9 @@ def _request() -> DetachRequest:
 def test_started_run_is_answered_then_waited_for(tmp_path):
     loop, answer = FakeLoop(tmp_path), io.StringIO()
     threading.Timer(0.2, loop.done.set).start()  # the run ends
-    code = serve(_request(), lambda request: loop, answer, on_started=lambda l: l.stop_event.set())
-    assert code == 0 and loop.started and loop.detached
+    quieted: list = []  # after the answer: its outputs away from the kernel's pipe
+    code = serve(_request(), lambda request: loop, answer, on_started=quieted.append)
+    assert code == 0 and loop.started and loop.detached and quieted == [loop]
     data = json.loads(answer.getvalue())
     assert data["ok"] is True and data["run_dir"] == str(tmp_path)
 
@@ -154,3 +155,20 @@ def test_ray_runs_are_refused_before_anything_starts():
     with pytest.raises(LaunchError, match="only local runs"):
         detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True}, seen))
     assert not seen
+
+
+def test_a_detached_runs_handle_gathers_the_charts_history(tmp_path):
+    def write(step, loss):
+        write_state(tmp_path / "far", {"status": "running", "kernel_pid": os.getpid(), "started": time.time(),
+                                       "detached": True, "workers": [
+                                           {"index": 0, "status": "running", "step": step, "metrics": {"loss": loss}}]})
+
+    _state(tmp_path / "far", detached=True)
+    cluster = attach("far", tmp_path)
+    assert isinstance(cluster, DetachedCluster)
+    write(1, 0.5)
+    cluster.snapshot()
+    write(2, "nan")  # state.json's strict JSON for a NaN loss
+    cluster.snapshot()
+    history = cluster.snapshot()["workers"][0]["history"]  # the same picture again adds no point
+    assert [step for step, _ in history] == [1, 2] and history[0][1] == (("loss", 0.5),)
