@@ -10,6 +10,7 @@ never signals the process: stopping it is a stop request, which ends its run and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -42,7 +43,9 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
     if spec.backend != "local":
         raise LaunchError(f"--detach: only local runs for now, not --backend {spec.backend}; run it without "
                           f"--detach (it then ends with its kernel).")
-    request = pickle.dumps(DetachRequest(spec, settings_values(config)))
+    push = pickle.dumps(spec.push) if spec.push else None  # passed on as bytes: its values' classes are ours
+    shipped = dataclasses.replace(spec, push=dict.fromkeys(spec.push))  # the names alone
+    request = pickle.dumps(DetachRequest(shipped, settings_values(config), push))
     env = dict(os.environ)
     env[wire.ENV_RUN_DIR] = str(rundir.path_for(spec.name, config.run_root))  # procs/strays.py finds it by this
     process = spawn(  # our own module, this interpreter (unit tests: a fake)

@@ -38,6 +38,7 @@ class DetachRequest:
 
     spec: LaunchSpec
     settings: dict[str, Any]  # WorkerSettings' configurable values
+    push: bytes | None = None  # --push, pickled by the kernel: never unpickled here (a kernel's class would not be)
 
 
 def settings_values(config: WorkerSettings) -> dict[str, Any]:
@@ -100,7 +101,9 @@ def _real_loop(request: DetachRequest) -> DetachableLoop:
     from nbworkers.magics.run.loop import RunLoop
 
     config = WorkerSettings(**request.settings)
-    return RunLoop(request.spec, config, backend_for(request.spec), threading.RLock())
+    loop = RunLoop(request.spec, config, backend_for(request.spec), threading.RLock())
+    loop.push_pickle = request.push
+    return loop
 
 
 def _quiet_outputs(loop: DetachableLoop) -> None:

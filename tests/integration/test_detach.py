@@ -17,6 +17,7 @@ from conftest import Kernel, processes_of_run_root, wait_until
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TICKS = """\
 import time
+print(cfg["tag"], flush=True)
 for i in range(100000):
     print("tick", i, flush=True)
     time.sleep(0.2)
@@ -29,10 +30,12 @@ def _ticks(run_root, name: str) -> int:
 
 
 def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kernel, kernel_env, run_root, tmp_path):
-    started = kernel.run(worker_cell("-n 2 --detach --name far", TICKS))
+    assert not kernel.run("cfg = {'tag': 'pushed-' + 'ok'}").error
+    started = kernel.run(worker_cell("-n 2 --detach --name far --push cfg", TICKS))
     assert not started.error, started.error
     assert any(WIDGET_MIME in shown for shown in started.displays), started.displays  # the live widget, as before
     assert wait_until(lambda: _ticks(run_root, "far") >= 3, 90), "the detached run did not start ticking"
+    assert "pushed-ok" in (run_root / "far" / "worker-0.log").read_text()  # --push reaches the workers
     state = json.loads((run_root / "far" / "state.json").read_text())
     supervisor = psutil.Process(state["kernel_pid"])  # the run's liveness is its supervisor's, not the kernel's
     assert state.get("detached") is True and supervisor.pid != kernel.pid

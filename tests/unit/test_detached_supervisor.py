@@ -172,3 +172,13 @@ def test_a_detached_runs_handle_gathers_the_charts_history(tmp_path):
     cluster.snapshot()
     history = cluster.snapshot()["workers"][0]["history"]  # the same picture again adds no point
     assert [step for step, _ in history] == [1, 2] and history[0][1] == (("loss", 0.5),)
+
+
+def test_pushed_values_travel_as_the_kernels_bytes():
+    """--push: the supervisor gets the names and the kernel's pickle, which it never unpickles (a class defined in
+    the notebook could not be); the loop signs those bytes for the workers as it signs its own."""
+    seen: list = []
+    spec = LaunchSpec(code="print(1)\n", workers=1, name="d3", push={"weights": [1, 2]})
+    detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True, "run_dir": "/x/d3"}, seen))
+    request = pickle.loads(seen[0].stdin.getvalue())
+    assert request.spec.push == {"weights": None} and pickle.loads(request.push) == {"weights": [1, 2]}
