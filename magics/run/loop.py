@@ -104,7 +104,7 @@ class RunLoop:
         self.restart_event = threading.Event()
         self.dirty = True  # something the views show changed since they were last refreshed
         self.detached = False  # run by its own supervisor process, outside the kernel (detached.py)
-        self.push_pickle: bytes | None = None  # detached: --push as the kernel pickled it (its classes are the kernel's)
+        self.push_pickle: bytes | None = None  # detached: --push as the kernel pickled it (values of its classes)
         self.key = wire.new_key()
         self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
         self._queue: deque[ev.Event] = deque()
