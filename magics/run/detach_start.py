@@ -16,6 +16,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from nbworkers.magics.settings import WorkerSettings
 from nbworkers.protocol import wire
 
 SUPERVISOR_MODULE = "nbworkers.magics.run.detached"
-_started: list[Any] = []  # this kernel's supervisor processes: reaped when they end (no zombies)
 
 
 class DetachFailed(RuntimeError):
@@ -52,8 +52,6 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
         [python, "-m", SUPERVISOR_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=env,
     )
-    _started[:] = [p for p in _started if p.poll() is None]
-    _started.append(process)
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(request)
@@ -75,4 +73,6 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
         if answer.get("launch_error"):
             raise LaunchError(str(answer.get("error")))
         raise DetachFailed(f"the detached run's supervisor process failed:\n{answer.get('error')}")
+    # reaped when it ends (no zombie in this kernel's process table); the kernel never waits on it otherwise
+    threading.Thread(target=process.wait, daemon=True, name="nbworkers-detached-reaper").start()
     return Path(str(answer["run_dir"]))

@@ -30,6 +30,8 @@ def _ticks(run_root, name: str) -> int:
 
 
 def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kernel, kernel_env, run_root, tmp_path):
+    refused = kernel.run("%%worker --detach --session s1\nprint(1)\n")
+    assert "not supported yet" in refused.stderr and not list(run_root.iterdir())  # a UsageError
     assert not kernel.run("cfg = {'tag': 'pushed-' + 'ok'}").error
     started = kernel.run(worker_cell("-n 2 --detach --name far --push cfg", TICKS))
     assert not started.error, started.error
