@@ -21,6 +21,7 @@ from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, a
 from nbworkers.magics.run import detach_start
 from nbworkers.magics.run.detached import DetachRequest, serve, settings_values
 from nbworkers.magics.rundir.layout import restart_requested, write_state
+from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.settings import WorkerSettings
 
 
@@ -182,3 +183,11 @@ def test_pushed_values_travel_as_the_kernels_bytes():
     detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True, "run_dir": "/x/d3"}, seen))
     request = pickle.loads(seen[0].stdin.getvalue())
     assert request.spec.push == {"weights": None} and pickle.loads(request.push) == {"weights": [1, 2]}
+
+
+def test_the_listing_shows_a_detached_run_as_running_while_its_supervisor_lives(tmp_path):
+    """The REST API's and sidebar's row: a detached run's kernel_pid is its supervisor process's (here this one's),
+    so it is running, not lost, whatever became of the kernel that started it."""
+    _state(tmp_path / "far", detached=True)
+    row = describe(tmp_path / "far")
+    assert row is not None and row["detached"] is True and row["status"] == "running" and row["kernel_alive"]
