@@ -55,6 +55,7 @@ class SessionWorker:
         self.sender = wire.process_sender()
         self.signer = wire.Signer(self.key)
         self._data: tuple[str, Any] | None = None  # the kernel's data socket: (address, PUSH socket)
+        self._shm: Any = None  # session_shm.ShmFiles of pull replies (local sessions: a spare file kept ready)
         self.commands: queue.Queue = queue.Queue()
         self.in_cell = False
         self.cell = 0
@@ -290,8 +291,7 @@ class SessionWorker:
         try:
             if isinstance(taken, Exception):
                 raise taken
-            content, blobs = taken
-            values = session_values.decode(content.get("values"), blobs, allow_pickle=True, source="the push")
+            values = session_values.decode(taken[0].get("values"), taken[1], allow_pickle=True, source="the push")
             if not isinstance(values, dict):
                 raise session_data.DataError("the pushed values are not a dict")
             self.namespace.update(values)
@@ -304,7 +304,10 @@ class SessionWorker:
         path, threshold = command.get("shm_path"), command.get("shm_min_bytes")
         if path and isinstance(threshold, int) and size >= threshold:
             try:
-                session_shm.write(session_shm.offered(path), blobs)
+                target, prefix = session_shm.offered(path), os.path.basename(path).split("-")[0]
+                if self._shm is None or (self._shm.folder, self._shm.prefix) != (target.parent, prefix):
+                    self._shm = session_shm.ShmFiles(target.parent, prefix)  # the kernel's: its sweeps see ours
+                self._shm.write(target, blobs)
                 return session_data.pack_offer(self.signer, "pull", fields, [memoryview(b).nbytes for b in blobs])
             except (OSError, ValueError) as error:
                 print(f"nbworkers: pull by shared memory failed ({error}); sending it over the socket",

@@ -143,7 +143,7 @@ class CommandChannel:
         if worker not in self.ready_workers():
             return False
         path = self.shm.path(kind)
-        session_shm.write(path, blobs)  # outside the lock: the copy takes a while
+        self.shm.write(path, blobs)  # outside the lock: the copy takes a while
         with self._lock:
             sent = worker in self._peers
             if sent:
@@ -166,4 +166,4 @@ class CommandChannel:
             self._socket.close(linger=0)
             self._context.term()
             if self.shm is not None:
-                self.shm.sweep()
+                self.shm.sweep(close=True)

@@ -40,6 +40,7 @@ class DataChannel:
         self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: replies by shared memory
         self.lock = threading.Lock()  # one pull at a time reads the socket
         self.dropped = 0
+        self._gen: int | None = None  # the generation of the last pull
 
     def receive(self, timeout_s: float) -> list[Any] | None:
         """One message's frames (``zmq.Frame``s, not copied) within the bounds; None when none came in
@@ -77,11 +78,17 @@ class DataChannel:
         self._socket.close(linger=0)
         self._context.term()
         if self.shm is not None:
-            self.shm.sweep()
+            self.shm.sweep(close=True)
 
-    def shm_path(self, request: str) -> str | None:
-        """Where the worker puts its reply to ``request`` in shared memory (local sessions; None: frames)."""
-        return str(self.shm.path("pull", request)) if self.shm is not None else None
+    def shm_path(self, request: str, gen: int) -> str | None:
+        """Where the worker puts its reply to ``request`` in shared memory (local sessions; None: frames). The
+        first pull from new processes (``gen``) removes what the old ones left (their spare files: killed)."""
+        if self.shm is None:
+            return None
+        if gen != self._gen:
+            self._gen = gen
+            self.shm.sweep()
+        return str(self.shm.path("pull", request))
 
     def open_reply(self, content: dict[str, Any], size: int | None) -> memoryview:
         """A reply's shared-memory file (``session_data.unpack``'s ``open_shm``): the one named after its request

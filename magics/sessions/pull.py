@@ -85,7 +85,7 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
             reached = session.channel.send(
                 "pull", workers=[worker], request=request.request, expression=expression,
                 max_bytes=session.settings.pull_max_bytes, data=data.address,
-                shm_path=data.shm_path(request.request), shm_min_bytes=session.settings.shm_min_bytes,
+                shm_path=data.shm_path(request.request, request.gen), shm_min_bytes=session.settings.shm_min_bytes,
             )
         if not reached:
             request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")

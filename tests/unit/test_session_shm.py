@@ -142,3 +142,27 @@ def test_the_folder_is_private_and_on_memory_when_dev_shm_is_there():
     assert oct(os.stat(folder).st_mode & 0o777) == "0o700" and os.stat(folder).st_uid == os.getuid()
     if os.path.isdir("/dev/shm"):
         assert str(folder).startswith("/dev/shm/")
+
+
+def test_a_write_leaves_an_unnamed_spare_that_the_next_write_fills_and_names(files):
+    first = files.path("push")
+    files.write(first, [b"a" * 5000])
+    assert wait_for(lambda: files._spare is not None)  # made in a thread, unnamed: not in the folder
+    assert [p.name for p in files.left()] == [first.name]
+    second = files.path("pull")
+    files.write(second, [b"hello ", b"world"])
+    assert second.read_bytes() == b"hello world" and oct(os.stat(second).st_mode & 0o777) == "0o600"
+    assert os.stat(second).st_nlink == 1
+    files.sweep(close=True)
+    assert files.left() == [] and wait_for(lambda: files._spare is None)
+
+
+def wait_for(condition, seconds=10.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
