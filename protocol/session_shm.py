@@ -228,8 +228,12 @@ def _into_spare(spare: tuple[int, int], path: str | os.PathLike, blobs: Sequence
             while view:
                 written = os.pwrite(fd, view, at)
                 view, at = view[written:], at + written
-        os.link(f"/proc/self/fd/{fd}", path)  # linkat(AT_SYMLINK_FOLLOW): the unnamed file gets its name
-        return True
+        folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # (a dir_fd makes CPython call linkat with AT_SYMLINK_FOLLOW; plain link() would not follow)
+            os.link(f"/proc/self/fd/{fd}", os.path.basename(path), src_dir_fd=folder, dst_dir_fd=folder)
+        finally:
+            os.close(folder)
+        return True  # the unnamed file has its name now
     except OSError:
         return False
     finally:

@@ -149,8 +149,9 @@ def test_a_write_leaves_an_unnamed_spare_that_the_next_write_fills_and_names(fil
     files.write(first, [b"a" * 5000])
     assert wait_for(lambda: files._spare is not None)  # made in a thread, unnamed: not in the folder
     assert [p.name for p in files.left()] == [first.name]
-    second = files.path("pull")
+    second, spare_inode = files.path("pull"), os.fstat(files._spare[0]).st_ino
     files.write(second, [b"hello ", b"world"])
+    assert os.stat(second).st_ino == spare_inode  # the spare, now named
     assert second.read_bytes() == b"hello world" and oct(os.stat(second).st_mode & 0o777) == "0o600"
     assert os.stat(second).st_nlink == 1
     files.sweep(close=True)
