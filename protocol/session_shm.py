@@ -40,7 +40,7 @@ from nbworkers.protocol.private import dirs
 DIR_NAME = "nbworkers-data"
 SHM_BASE = "/dev/shm"
 NAME = re.compile(r"^[0-9a-f]{12}-(push|pull)-[0-9a-f]{32}$")
-SPARE_MAX_BYTES = 1 << 30  # a message up to this size leaves a spare file of its size made ready for the next
+SPARE_MAX_BYTES = 256 << 20  # a message up to this size leaves a spare (unnamed) file of its size for the next
 
 
 class ShmError(ValueError):
