@@ -114,6 +114,8 @@ def _receive(session, data, request: PullRequest, timeout: float) -> Any:
             if "more than the limit" in str(error) and _is_for(frames, request):
                 raise PullError(f"refused {source}: {error} (setting pull_max_bytes)") from None
             data.dropped += 1
+            if "shared memory" in str(error) and _is_for(frames, request):  # signed, but its file failed a check
+                raise PullError(f"refused {source}: {error}") from None
             continue
         if (kind != "pull" or content.get("request") != request.request or content.get("worker") != request.worker
                 or content.get("gen") != request.gen):
