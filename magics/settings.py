@@ -135,6 +135,9 @@ class WorkerSettings(Configurable):
     pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
     push_max_bytes = Int(2**30, help="Largest value (bytes of array or pickled data) Session.push or scatter sends to "
                          "one worker.").tag(config=True)
+    shm_min_bytes = Int(2**20, help="A local session's push or pull of at least this many bytes of arrays goes "
+                        "through a private shared-memory file instead of the socket (Ray: always the socket).").tag(
+                            config=True)
     data_receive_hwm = Int(2, help="Pull replies (each up to pull_max_bytes) queued per worker in the kernel before "
                            "the worker waits.").tag(config=True)
     # what a blocking wait leaves in the cell, and how the widget notices a dead kernel

@@ -15,9 +15,12 @@ Commands (``msg_type``; content fields):
 - ``run``        seq, gen, cell (int), code (str), display (``"0"``: rich output from worker 0 only, or
   ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note)
 - ``pull``       seq, gen, request (str), expression (str), max_bytes (int), data (the address of the kernel's
-                 data socket): the worker sends the value there as a ``pull`` data message (``session_data``:
-                 request, worker, gen, value (the tree), error (str or None); the blobs as raw frames)
-- ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames
+                 data socket), shm_path (str or None), shm_min_bytes (int): the worker sends the value there as a
+                 ``pull`` data message (``session_data``: request, worker, gen, value (the tree), error (str or
+                 None); the blobs as raw frames, or, local sessions, at least ``shm_min_bytes`` of them in the
+                 file ``shm_path``: ``session_shm``)
+- ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames, or
+                 in the shared-memory file ``shm_path`` (local sessions, large pushes)
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``

@@ -222,9 +222,11 @@ class Session:
         """The pulls waiting for their reply, by request id (``pull.py`` adds and removes them, lock held)."""
         return self._part.pulls
 
-    def unpack_reply(self, frames: list[Any]) -> tuple[str, dict[str, Any], list[Any]]:
-        """A data-socket message checked against the session's key and ``pull_max_bytes`` (``DataError`` if not)."""
-        return session_data.unpack(frames, self._part.loop.key, self.settings.pull_max_bytes)
+    def unpack_reply(self, frames: list[Any], open_shm: session_data.Opener | None = None
+                     ) -> tuple[str, dict[str, Any], list[Any]]:
+        """A data-socket message checked against the session's key and ``pull_max_bytes`` (``DataError`` if not);
+        ``open_shm``: how a local session's shared-memory reply is mapped (``DataChannel.open_reply``)."""
+        return session_data.unpack(frames, self._part.loop.key, self.settings.pull_max_bytes, open_shm)
 
     def restore(self) -> SessionCell:
         """Queue a cell that puts back what the workers saved before the processes last restarted
