@@ -14,8 +14,8 @@
 The front end is one ES module joined from these files (``ESM_PARTS``): uPlot (``vendor-uplot/``, MIT; the chart),
 widget_cards.js (labels, formatting, cards, the compact view's rows), widget_chart.js (the chart), widget_title.js (the
 browser tab's title), widget_header.js (header, buttons, a detached view), widget_panels.js (chart and log panels)
-and widget.js (the view that builds and wires them). Its CSS is
-uPlot's followed by widget.css and widget_compact.css (the compact view of many workers). All of it ships in the package: nothing is fetched at run time.
+and widget.js (the view that builds and wires them). Its CSS is uPlot's followed by widget.css and
+widget_compact.css (the compact view of many workers). All of it ships in the package: nothing is fetched at run time.
 
 The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
 page reload restores it from the kernel. From ``settings().widget_compact_workers`` workers on (8) the view sends
