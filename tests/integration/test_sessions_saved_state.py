@@ -65,14 +65,15 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert f'File "<session cell {number}>", line 3' in result.error  # worker 1's traceback
     assert f"state of cells 1-{number} is gone" in result.error
     # before the restart worker 0 saved its model and variable, and every worker its arrays and values
-    assert "worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
+    assert "- kept: worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
     assert "step_size (variable: float32 ())" in result.error and "`%workers restore train`" in result.error
     assert "opt (Adam: 10 variables (iterations 5), " in result.error  # the standalone optimizer, with its slots
-    assert "run session cells 1 and 3 (1 built model, step_size; 3 built net, opt) again" in result.error
-    assert "Back by themselves in the new processes (each worker its own): " in result.error
+    assert "- run: session cells 1 and 3 (1 built model, step_size; 3 built net, opt) again" in result.error
+    assert "- kept: back by themselves in the new processes (each worker its own): " in result.error
     for name in ("x", "y", "built_in_cell", "note"):
-        assert f" {name}," in result.error or f" {name}." in result.error, (name, result.error)
-    assert "Not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
+        assert f" {name}," in result.error or f" {name}\n" in result.error, (name, result.error)
+    assert result.error.count("Traceback (most recent call last)") == 1, result.error  # once, after the list
+    assert "- not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
     statuses = k.value(f"[w['status'] for w in {session}.cells[-1].snapshot()['workers']]")
     assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
     listing = k.run("%workers")

@@ -80,40 +80,45 @@ class SavedState:
         return text + (f" and the cells that build {', '.join(unknown)}" if unknown else "")
 
     def note(self, session: str) -> str:
-        """What was saved, what comes back by itself, exactly what to run for the rest, what was not saved."""
-        parts: list[str] = []
+        """What was saved, what comes back by itself, exactly what to run for the rest, what was not saved: one
+        short item a line ("- kept: ..."), for the failed cell's list (``notes.with_notes``)."""
+        return "\n".join(f"- {item}" for item in self.items(session))
+
+    def items(self, session: str) -> list[str]:
+        """``note``'s items, without their dashes."""
+        items: list[str] = []
         rebuilt = self.rebuilt()
+        values = self.values()
         if rebuilt:
             listed = ", ".join(f"{name} ({_kind_detail(kind, detail)})" for name, kind, detail in rebuilt)
-            parts.append(f"Before the restart worker 0 saved {listed}. To get {_them(rebuilt)} back, run "
-                         f"{self.cells_to_run()} again: each saved object is put back as soon as a cell builds it "
-                         f"again (unless NBWORKERS_RESTORE_ON_REBUILD=0); or run `%workers restore {session}` after "
-                         f"{'it' if len({n for n, _, _ in rebuilt}) == 1 else 'them'}: it puts the saved values into "
-                         f"{_them(rebuilt)} on every worker.")
-        values = self.values()
+            items.append(f"kept: worker 0 saved {listed}")
         if values:
-            parts.append(f"Back by themselves in the new processes (each worker its own): {', '.join(values)}.")
+            items.append(f"kept: back by themselves in the new processes (each worker its own): {', '.join(values)}")
+        if rebuilt:
+            items.append(f"run: {self.cells_to_run()} again, to get {_them(rebuilt)} back (each saved object is put "
+                         "back as soon as a cell builds it again, unless NBWORKERS_RESTORE_ON_REBUILD=0); or after "
+                         f"{'it' if len({n for n, _, _ in rebuilt}) == 1 else 'them'} `%workers restore {session}`")
         if not rebuilt and not values and self.reports and not self.problems():
-            parts.append("Nothing in the workers' namespaces could be saved (models, variables, arrays, JSON values).")
-        parts += self.problems()
+            items.append("nothing in the workers' namespaces could be saved (models, variables, arrays, JSON values)")
+        items += self.problems()
         skipped = self.skipped()
         if skipped:
             shown = "; ".join(f"{name} ({why})" for name, why in skipped[:MAX_LISTED])
             more = f"; and {len(skipped) - MAX_LISTED} more" if len(skipped) > MAX_LISTED else ""
-            parts.append(f"Not saved (not a kind nbworkers saves, or as said): {shown}{more}.")
+            items.append(f"not saved (not a kind nbworkers saves, or as said): {shown}{more}")
         if self.folder():
-            parts.append(f"Saved in {self.folder()}.")
-        return " ".join(parts)
+            items.append(f"saved in {self.folder()}")
+        return items
 
     def problems(self) -> list[str]:
         """Workers that could not save, or did not answer in time."""
-        found = [f"Worker {w} could not save: {r.error}." for w, r in sorted(self.reports.items()) if r.error]
+        found = [f"worker {w} could not save: {r.error}" for w, r in sorted(self.reports.items()) if r.error]
         late = self.unanswered
         if late:
             found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
-                         f"{'its' if len(late) == 1 else 'their'} state is gone.")
+                         f"{'its' if len(late) == 1 else 'their'} state is gone")
         if 0 not in self.asked:
-            found.append("Worker 0 had not ended the cell, so it could not save: its models and variables are gone.")
+            found.append("worker 0 had not ended the cell, so it could not save: its models and variables are gone")
         return found
 
     def summary(self, session: str) -> str:
@@ -140,4 +145,4 @@ def _them(entries: list[tuple[str, str, str]]) -> str:
 
 
 def _workers(items: tuple[int, ...]) -> str:
-    return ("Worker " if len(items) == 1 else "Workers ") + ", ".join(str(i) for i in items)
+    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)
