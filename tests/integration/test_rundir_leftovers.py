@@ -175,7 +175,7 @@ def test_processes_newer_than_the_record_are_spared(root, procs):
     assert liveness.leftover_processes(state, run_dir) == []
     leftovers.reap(run_dir, kill_grace=0.5)
     assert all(p.poll() is None for p in group)
-    assert rundir.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "stopped"
 
 
 def test_runs_of_another_machine_are_never_reaped(root, procs):
@@ -194,7 +194,7 @@ def test_scan_at_load_reaps_in_the_background(root, procs):
     thread = leftovers.scan_at_load(root)
     thread.join(STOP_TIMEOUT)
     assert not thread.is_alive()
-    assert rundir.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "stopped"
     assert all(gone(p) for p in group)
 
 

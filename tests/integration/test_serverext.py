@@ -130,11 +130,19 @@ def server(tmp_path_factory):
         assert proc.poll() is None, log.read_text()
         port = json.loads(info_file.read_text())["port"]
         srv = Server(port=port, proc=proc, run_root=run_root, root_dir=root_dir, log=log)
-        assert wait_until(lambda: srv.request("GET", "/api/status")[0] == 200, SERVER_START_TIMEOUT), log.read_text()
+        assert wait_until(lambda: _answers(srv), SERVER_START_TIMEOUT), log.read_text()
         yield srv
     finally:
         _kill_tree(proc.pid, run_root)
         proc.wait(timeout=30)
+
+
+def _answers(srv) -> bool:
+    """The server answers /api/status (its runtime file may be written before it listens: refused until then)."""
+    try:
+        return srv.request("GET", "/api/status")[0] == 200
+    except ConnectionRefusedError:
+        return False
 
 
 class KernelSession:
