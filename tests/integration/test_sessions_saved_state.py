@@ -72,7 +72,9 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert "- kept: back by themselves in the new processes (each worker its own): " in result.error
     for name in ("x", "y", "built_in_cell", "note"):
         assert f" {name}," in result.error or f" {name}\n" in result.error, (name, result.error)
-    assert result.error.count("Traceback (most recent call last)") == 1, result.error  # once, after the list
+    rendered = result.error[len(result.error_line):]  # what the notebook shows: the list, the traceback once, last
+    assert rendered.count("Traceback (most recent call last)") == 1, rendered
+    assert rendered.index("- saved in ") < rendered.index("Traceback"), rendered
     assert "- not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
     statuses = k.value(f"[w['status'] for w in {session}.cells[-1].snapshot()['workers']]")
     assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
@@ -105,6 +107,10 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     restored = k.run("%workers restore train")  # the explicit command reads it all again
     print(f"%workers restore train: {time.monotonic() - started:.2f} s")
     assert not restored.error, restored.text
+    restore_cell = f"{session}.cells[-1].snapshot()"
+    assert k.value(f"{restore_cell}['session']['label']") == "restore"  # not a user's cell number, not its code
+    restarts = k.value(f"{session}.restarts")
+    assert k.value(f"[w['restarts'] for w in {restore_cell}['workers']]") == [restarts] * 2  # the cards = the header
     for worker in (0, 1):
         weights = f"{session}.pull('model.get_weights()', worker={worker})"
         assert k.value(equal.format(weights, "weights_before")), worker
