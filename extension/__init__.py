@@ -32,10 +32,18 @@ def load_ipython_extension(ipython) -> None:
 
 
 def get_cluster(name: str):
-    """The cluster handle of that name started by this kernel."""
+    """The cluster handle of that name started by this kernel, or a detached run's (``%%worker --detach``) started
+    by any kernel: a live handle (``.snapshot() .stop() .restart() .wait() .logs()``) read from its run directory."""
     from nbworkers.magics.notebook import registry
+    from nbworkers.magics.notebook.detach import detached_run
 
-    return registry.get(name)
+    try:
+        return registry.get(name)
+    except KeyError:
+        cluster = detached_run(name)
+        if cluster is None:
+            raise
+        return cluster
 
 
 def session(name: str):

@@ -151,6 +151,7 @@ class RunRow(TypedDict):
     state_age: float | None
     stop_requested: bool
     restart_requested: bool
+    detached: bool  # %%worker --detach: run by a supervisor process of its own (its kernel_pid is that process's)
     workers_alive: int  # processes not ended (0 once the run has ended)
     nodes: list[str]  # the hosts its workers run on
     progress: RunProgress | None

@@ -24,7 +24,7 @@ TRACKS = ("ray", "processes", "main", "beside", "installed")
 # watchdog and restart policies.
 PROCESS_MODULES = frozenset({
     "test_worker_magic.py", "test_zygote.py", "test_roles_cluster.py", "test_worker_stop.py",
-    "test_fault_tolerance.py", "test_fault_soak.py", "test_restart_policy.py",
+    "test_fault_tolerance.py", "test_fault_soak.py", "test_restart_policy.py", "test_detach.py",
 })
 TRACK_OPTION = "--track"
 

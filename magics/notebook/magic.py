@@ -13,6 +13,7 @@ from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
 from nbworkers.magics.notebook.attach import workers_attach
+from nbworkers.magics.notebook.detach import detached_run, run_detached
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
 from nbworkers.magics.notebook.session_magic import (
@@ -86,6 +87,10 @@ class WorkerMagics(Magics):
     @argument("--display", choices=("0", "all"), default="0",
               help="session cells: whose rich output (display(...), plt.show()) the cell shows: worker 0's "
                    "(default) or every worker's")
+    @argument("--detach", action="store_true", default=None,
+              help="run it in a supervisor process of its own: it trains on after a kernel restart or crash; "
+                   "`%%workers attach NAME` from any kernel, `%%workers stop NAME` stops it (default: the setting "
+                   "`detach`)")
     @argument("--session", default=None, metavar="NAME",
               help="run the cell in the live session NAME (its workers and variables stay between cells); "
                    "start it (with -n and the other flags) when there is none")
@@ -109,6 +114,9 @@ class WorkerMagics(Magics):
             args = parse_argstring(self.worker, line)
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%%worker --help`.") from None
+        if args.session is not None and args.detach:
+            raise UsageError("--detach --session: not supported yet (a detached session is to come); run the "
+                             "session without --detach, or a plain run with --detach.")
         if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
 
             return run_session_cell(self, args, cell)
@@ -118,6 +126,8 @@ class WorkerMagics(Magics):
         try:
             user_ns = self.shell.user_ns if self.shell is not None else {}
             spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())
+            if args.detach if args.detach is not None else settings().detach:
+                return run_detached(spec, block=args.block)  # magics/notebook/detach.py
             cluster = Cluster(spec)
             cluster.start()  # raises before anything runs, or leaves nothing behind
             registry.add(cluster)
@@ -200,6 +210,8 @@ class WorkerMagics(Magics):
             except (RunNotFound, LaunchError) as error:  # LaunchError: UnsafeRunRoot
                 raise UsageError(str(error)) from None
             return None
+        if args.name not in registry.names():
+            detached_run(args.name)  # a detached run this kernel did not start: attached (registered) on the fly
         try:
             cluster = registry.get(args.name)
         except KeyError as error:

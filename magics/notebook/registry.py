@@ -43,8 +43,10 @@ def running() -> list[Handle]:
 
 @atexit.register
 def _stop_all_at_exit() -> None:
-    """A kernel that shuts down cleanly stops its clusters; one that dies hard is covered by the hosts."""
-    for cluster in running():
+    """A kernel that shuts down cleanly stops its clusters; one that dies hard is covered by the hosts. A detached
+    run (``%%worker --detach``) outlives its kernel: left running."""
+    ending = [cluster for cluster in running() if not getattr(cluster, "detached", False)]
+    for cluster in ending:
         cluster.stop()
-    for cluster in running():
+    for cluster in ending:
         cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.exit_stop_margin)

@@ -103,6 +103,8 @@ class RunLoop:
         self.stop_event = threading.Event()
         self.restart_event = threading.Event()
         self.dirty = True  # something the views show changed since they were last refreshed
+        self.detached = False  # run by its own supervisor process, outside the kernel (detached.py)
+        self.push_pickle: bytes | None = None  # detached: --push as the kernel pickled it (values of its classes)
         self.key = wire.new_key()
         self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
         self._queue: deque[ev.Event] = deque()
@@ -173,7 +175,8 @@ class RunLoop:
     # ----------------------------------------------------------------------------------- launch
     def start(self) -> None:
         # never another kernel's live run; a 0700 directory, 0600 files (rundir/prepare.py)
-        push = sign_push(self.key, pickle.dumps(self.spec.push)) if self.spec.push else None  # checked by workers
+        pickled = self.push_pickle if self.push_pickle is not None else pickle.dumps(self.spec.push)
+        push = sign_push(self.key, pickled) if self.spec.push else None  # checked by workers
         prepare_run_dir(self.run_dir, "\n" + self.spec.code, push,  # line 1: the %%worker line
                         [rundir.log_path(self.run_dir, i) for i in range(len(self.core.tasks))])
         self._relay = RelayReceiver(self.key, *self.backend.relay_hosts(),  # ray: the nodes' address, CurveZMQ
@@ -336,6 +339,8 @@ class RunLoop:
         with self.lock:
             data = state_file_data(self.snapshot(), self._worker_group.handles, self.run_id)
         data["isolation"] = isolation_fact(self.backend)  # namespace, or off and why (backends/isolation.py)
+        if self.detached:  # its kernel_pid is the supervisor process's (liveness.py)
+            data["detached"] = True
         try:
             rundir.write_state(self.run_dir, data)
         except OSError:

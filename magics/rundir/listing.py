@@ -103,6 +103,7 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "run_dir": str(run_dir),
         **liveness,
         "restart_requested": restart_requested(run_dir),
+        "detached": bool(state.get("detached")),
         "workers_alive": 0 if status in ENDED else sum(
             1 for w in workers if w.get("status") not in ENDED),
         "nodes": sorted({str(w["host"]) for w in workers if w.get("host")}),

@@ -1,0 +1,47 @@
+"""``%%worker --detach``: the run in a supervisor process of its own (magics/run/detached.py), this kernel a client.
+
+The kernel keeps no process of the run: it registers a ``DetachedCluster`` (attach.py: the live widget, refreshed
+from the run's state file; Stop and Restart through its request files) on the run directory, so that
+``%workers``, ``%workers stop/logs/wait NAME``, ``nbworkers.get_cluster(NAME)`` and the REST API work on it as on
+any run, from this kernel or from any later one (``%workers attach NAME``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nbworkers.magics.errors import LaunchError
+from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.notebook import registry
+from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
+from nbworkers.magics.run.detach_start import start_detached
+from nbworkers.magics.rundir.layout import RunNotFound
+from nbworkers.magics.settings import settings
+
+
+def run_detached(spec: LaunchSpec, block: bool = False) -> DetachedCluster | None:
+    """Start ``spec`` detached; its handle (registered), or None after ``block`` waited for its end."""
+    run_dir = start_detached(spec, settings())
+    cluster = DetachedCluster(run_dir)
+    registry.add(cluster)  # type: ignore[arg-type]  # duck-typed like a Cluster
+    if not block:
+        return cluster
+    cluster.show()  # the live view, then its final summary
+    try:
+        cluster.wait()
+    except KeyboardInterrupt:
+        print(f"Stopped waiting; detached cluster {cluster.name!r} is still running. "
+              f"`%workers stop {cluster.name}` stops it.", file=sys.stderr)
+    return None
+
+
+def detached_run(name: str) -> AttachedCluster | None:
+    """The detached run ``name`` (registered in this kernel from now on), or None if there is no such run."""
+    try:
+        cluster = attach(name)
+    except (RunNotFound, LaunchError):  # LaunchError: an unsafe run root
+        return None
+    if not cluster.detached:
+        return None
+    registry.add(cluster)  # type: ignore[arg-type]  # duck-typed like a Cluster
+    return cluster
