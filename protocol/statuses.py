@@ -76,8 +76,8 @@ RECORDED_ENDS: frozenset[str] = ENDED - {ClusterStatus.LOST}
 # their kernel's pipe closes). One wording for every view: the reaper records it (magics/rundir/leftovers.py), the
 # REST rows and ``%workers attach`` show it, and a ``LOST`` run (dead kernel, not reaped yet) reads as stopped.
 # The front end's copies (labextension/src/format.ts, magics/views/widget_cards.js KERNEL_GONE) are held to it by
-# tests/unit/test_vocabulary.py. When runs can outlive their kernel, the advice grows "(or use --detach)".
-KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again"
+# tests/unit/test_vocabulary.py.
+KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)"
 # What a view calls a LOST run: the same word as a recorded stop (it is being stopped; its workers cannot go on)
 LOST_LABEL = "stopped"
 

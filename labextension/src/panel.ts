@@ -159,7 +159,7 @@ class RowView {
     // an ended run of a kernel that restarted or died: the new kernel does not hold it, the cell starts it again
     const restart = this.buttons.get('restart');
     if (restart) {
-      restart.title = ended && !row.kernel_alive ? `${capitalize(KERNEL_GONE)} in its notebook` : RESTART_TITLE;
+      restart.title = ended && !row.kernel_alive ? capitalize(KERNEL_GONE) : RESTART_TITLE;
     }
   }
 

@@ -18,7 +18,7 @@ const STATUS_LABELS = {
 };
 const DONE = new Set(["finished", "failed", "stopped", "lost"]); // ENDED in protocol/statuses.py (tests/unit/test_vocabulary.py)
 // Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py; test_vocabulary.py)
-const KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again";
+const KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)";
 const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const TRACEBACK_LINES = 20;

@@ -96,11 +96,13 @@ function headerPart(view) {
   function detachedText() {
     const name = runName() || "NAME";
     const logs = ` \`%workers attach ${name}\` in a cell shows its state and logs.`;
+    if (!local.attached) return `${local.detached}: this view no longer updates.${logs}`; // the server not asked yet
     if (!DONE.has(local.attachedStatus)) {
-      return `${local.detached}: the run stops with it and this view no longer updates; run the cell again.${logs}`;
+      const fate = local.attachedDetached ? "the run goes on (--detach)" : "the run stops with it; run the cell again";
+      return `${local.detached}: ${fate}, and this view no longer updates.${logs}`;
     }
     const why = local.attachedError || local.attachedStatus;
-    return `${local.detached}: ${why.charAt(0).toUpperCase() + why.slice(1)}.${logs}`;
+    return `${why.charAt(0).toUpperCase() + why.slice(1)}.${logs}`; // e.g. KERNEL_GONE: the why, said once
   }
 
   function detach(reason) {
@@ -125,6 +127,7 @@ function headerPart(view) {
       ended = DONE.has(data.status);
       local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
       local.attachedError = data.status === "failed" ? "" : data.error || ""; // a failure's error is in the box
+      local.attachedDetached = !!data.detached; // a --detach run outlives its kernel
       local.attachedStatus = data.status || "";
       renderHeader();
       view.renderCards();

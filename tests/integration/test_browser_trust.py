@@ -57,7 +57,7 @@ def test_kernel_restart_detaches_the_widget_and_stop_does_not_hang(lab):
         page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
         page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=DETACH_TIMEOUT_MS)
         header = page.inner_text(".nbw-header")
-        assert "The kernel restarted" in header and "run the cell again" in header, header
+        assert "kernel restarted" in header, header  # "The kernel restarted", then the run's end: one reason
         assert "%workers attach restarted" in header, header
         # Stop and Restart cannot reach a kernel any more: disabled, never stuck on "Stopping…"
         assert page.locator(".nbw-stop").is_disabled() and page.locator(".nbw-restart").is_disabled()
