@@ -117,7 +117,8 @@ class WorkerSettings(Configurable):
     session_abort_grace = Float(5.0, help="Seconds workers get to end a cell after an abort (or a Stop) before the "
                                 "session restarts its processes (their state is lost).").tag(config=True)
     session_save_wait = Float(120.0, help="Seconds the workers of a session get to save their state (models, "
-                              "variables, arrays) before a restart after an error restarts the processes anyway.").tag(
+                              "variables, arrays) before any restart of its processes (an error, a worker killed, the "
+                              "second Stop, Restart) goes on anyway; those still saving then lose theirs.").tag(
                                   config=True)
     session_interrupt_grace = Float(10.0, help="Seconds a Stop (KeyboardInterrupt) gets to end a session cell on "
                                     "every worker before the session restarts its processes.").tag(config=True)
@@ -134,6 +135,9 @@ class WorkerSettings(Configurable):
     pull_max_bytes = Int(256 * 2**20, help="Largest value (bytes of array data) Session.pull accepts.").tag(config=True)
     push_max_bytes = Int(2**30, help="Largest value (bytes of array or pickled data) Session.push or scatter sends to "
                          "one worker.").tag(config=True)
+    shm_min_bytes = Int(2**20, help="A local session's push or pull of at least this many bytes of arrays goes "
+                        "through a private shared-memory file instead of the socket (Ray: always the socket).").tag(
+                            config=True)
     data_receive_hwm = Int(2, help="Pull replies (each up to pull_max_bytes) queued per worker in the kernel before "
                            "the worker waits.").tag(config=True)
     # what a blocking wait leaves in the cell, and how the widget notices a dead kernel

@@ -15,18 +15,21 @@ Commands (``msg_type``; content fields):
 - ``run``        seq, gen, cell (int), code (str), display (``"0"``: rich output from worker 0 only, or
   ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note)
 - ``pull``       seq, gen, request (str), expression (str), max_bytes (int), data (the address of the kernel's
-                 data socket): the worker sends the value there as a ``pull`` data message (``session_data``:
-                 request, worker, gen, value (the tree), error (str or None); the blobs as raw frames)
-- ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames
+                 data socket), shm_path (str or None), shm_min_bytes (int): the worker sends the value there as a
+                 ``pull`` data message (``session_data``: request, worker, gen, value (the tree), error (str or
+                 None); the blobs as raw frames, or, local sessions, at least ``shm_min_bytes`` of them in the
+                 file ``shm_path``: ``session_shm``)
+- ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames, or
+                 in the shared-memory file ``shm_path`` (local sessions, large pushes)
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
 - ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
-- ``save``       seq, gen, cell, max_bytes: before the kernel restarts the processes (their collectives are unusable
-                 after an abort), save the namespace into ``<run dir>/session-state/gen-<gen>/worker-<i>/``
-                 (``distlib/saved_state/namespace.py``: models and variables as ``.npz``, tf.train.Checkpoint
-                 files, arrays and JSON values; ``max_bytes`` bounds the arrays and values); the worker answers
-                 ``saved``
+- ``save``       seq, gen, cell, max_bytes, holder: before the kernel restarts the processes (collectives aborted,
+                 a worker killed, a second Stop, Restart), save the namespace into
+                 ``<run dir>/session-state/gen-<gen>/worker-<i>/`` (``distlib/saved_state/namespace.py``: models and
+                 variables as tf.train.Checkpoint files on worker ``holder`` only, arrays and JSON values on each;
+                 ``max_bytes`` bounds the arrays and values); the worker answers ``saved``
 - ``shutdown``   seq, gen: leave the cell loop; the worker exits
 
 The relay kind added to ``wire.KINDS``:

@@ -104,6 +104,17 @@ def read_arrays(path: Path) -> dict[str, Any]:
             return {name: archive[name] for name in archive.files}
 
 
+def holder_dir(run_dir: str | os.PathLike, generation: int) -> Path:
+    """The folder of the worker that saved the trackables in ``generation`` (worker 0 unless it was gone: each
+    manifest names it, ``holder``)."""
+    folder = generation_dir(run_dir, generation)
+    for name in sorted(_worker_names(folder)):
+        holder = (read_manifest(folder / name) or {}).get("holder")
+        if isinstance(holder, int) and holder >= 0:
+            return worker_dir(run_dir, generation, holder)
+    return worker_dir(run_dir, generation, 0)
+
+
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     """A worker's finished save's manifest; None when there is none (not finished, or not on this machine)."""
     try:

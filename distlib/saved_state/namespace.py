@@ -76,12 +76,13 @@ def loaded_kinds() -> Kinds:
 # ------------------------------------------------------------------------------------------- save
 def save_namespace(namespace: Mapping[str, Any], run_dir: str | os.PathLike, generation: int, worker: int,
                    max_bytes: int, kinds: Kinds | None = None,
-                   built_in: Mapping[str, int] | None = None) -> dict[str, Any]:
+                   built_in: Mapping[str, int] | None = None, holder: int = 0) -> dict[str, Any]:
     """Save what ``plan_save`` picks into this worker's folder; the ``saved`` report (``session_wire``): saved
     [{name, kind, detail, cell}], skipped [{name, why}] (a name that failed to save is skipped with its error),
-    dir. ``built_in``: name -> the cell that last bound it."""
+    dir. ``built_in``: name -> the cell that last bound it; ``holder``: the worker that saves the trackables
+    (worker 0 unless it is gone)."""
     kinds = loaded_kinds() if kinds is None else kinds
-    plan = plan_save(namespace, kinds, worker, max_bytes)
+    plan = plan_save(namespace, kinds, worker, max_bytes, holder)
     folder = files.fresh_worker_dir(run_dir, generation, worker)
     budget = max_bytes - sum(nbytes(namespace[n], k, kinds) for n, k in plan.entries if k not in TF_KINDS)
     saved: list[dict[str, Any]] = []
@@ -119,7 +120,8 @@ def save_namespace(namespace: Mapping[str, Any], run_dir: str | os.PathLike, gen
     if values:
         files.write_json(folder / files.VALUES_JSON_FILE, values)
     manifest = {"saved": [{**e, **records.get(e["name"], {})} for e in saved], "skipped": skipped,
-                "dir": str(folder), "worker": worker, "generation": generation, "t": time.time()}
+                "dir": str(folder), "worker": worker, "holder": holder, "generation": generation,
+                "t": time.time()}
     files.write_json(folder / files.MANIFEST_FILE, manifest)  # last: the save is complete
     limit = session_wire.MAX_SAVED_ENTRIES
     return {"saved": saved[:limit], "skipped": skipped[:limit], "dir": str(folder)}
@@ -234,15 +236,16 @@ def restore_session_state(names: Iterable[str] | None = None,
     if saved_generation is None:
         raise NoSavedState("this session saved no state: it saves its models, variables and values only when its "
                            "processes restart after one worker's error (`%workers` says when it did)")
-    source = files.worker_dir(run_dir, saved_generation, 0)
+    source = files.holder_dir(run_dir, saved_generation)
     own = files.worker_dir(run_dir, saved_generation, worker)
     manifest = files.read_manifest(source)
     wanted = set(names) if names is not None else None
     restored: dict[str, str] = {}
     problems: dict[str, str] = {}  # name -> why it was not restored
     if manifest is None:
-        problems["worker 0's models and variables"] = (
-            f"not readable here ({source / files.MANIFEST_FILE} is missing): worker 0 did not finish saving, or (on "
+        holder = source.name.replace("-", " ")  # worker 0, or the one that saved in its place
+        problems[f"{holder}'s models and variables"] = (
+            f"not readable here ({source / files.MANIFEST_FILE} is missing): {holder} did not finish saving, or (on "
             "--backend ray) saved them on its own node; the cells that built and trained them must run again")
         manifest = {}
     kinds = loaded_kinds()

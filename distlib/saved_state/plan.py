@@ -139,10 +139,11 @@ def _kind(value: Any, kinds: Kinds) -> str:
     return "checkpoint" if flat.trackable else "array"
 
 
-def plan_save(namespace: Mapping[str, Any], kinds: Kinds, worker: int, max_bytes: int) -> SavePlan:
+def plan_save(namespace: Mapping[str, Any], kinds: Kinds, worker: int, max_bytes: int, holder: int = 0) -> SavePlan:
     """The names of ``namespace`` to save: public names only; modules, functions and classes are code (the cells
-    make them again); trackables (and containers holding one) on worker 0 only; arrays and JSON values while they
-    fit in ``max_bytes`` (trackables are measured as they are written: ``namespace.save_namespace``)."""
+    make them again); trackables (and containers holding one) on the ``holder`` only (worker 0 unless it is
+    gone); arrays and JSON values while they fit in ``max_bytes`` (trackables are measured as they are written:
+    ``namespace.save_namespace``)."""
     plan = SavePlan()
     budget = max_bytes
     for name, value in list(namespace.items()):
@@ -154,9 +155,9 @@ def plan_save(namespace: Mapping[str, Any], kinds: Kinds, worker: int, max_bytes
             plan.skipped.append((name, str(why)))
             continue
         if kind in TRACKABLE_KINDS:
-            if worker == 0:
+            if worker == holder:
                 plan.entries.append((name, kind))
-            continue  # worker 0's copy is restored on every worker
+            continue  # the holder's copy is restored on every worker
         size = nbytes(value, kind, kinds)
         if size > budget:
             plan.skipped.append((name, too_large(size, max_bytes)))

@@ -49,7 +49,7 @@ def waiting_names(run_dir: str, generation: int) -> dict[str, set[str]]:
     saved = files.latest_saved(run_dir, generation)
     if saved != generation - 1:
         return {}
-    manifest = files.read_manifest(files.worker_dir(run_dir, saved, 0)) or {}
+    manifest = files.read_manifest(files.holder_dir(run_dir, saved)) or {}
     return {entry["name"]: saved_objects.owners(entry.get("builds") or {}) for entry in manifest.get("saved", [])
             if entry.get("kind") in TRACKABLE_KINDS}
 

@@ -43,7 +43,7 @@ from nbworkers.distlib.compat import eager_context
 from nbworkers.distlib.saved_state.rebuild import Bindings, RestoreOnRebuild
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
-from nbworkers.protocol import env_settings, session_data, session_wire, wire
+from nbworkers.protocol import env_settings, session_data, session_shm, session_wire, wire
 
 
 class SessionWorker:
@@ -55,6 +55,7 @@ class SessionWorker:
         self.sender = wire.process_sender()
         self.signer = wire.Signer(self.key)
         self._data: tuple[str, Any] | None = None  # the kernel's data socket: (address, PUSH socket)
+        self._shm: Any = None  # session_shm.ShmFiles of pull replies (local sessions: a spare file kept ready)
         self.commands: queue.Queue = queue.Queue()
         self.in_cell = False
         self.cell = 0
@@ -101,8 +102,8 @@ class SessionWorker:
             last_seq = seq
             if kind in ("run", "pull", "save", "shutdown"):
                 self.commands.put((kind, content))
-            elif kind == "push":
-                self.commands.put((kind, frames))
+            elif kind == "push":  # a shared-memory push is opened (and its file unlinked) here, at once
+                self.commands.put((kind, self._take_push(frames)))
             elif kind == "interrupt" and content.get("cell") == self.cell:
                 self.interrupt()
             elif kind == "pause" and content.get("cell") == self.cell and self.in_cell:
@@ -242,7 +243,8 @@ class SessionWorker:
                 raise RuntimeError("this worker has no run directory (NBWORKERS_RUN_DIR) to save into")
             report.update(session_state.save_namespace(self.namespace, run_dir, self.gen, self.index,
                                                        int(content.get("max_bytes") or session_wire.SAVE_MAX_BYTES),
-                                                       built_in=self.bindings.built_in))
+                                                       built_in=self.bindings.built_in,
+                                                       holder=int(content.get("holder") or 0)))
             print(f"nbworkers: saved {', '.join(e['name'] for e in report['saved']) or 'nothing'} into "
                   f"{report['dir']} before the restart", file=sys.stderr, flush=True)
         except Exception as error:
@@ -264,7 +266,7 @@ class SessionWorker:
                 raise session_values.PullValueError(
                     f"the value is {size / 2**20:.1f} MiB, more than the pull limit "
                     f"({max_bytes / 2**20:.1f} MiB, setting pull_max_bytes): pull a slice, or save it to a file")
-            frames = session_data.pack(self.key, self.signer, "pull", {**fields, "value": tree}, blobs)
+            frames = self._reply_frames(content, {**fields, "value": tree}, blobs, size)
             if sum(memoryview(f).nbytes for f in frames[:session_data.SIGNED_FRAMES]) > session_data.MAX_JSON_BYTES:
                 raise session_values.PullValueError(
                     "the value's non-array part is larger than 1 MiB: put large data in numpy arrays")
@@ -276,18 +278,42 @@ class SessionWorker:
         socket = self._data_socket(str(content.get("data")))
         socket.send_multipart(frames, copy=False, track=True).wait()  # sent: the value may change after this
 
-    def push(self, frames: list) -> None:
+    def _take_push(self, frames: list) -> tuple[dict, list] | Exception:
+        """A push's checked ``(content, blobs)`` (``session_data.unpack``; a shared-memory file mapped), or why not."""
+        try:
+            return session_data.unpack(frames, self.key, max_bytes=1 << 62, open_shm=session_shm.open_named)[1:]
+        except Exception as error:
+            return error
+
+    def push(self, taken: tuple[dict, list] | Exception) -> None:
         """Assign the pushed values in the namespace (the kernel signed them; pickles only if it sent some)."""
         from nbworkers.protocol import session_values
 
         try:
-            _, content, blobs = session_data.unpack(frames, self.key, max_bytes=1 << 62)
-            values = session_values.decode(content.get("values"), blobs, allow_pickle=True, source="the push")
+            if isinstance(taken, Exception):
+                raise taken
+            values = session_values.decode(taken[0].get("values"), taken[1], allow_pickle=True, source="the push")
             if not isinstance(values, dict):
                 raise session_data.DataError("the pushed values are not a dict")
             self.namespace.update(values)
         except Exception as error:
             print(f"nbworkers: a push was refused: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+    def _reply_frames(self, command: dict, fields: dict, blobs: list, size: int) -> list:
+        """A pull reply: its blobs in the shared-memory file the kernel named when they are large enough (local
+        sessions), else as frames (also when the file cannot be written)."""
+        path, threshold = command.get("shm_path"), command.get("shm_min_bytes")
+        if path and isinstance(threshold, int) and size >= threshold:
+            try:
+                target, prefix = session_shm.offered(path), os.path.basename(path).split("-")[0]
+                if self._shm is None or (self._shm.folder, self._shm.prefix) != (target.parent, prefix):
+                    self._shm = session_shm.ShmFiles(target.parent, prefix)  # the kernel's: its sweeps see ours
+                self._shm.write(target, blobs)
+                return session_data.pack_offer(self.signer, "pull", fields, [memoryview(b).nbytes for b in blobs])
+            except (OSError, ValueError) as error:
+                print(f"nbworkers: pull by shared memory failed ({error}); sending it over the socket",
+                      file=sys.stderr, flush=True)
+        return session_data.pack(self.key, self.signer, "pull", fields, blobs)
 
     def _data_socket(self, address: str):
         """A PUSH socket to the kernel's data socket, connected on the first pull (CurveZMQ on ``--backend ray``)."""

@@ -261,7 +261,7 @@ class RunLoop:
                     self._worker_group.retire(action.index)
                 case ev.Relaunch():
                     self._relaunch()
-                case ev.RestartScheduled() | ev.Failed():
+                case ev.RestartScheduled() | ev.SaveBeforeRestart() | ev.Failed():
                     pass  # the participants' business (a session's cells), below
                 case _:
                     assert_never(action)

@@ -26,7 +26,7 @@ import zmq
 
 from nbworkers.magics.run import sockets
 from nbworkers.magics.settings import settings
-from nbworkers.protocol import session_data, session_wire, wire
+from nbworkers.protocol import session_data, session_shm, session_wire, wire
 from nbworkers.protocol.relay_curve import CurveServer
 
 MAX_FRAMES = 8  # routing id, <IDS|MSG>, signature, header, parent, metadata, content (a worker's `ready`)
@@ -48,6 +48,7 @@ class CommandChannel:
         self._socket.setsockopt(zmq.RCVHWM, settings().relay_receive_hwm)
         self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
         self.address = sockets.bind(self._socket, bind_host, advertise_host, "commands")
+        self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: pushes by shared memory
         self._lock = threading.Lock()
         self._seq = 0
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
@@ -58,6 +59,8 @@ class CommandChannel:
         with self._lock:
             self.gen = gen
             self._peers.clear()
+            if self.shm is not None:
+                self.shm.sweep()  # pushes the old processes never opened (killed first)
 
     def ready(self, count: int) -> bool:
         with self._lock:
@@ -109,10 +112,14 @@ class CommandChannel:
         return reached
 
     def send_data(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any],
-                  timeout: float = 120.0) -> bool:
+                  timeout: float = 120.0, shm_min_bytes: int | None = None) -> bool:
         """Send one data message (``session_data.pack``: ``fields`` signed, ``blobs`` as raw frames sent from their
         own memory) to ``worker``; returns once libzmq is done with the blobs' memory (so the caller may change
-        them), False when the worker was not reached."""
+        them), False when the worker was not reached. Local sessions: blobs of ``shm_min_bytes`` or more in all go
+        in a shared-memory file instead (``session_shm``; the worker unlinks it when it maps it)."""
+        sizes = [memoryview(b).nbytes for b in blobs]
+        if self.shm is not None and shm_min_bytes is not None and sum(sizes) >= shm_min_bytes:
+            return self._send_offer(kind, worker, fields, blobs, sizes)
         with self._lock:
             if worker not in self._peers:
                 return False
@@ -131,9 +138,32 @@ class CommandChannel:
             return False
         return True
 
+    def _send_offer(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any], sizes: list[int]) -> bool:
+        assert self.shm is not None
+        if worker not in self.ready_workers():
+            return False
+        path = self.shm.path(kind)
+        self.shm.write(path, blobs)  # outside the lock: the copy takes a while
+        with self._lock:
+            sent = worker in self._peers
+            if sent:
+                self._seq += 1
+                fields = {"seq": self._seq, "gen": self.gen, **fields, "shm_path": str(path)}
+                try:
+                    self._socket.send_multipart([self._peers[worker],
+                                                 *session_data.pack_offer(self._signer, kind, fields, sizes)],
+                                                flags=zmq.NOBLOCK)
+                except (zmq.Again, zmq.ZMQError):
+                    sent = False
+        if not sent:
+            self.shm.discard(path)
+        return sent
+
     def close(self) -> None:
         with self._lock:
             if self.curve is not None:
                 self.curve.close()
             self._socket.close(linger=0)
             self._context.term()
+            if self.shm is not None:
+                self.shm.sweep(close=True)

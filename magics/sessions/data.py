@@ -21,7 +21,7 @@ import zmq
 
 from nbworkers.magics.run import sockets
 from nbworkers.magics.settings import settings
-from nbworkers.protocol import session_data
+from nbworkers.protocol import session_data, session_shm
 from nbworkers.protocol.relay_curve import CurveServer
 
 
@@ -37,8 +37,10 @@ class DataChannel:
         self._socket.setsockopt(zmq.RCVHWM, config.data_receive_hwm)
         self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
         self.address = sockets.bind(self._socket, bind_host, advertise_host, "data")
+        self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: replies by shared memory
         self.lock = threading.Lock()  # one pull at a time reads the socket
         self.dropped = 0
+        self._gen: int | None = None  # the generation of the last pull
 
     def receive(self, timeout_s: float) -> list[Any] | None:
         """One message's frames (``zmq.Frame``s, not copied) within the bounds; None when none came in
@@ -75,3 +77,26 @@ class DataChannel:
             self.curve.close()
         self._socket.close(linger=0)
         self._context.term()
+        if self.shm is not None:
+            self.shm.sweep(close=True)
+
+    def shm_path(self, request: str, gen: int) -> str | None:
+        """Where the worker puts its reply to ``request`` in shared memory (local sessions; None: frames). The
+        first pull from new processes (``gen``) removes what the old ones left (their spare files: killed)."""
+        if self.shm is None:
+            return None
+        if gen != self._gen:
+            self._gen = gen
+            self.shm.sweep()
+        return str(self.shm.path("pull", request))
+
+    def open_reply(self, content: dict[str, Any], size: int | None) -> memoryview:
+        """A reply's shared-memory file (``session_data.unpack``'s ``open_shm``): the one named after its request
+        in this channel's folder, mapped (``size``) or only removed (None)."""
+        if self.shm is None:
+            raise session_shm.ShmError("this session's workers are not local: no shared memory")
+        path = self.shm.path("pull", str(content.get("request")))
+        if size is None:
+            self.shm.discard(path)
+            return memoryview(b"")
+        return session_shm.open_mapped(path, size)

@@ -60,6 +60,7 @@ class SessionParticipant:
             self.channel = CommandChannel(self.loop.key, *hosts, curve=curve)
             self.data = DataChannel(*hosts, curve=curve)
         self.channel.new_generation(self.loop.state.generation)
+        self.loop.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for a save
         self._logs = LogRouter()
         self._noise = self._noise_filters()
         return {session_wire.ENV_SESSION: self.loop.name, session_wire.ENV_COMMANDS: self.channel.address}
@@ -172,7 +173,7 @@ class SessionParticipant:
                 case ev.SendAbort():
                     self._send("abort", workers=list(action.workers), cell=action.cell, reason=action.reason)
                 case ev.SendSave():
-                    self._send("save", workers=list(action.workers), cell=action.cell,
+                    self._send("save", workers=list(action.workers), cell=action.cell, holder=action.holder,
                                max_bytes=session_wire.SAVE_MAX_BYTES)
                 case ev.CellWorkerEnded():
                     self.cells[action.cell - 1].worker_ended(action.worker, action.end)
@@ -189,7 +190,7 @@ class SessionParticipant:
                     answer = action.outcome
                     if self.core.current is not None:
                         self.cells[self.core.current - 1].dirty = True
-                case ev.RestartLosingState() | ev.MarkProgress():
+                case ev.RestartLosingState() | ev.MarkProgress() | ev.SaveFinished():
                     pass  # the run's (bridge.run_event, above)
                 case _:
                     assert_never(action)

@@ -3,7 +3,9 @@ without running anything.
 
 The reply is one data message (``protocol/session_data.py``: signed JSON with the value's tree and a MAC of
 its blobs, then the ``.npy`` headers and array bytes as raw frames). Arrays are numpy views of the received
-frames (``session_values.read_npy``: the ``.npy`` header checked, ``np.frombuffer``, never pickle). A reply that
+frames (``session_values.read_npy``: the ``.npy`` header checked, ``np.frombuffer``, never pickle). A local
+session's large reply comes in a shared-memory file named after the request instead (``session_shm``: checked,
+unlinked, mapped read-only; the arrays are views of the mapping). A reply that
 is unsigned, for another request, over ``pull_max_bytes``, whose data does not match its MAC, that holds a
 pickle or an object array raises ``PullError`` or is dropped and counted (``DataChannel.dropped``); nothing is
 executed.
@@ -83,6 +85,7 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
             reached = session.channel.send(
                 "pull", workers=[worker], request=request.request, expression=expression,
                 max_bytes=session.settings.pull_max_bytes, data=data.address,
+                shm_path=data.shm_path(request.request, request.gen), shm_min_bytes=session.settings.shm_min_bytes,
             )
         if not reached:
             request.fail(f"worker {worker} cannot be reached (it is gone; the session restarts it)")
@@ -91,6 +94,8 @@ def pull(session, expression: str, worker: int = 0, timeout: float | None = None
         finally:
             with session.lock:
                 session.pending_pulls.pop(request.request, None)
+            if data.shm is not None:  # a reply that never came (or was refused) leaves no file behind
+                data.shm.discard(data.shm.path("pull", request.request))
 
 
 def _receive(session, data, request: PullRequest, timeout: float) -> Any:
@@ -104,11 +109,13 @@ def _receive(session, data, request: PullRequest, timeout: float) -> Any:
         if frames is None:
             continue
         try:
-            kind, content, blobs = session.unpack_reply(frames)
+            kind, content, blobs = session.unpack_reply(frames, data.open_reply if data.shm is not None else None)
         except session_data.DataError as error:
             if "more than the limit" in str(error) and _is_for(frames, request):
                 raise PullError(f"refused {source}: {error} (setting pull_max_bytes)") from None
             data.dropped += 1
+            if "shared memory" in str(error) and _is_for(frames, request):  # signed, but its file failed a check
+                raise PullError(f"refused {source}: {error}") from None
             continue
         if (kind != "pull" or content.get("request") != request.request or content.get("worker") != request.worker
                 or content.get("gen") != request.gen):

@@ -3,10 +3,12 @@
 A push is a command (``push``) on the session's command socket with the values as one data message
 (``protocol/session_data.py``): the signed JSON names the variables and their trees, the ``.npy`` headers and
 array bytes follow as raw frames sent from the arrays' own memory (``copy=False``; the call returns once they
-are sent, so the notebook may change them then). It waits for the cells submitted before it, as ``pull`` does,
-and a cell submitted after it sees the values. Values travel as JSON and
-``.npy``; anything else needs ``allow_pickle=True`` (the notebook's own objects, unpickled in the workers, never
-the other way round). ``scatter(name, array)`` pushes ``array_split(array, n)[i]`` to worker ``i`` (axis 0).
+are sent, so the notebook may change them then). A local session's push of ``shm_min_bytes`` or more goes
+through a private shared-memory file instead (``protocol/session_shm.py``: written before the call returns).
+It waits for the cells submitted before it, as ``pull`` does, and a cell submitted after it sees the values.
+Values travel as JSON and ``.npy``; anything else needs ``allow_pickle=True`` (the notebook's own objects,
+unpickled in the workers, never the other way round). ``scatter(name, array)`` pushes
+``array_split(array, n)[i]`` to worker ``i`` (axis 0).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def scatter(session, name: str, array: Any, workers: list[int] | None = None) ->
 
 def _send(session, worker: int, tree: dict[str, Any], blobs: list[Any]) -> None:
     wait_for_worker(session, worker, "push to")
-    reached = session.channel.send_data("push", worker, {"values": tree}, blobs, session.settings.pull_timeout)
+    reached = session.channel.send_data("push", worker, {"values": tree}, blobs, session.settings.pull_timeout,
+                                        session.settings.shm_min_bytes)
     if not reached:
         raise PushError(f"worker {worker} cannot be reached (it is gone; the session restarts it): push again")

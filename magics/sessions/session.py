@@ -15,7 +15,8 @@ time, in order (as IPython's execution queue); a failed cell cancels the queued 
 - Stop (``interrupt``): KeyboardInterrupt in the cell on every worker; the session stays usable. A cell
   still running ``session_interrupt_grace`` seconds later (stuck in a collective), or a second Stop,
   restarts the processes (state gone).
-- A worker killed: the group restarts as any cluster does (restart policy), and the cells' state is gone.
+- A worker killed, or Restart: the group restarts as any cluster does (restart policy), once the workers still
+  alive saved what they hold (the supervisor holds the restart: magics/run/core/save_hold.py).
 - Rich output: a worker's ``display`` message (a MIME bundle, ``protocol/mime.py``) goes to the running cell
   (``SessionCell.outputs``, its last expression to ``SessionCell.results``) when it passes the checks and limits
   (``display_max_bytes``, ``display_max_outputs``); else it is dropped and counted.
@@ -132,7 +133,8 @@ class Session:
         self.cluster.stop()
 
     def restart(self) -> None:
-        """Restart the processes (every variable in them is lost); a session that ended starts again, empty."""
+        """Restart the processes (their state is lost, but for what the workers still alive save first); a session
+        that ended starts again, empty."""
         self.cluster.restart()
 
     def resize(self) -> str:
@@ -221,9 +223,11 @@ class Session:
         """The pulls waiting for their reply, by request id (``pull.py`` adds and removes them, lock held)."""
         return self._part.pulls
 
-    def unpack_reply(self, frames: list[Any]) -> tuple[str, dict[str, Any], list[Any]]:
-        """A data-socket message checked against the session's key and ``pull_max_bytes`` (``DataError`` if not)."""
-        return session_data.unpack(frames, self._part.loop.key, self.settings.pull_max_bytes)
+    def unpack_reply(self, frames: list[Any], open_shm: session_data.Opener | None = None
+                     ) -> tuple[str, dict[str, Any], list[Any]]:
+        """A data-socket message checked against the session's key and ``pull_max_bytes`` (``DataError`` if not);
+        ``open_shm``: how a local session's shared-memory reply is mapped (``DataChannel.open_reply``)."""
+        return session_data.unpack(frames, self._part.loop.key, self.settings.pull_max_bytes, open_shm)
 
     def restore(self) -> SessionCell:
         """Queue a cell that puts back what the workers saved before the processes last restarted

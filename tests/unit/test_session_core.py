@@ -6,65 +6,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from session_core_run import (
+    ABORTED,
+    CONNECTING,
+    INTERRUPTED,
+    MODEL_SAVED,
+    OK,
+    RAISED,
+    READY,
+    RESTARTING,
+    STOPPING,
+    TIMINGS,
+    VALUES_SAVED,
+    Session,
+    concluded,
+    kinds,
+)
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState
-from nbworkers.magics.sessions.core import SessionCore, SessionTimings
 from nbworkers.magics.sessions.core import events as ev
-from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
-
-READY, CONNECTING, RESTARTING, STOPPING = Group.READY, Group.CONNECTING, Group.RESTARTING, Group.STOPPING
-OK = WorkerEnd(CellEnd.OK)
-RAISED = WorkerEnd(CellEnd.ERROR, "ValueError: shapes differ", "Traceback ...\nValueError: shapes differ")
-INTERRUPTED = WorkerEnd(CellEnd.INTERRUPTED, "stopped")
-ABORTED = WorkerEnd(CellEnd.INTERRUPTED, "collective aborted", aborted=True)
-TIMINGS = SessionTimings(peer_grace=2.0, abort_grace=5.0, interrupt_grace=10.0, pause_wait=1.0, log_close_wait=1.0)
+from nbworkers.magics.sessions.core.events import InterruptOutcome, WorkerEnd
 
 
-class Session:
-    """A session core with two workers on a fake clock; ``actions`` keeps everything it asked for."""
-
-    def __init__(self, workers: int = 2, timings: SessionTimings = TIMINGS):
-        self.now = 100.0
-        self.timings = timings
-        self.core = SessionCore("s", workers, lambda: self.timings, clock=lambda: self.now)
-        self.actions: list[ev.Action] = []
-
-    def send(self, event: ev.Event) -> list[ev.Action]:
-        actions = self.core.handle(event)
-        self.actions += actions
-        return actions
-
-    def submit(self, timeout: float | None = None, group: Group = READY) -> list[ev.Action]:
-        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group))
-
-    def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
-        self.now += seconds
-        return self.send(ev.Tick(group))
-
-    def end(self, cell: int, *ends: WorkerEnd, close_logs: bool = True) -> None:
-        for worker, end in enumerate(ends):
-            self.send(ev.WorkerEnded(worker, cell, end))
-            if close_logs:
-                self.send(ev.LogClosed(worker, cell))
-
-    def stop(self, cell: int | None = None, group: Group = READY) -> tuple[InterruptOutcome, list[ev.Action]]:
-        actions = self.send(ev.InterruptRequested(cell, group))
-        assert isinstance(actions[-1], ev.Answer)
-        return actions[-1].outcome, actions[:-1]
-
-    def state(self, cell: int) -> CellState:
-        return self.core.record(cell).state
-
-
-def kinds(actions: list[ev.Action]) -> list[str]:
-    return [type(a).__name__ for a in actions]
-
-
-def concluded(actions: list[ev.Action]) -> list[tuple[int, CellState]]:
-    return [(a.cell, a.state) for a in actions if isinstance(a, ev.CellConcluded)]
-
-
-# ----------------------------------------------------------------------------------------------- queue and dispatch
 def test_cells_queue_and_run_one_at_a_time_once_every_worker_is_ready():
     s = Session()
     assert s.submit(group=CONNECTING) == [] and s.submit(group=CONNECTING) == []
@@ -217,7 +180,9 @@ def test_a_second_stop_restarts_the_processes_and_says_which_cells_state_is_gone
     s.submit()
     s.stop()
     outcome, actions = s.stop()
-    assert outcome == InterruptOutcome.RESTARTING and actions == [ev.RestartLosingState("Stop was pressed twice")]
+    assert outcome == InterruptOutcome.RESTARTING  # first the workers end the cell (abort) to save (they never do)
+    assert actions == [ev.SendAbort(2, (0, 1), "Stop was pressed twice")]
+    assert s.tick(TIMINGS.save_wait) == [ev.RestartLosingState("Stop was pressed twice")]
     actions = s.send(ev.GroupRestarting("Stop was pressed twice", on_purpose=True))
     assert concluded(actions) == [(2, CellState.STOPPED)]
     assert "Stop was pressed twice" in s.core.record(2).error and "state of cells 1-2 is gone" in s.core.lost_note
@@ -321,15 +286,6 @@ def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
 
 
 # ----------------------------------------------------------------------------------------------- save before a restart
-MODEL_SAVED = ev.WorkerSave(saved=(("model", "model", "4 weights + 9 optimizer variables, 0.0 MiB"),
-                                   ("step_size", "variable", "float32 ()"), ("x", "array", "float32 (512, 8)"),
-                                   ("built_in_cell", "value", "int")),
-                            skipped=(("dataset", "a _RepeatDataset"),),
-                            folder="/runs/s/session-state/gen-1/worker-0")
-VALUES_SAVED = ev.WorkerSave(saved=(("x", "array", "float32 (512, 8)"), ("built_in_cell", "value", "int")),
-                             folder="/runs/s/session-state/gen-1/worker-1")
-
-
 def failed_with_abort(s: Session) -> None:
     s.submit()
     s.end(1, RAISED, ABORTED)
@@ -402,13 +358,13 @@ def test_a_crash_during_the_save_restarts_without_a_saved_note_and_stuck_workers
     failed_with_abort(s)
     s.send(ev.StateSaved(0, MODEL_SAVED))
     s.send(ev.GroupRestarting("worker 1 was killed", on_purpose=False))  # before worker 1 answered
-    assert "- run: the cells that build what you need again" in s.core.lost_note and s.core.saved is None
+    assert "- worker 1 did not answer the save" in s.core.lost_note and s.core.saved is not None
     assert s.send(ev.StateSaved(1, VALUES_SAVED)) == [ev.DropStale("saved message from worker 1, no save asked of it")]
     stuck = Session()
     stuck.submit()
     stuck.send(ev.WorkerEnded(1, 1, RAISED))
     stuck.tick(TIMINGS.peer_grace)
-    assert stuck.tick(TIMINGS.abort_grace) == [ev.SendSave(1, (1,))]  # worker 0 is still in the cell
+    assert stuck.tick(TIMINGS.abort_grace) == [ev.SendSave(1, (1,), holder=1)]  # worker 0 is still in the cell
     stuck.send(ev.StateSaved(1, VALUES_SAVED))
     stuck.send(ev.GroupRestarting("worker 0 did not end ...", on_purpose=True))
-    assert "- worker 0 had not ended the cell, so it could not save" in stuck.core.lost_note
+    assert "- worker 0 had not ended the cell, so worker 1 saved the models" in stuck.core.lost_note

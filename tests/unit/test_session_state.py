@@ -406,3 +406,17 @@ def test_no_tensorflow_class_is_a_kind_until_its_module_is_imported(monkeypatch)
     keras.metrics = types.SimpleNamespace(Metric=Metric)
     assert session_state.loaded_kinds() == Kinds(models=(Model, Module), variables=(Variable,),
                                                  checkpointables=(Optimizer,), holders=(Metric,))
+
+
+def test_when_worker_0_is_gone_the_holder_saves_the_trackables_and_every_worker_reads_them(run_dir, monkeypatch):
+    report = session_state.save_namespace(trained_namespace(), run_dir, 1, 1, 2**20, KINDS, holder=1)
+    assert "model" in [e["name"] for e in report["saved"]]  # worker 1 saved them in worker 0's place
+    assert "model" not in [e["name"] for e in session_state.save_namespace(
+        trained_namespace(), run_dir, 1, 2, 2**20, KINDS, holder=1)["saved"]]  # the others save their values only
+    assert rebuild.waiting_names(str(run_dir), 2)["model"] == set()
+    as_worker(monkeypatch, 0, 2)  # the new worker 0 reads worker 1's checkpoints
+    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
+    rebuilt = rebuilt_namespace()
+    assert session_state.restore_session_state(["model"], namespace=rebuilt) == {
+        "model": "2 weights + 3 optimizer variables"}
+    assert rebuilt["model"].optimizer.iterations.value == 42.0

@@ -88,6 +88,21 @@ class RestartRequested:
     """``restart()``, the widget's Restart button, or a session restarting its processes on purpose."""
 
     cause: UserRestart = field(default_factory=lambda: UserRestart("restart requested"))
+    saved: bool = False  # a session already had its workers save (its own restart): no save hold
+
+
+@dataclass(frozen=True)
+class HoldRestarts:
+    """A participant (a session) saves what the workers hold before their processes restart: from now on a
+    restart first asks it (``SaveBeforeRestart``) and stops the group only at ``SaveEnded`` or ``wait`` seconds
+    later (magics/run/core/save_hold.py)."""
+
+    wait: float
+
+
+@dataclass(frozen=True)
+class SaveEnded:
+    """The participant's save before the restart ended (answered, or its own wait passed): the restart goes on."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,15 @@ class RestartScheduled:
 
 
 @dataclass(frozen=True)
+class SaveBeforeRestart:
+    """A restart was decided, the group still runs: the participant has the workers still ``alive`` save first
+    (``SaveEnded``); ``StopGroup`` and ``RestartScheduled`` follow."""
+
+    cause: WorkerFailure
+    alive: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Failed:
     """The run failed and is being stopped."""
 
@@ -170,5 +194,5 @@ class Failed:
 
 
 Event = Union[Progress, Logged, Hello, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick,
-              CapacitySeen, LaunchFailed, Ended, SupervisorCrashed]
-Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, Failed]
+              CapacitySeen, LaunchFailed, Ended, SupervisorCrashed, HoldRestarts, SaveEnded]
+Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, SaveBeforeRestart, Failed]

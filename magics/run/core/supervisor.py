@@ -41,6 +41,7 @@ from nbworkers.magics.run.core.failures import (
     root_cause,
 )
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
+from nbworkers.magics.run.core.save_hold import SaveHold
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
 from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.run.core.timings import Timings
@@ -71,6 +72,7 @@ class Supervisor:
         self.new_worker = new_worker
         self.capacity: int | None = None  # elastic: workers the cluster could place at the last look
         self.resize_note = ""  # elastic: the answer to the last %workers resize
+        self.hold = SaveHold()  # a session saves before a restart stops the group (save_hold.py)
 
     # ------------------------------------------------------------------------------------- queries
     @property
@@ -133,6 +135,11 @@ class Supervisor:
                 return self._on_ended()
             case ev.SupervisorCrashed():
                 return self._on_crashed(event)
+            case ev.HoldRestarts():
+                self.hold.wait = event.wait
+                return []
+            case ev.SaveEnded():
+                return self._end_hold()
             case _:
                 assert_never(event)
 
@@ -170,7 +177,7 @@ class Supervisor:
     def _on_restart_requested(self, event: ev.RestartRequested) -> list[ev.Action]:
         if self.stopping or self.pending is not None:
             return []
-        return self._on_failure(event.cause)
+        return self._on_failure(event.cause, hold=not event.saved)
 
     def _on_exited(self, event: ev.Exited) -> list[ev.Action]:
         failures: list[WorkerFailure] = []
@@ -218,6 +225,8 @@ class Supervisor:
             self.attempt.last_progress = now
         else:
             actions += self._check_stall(now)
+        if self.hold.due(now, self.all_exited):
+            actions += self._end_hold()
         if not self.all_exited:
             actions += self._retire_unawaited(now)
         elif self.pending is not None and now >= self.restart_due:
@@ -253,8 +262,8 @@ class Supervisor:
         return [ev.KillGroup()]
 
     # ------------------------------------------------------------------------------------- transitions
-    def _on_failure(self, failure: WorkerFailure) -> list[ev.Action]:
-        """Restart the whole group when the policy allows it, else stop it and show why."""
+    def _on_failure(self, failure: WorkerFailure, hold: bool = True) -> list[ev.Action]:
+        """Restart the whole group when the policy allows it, else stop it and show why (``hold``: save first)."""
         decision = self.policy.decide(failure)
         if not decision.restart:
             return self._fail(decision.failure)
@@ -264,7 +273,16 @@ class Supervisor:
         self.state.status = ClusterStatus.RESTARTING
         for worker in self.state.workers:
             worker.status = WorkerStatus.RESTARTING
+        if hold and self.hold.begin(self.clock()):
+            alive = tuple(w.index for w in self.state.workers if w.exit_code is None)
+            return [ev.SaveBeforeRestart(failure, alive)]
         return [self._stop_group(), ev.RestartScheduled(failure)]
+
+    def _end_hold(self) -> list[ev.Action]:  # the held restart goes on: the group is stopped now
+        if not self.hold.release() or self.pending is None:
+            return []
+        self.restart_stop_at = self.clock()
+        return [self._stop_group(), ev.RestartScheduled(self.pending)]
 
     def _fail(self, failure: WorkerFailure) -> list[ev.Action]:
         self.pending = None  # a failed run is not restarted
@@ -276,6 +294,7 @@ class Supervisor:
 
     def _begin_stop(self, final_status: ClusterStatus) -> list[ev.Action]:
         self.stopping_since = self.clock()
+        self.hold.release()  # a restart held for a save is not carried out
         if self.state.status != ClusterStatus.FAILED:
             stopping = ClusterStatus.STOPPING if final_status == ClusterStatus.STOPPED else final_status
             self.state.status = stopping
@@ -374,8 +393,5 @@ class Supervisor:
             self.policy.progressed()
 
 
-def _worker_status(state: str) -> WorkerStatus:
-    try:
-        return WorkerStatus(state)
-    except ValueError:  # the relay checks it (protocol/wire.py): never from a worker that passed the checks
-        return WorkerStatus.RUNNING
+def _worker_status(state: str) -> WorkerStatus:  # the relay checks it (protocol/wire.py): others never come
+    return WorkerStatus(state) if state in {s.value for s in WorkerStatus} else WorkerStatus.RUNNING

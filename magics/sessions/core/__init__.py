@@ -4,6 +4,7 @@ injected clock), its events and actions (``events.py``), what the workers saved 
 shell here (an import-linter contract in pyproject.toml): the session participant (``magics/sessions/participant.py``)
 carries the actions out."""
 
-from nbworkers.magics.sessions.core.cells import CellRecord, SessionCore, SessionTimings
+from nbworkers.magics.sessions.core.cells import SessionCore
+from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
 
 __all__ = ["CellRecord", "SessionCore", "SessionTimings"]

@@ -21,6 +21,8 @@ def session_event(action: run_ev.Action, error: str) -> ev.Event | None:
     match action:
         case run_ev.RestartScheduled():
             return ev.GroupRestarting(str(action.cause), on_purpose=isinstance(action.cause, UserRestart))
+        case run_ev.SaveBeforeRestart():
+            return ev.SaveRequested(str(action.cause), action.alive, on_purpose=isinstance(action.cause, UserRestart))
         case run_ev.Failed():
             return ev.GroupFailed(error)
     return None
@@ -29,8 +31,10 @@ def session_event(action: run_ev.Action, error: str) -> ev.Event | None:
 def run_event(action: ev.Action) -> run_ev.Event | None:
     """The supervisor's event for the session core's ``action``; None: the session carries it out itself."""
     match action:
-        case ev.RestartLosingState():
-            return run_ev.RestartRequested(UserRestart(action.reason))
+        case ev.RestartLosingState():  # after the session's own save: the supervisor does not hold it again
+            return run_ev.RestartRequested(UserRestart(action.reason), saved=True)
+        case ev.SaveFinished():
+            return run_ev.SaveEnded()
         case ev.MarkProgress():
             return run_ev.Progress(action.worker)
     return None

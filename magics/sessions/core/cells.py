@@ -18,8 +18,8 @@ the session runs), so every path is unit-tested in milliseconds (tests/unit/test
   models and variables, every worker's arrays and values: ``distlib/saved_state/namespace.py``), for at most
   ``save_wait`` seconds; then it asks for ``RestartLosingState``; the supervisor restarts the group and answers
   ``GroupRestarting``, and the core ends the running cell, cancels the queue and says which cells' state is gone
-  from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the
-  supervisor decided itself (a worker killed, the Restart button) arrives the same way.
+  from the processes and what was saved (``lost_note``, ``saved_state.SavedState``). A restart the supervisor
+  decided (a worker killed, Restart) comes first as ``SaveRequested``: the same save, then ``SaveFinished``.
 
 Composition, not a shared core: the supervisor core (``magics/run/core/supervisor.py``) decides about processes
 (every ``%%worker`` run has one, session or not) and this core about cells. They never call each other: the
@@ -33,75 +33,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions.core import events as ev
-from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.magics.sessions.core import restart_save
+from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
 from nbworkers.magics.sessions.core.notes import nothing_lost, with_notes
+from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
+from nbworkers.magics.sessions.core.restart_save import Outcome, Saving
 from nbworkers.magics.sessions.core.saved_state import SavedState
-
-LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
-SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
-
-
-@dataclass(frozen=True)
-class SessionTimings:
-    """The session's grace periods, in seconds (``magics/settings.py``'s ``session_*``)."""
-
-    peer_grace: float = 10.0
-    abort_grace: float = 30.0
-    interrupt_grace: float = 30.0
-    pause_wait: float = 2.0
-    log_close_wait: float = LOG_CLOSE_WAIT
-    save_wait: float = SAVE_WAIT
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> SessionTimings:
-        return cls(peer_grace=settings.session_peer_grace, abort_grace=settings.session_abort_grace,
-                   interrupt_grace=settings.session_interrupt_grace, pause_wait=settings.session_pause_wait,
-                   save_wait=settings.session_save_wait)
-
-
-@dataclass
-class CellRecord:
-    """What the core knows about one cell (times are the core's clock)."""
-
-    number: int
-    timeout: float | None = None
-    state: CellState = CellState.QUEUED
-    error: str = ""
-    failed_workers: tuple[int, ...] = ()
-    started_at: float | None = None
-    interrupts: int = 0  # Stop requests seen
-    timed_out: bool = False  # --timeout passed: the interrupted cell counts as failed
-    interrupted_at: float | None = None
-    paused: dict[int, int] = field(default_factory=dict)  # worker -> its report count when it paused for a Stop
-    resumed: bool = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
-    first_error_at: float | None = None
-    first_error_worker: int | None = None
-    all_ended_at: float = 0.0  # when every worker's end message was in
-    aborted_at: float | None = None
-    ends: dict[int, WorkerEnd] = field(default_factory=dict)  # worker -> its ``cell end``
-    closed_logs: set[int] = field(default_factory=set)  # workers whose end marker line arrived
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How a restart this core asked for ends the running cell."""
-
-    state: CellState
-    error: str = ""
-    failed: tuple[int, ...] = ()
-
-
-@dataclass
-class _Saving:
-    """A restart waits for the workers' save: since when, and why it restarts."""
-
-    asked_at: float
-    reason: str
 
 
 class SessionCore:
@@ -116,8 +57,8 @@ class SessionCore:
         self.current: int | None = None
         self.alive_from = 1  # the first cell whose state lives in the current processes
         self.lost_note = ""  # what the last restart of the processes lost
-        self._restart: _Outcome | None = None  # a restart was asked for; the running cell ends this way
-        self._saving: _Saving | None = None  # that restart waits for the workers' save
+        self._restart: Outcome | None = None  # a restart was asked for; the running cell ends this way
+        self._saving: Saving | None = None  # that restart waits for the workers' save
         self._save: SavedState | None = None  # the answers to the save of the restart asked for
         self.saved: SavedState | None = None  # what the workers saved before the last restart they saved for
 
@@ -153,9 +94,10 @@ class SessionCore:
                 return self._dispatch(event.group)
             case ev.Tick():
                 if self._saving is not None:  # the restart waits for the save, at most save_wait seconds
-                    waited = self.clock() - self._saving.asked_at >= self.timings().save_wait
-                    return self._restart_after_save() if waited else []
-                actions = self._check_cell(self.record(self.current), event.group) if self.current else []
+                    return self._save_waited()
+                # while a restart is on its way, its GroupRestarting ends the running cell
+                actions = (self._check_cell(self.record(self.current), event.group)
+                           if self.current and self._restart is None else [])
                 return actions + self._dispatch(event.group)
             case ev.InterruptRequested():
                 outcome, actions = self._interrupt(event.cell, event.group)
@@ -169,7 +111,7 @@ class SessionCore:
                 self.record(event.cell).paused[event.worker] = event.step
                 return [ev.MarkProgress(event.worker)]
             case ev.WorkerEnded():
-                return self._worker_ended(event)
+                return self._worker_ended(event) + self._save_once_ended(event)
             case ev.LogClosed():
                 if 0 < event.cell <= len(self.records):
                     self.record(event.cell).closed_logs.add(event.worker)
@@ -178,6 +120,8 @@ class SessionCore:
                 return self._state_saved(event)
             case ev.GroupRestarting():
                 return self._group_restarting(event)
+            case ev.SaveRequested():
+                return self._save_requested(event)
             case ev.GroupFailed():
                 self._restart, self._saving, self._save = None, None, None
                 reason = f"the session failed: {event.error}"
@@ -236,11 +180,11 @@ class SessionCore:
             actions.append(ev.SendAbort(cell.number, running, reason))
         elif cell.aborted_at is not None and now - cell.aborted_at >= timings.abort_grace:
             actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} after an abort", group,
-                                         _Outcome(CellState.FAILED, self.error_text(cell)))
+                                         Outcome(CellState.FAILED, self.error_text(cell)))
         elif cell.interrupted_at is not None and now - cell.interrupted_at >= timings.interrupt_grace:
             actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} "
                                          f"{timings.interrupt_grace:g} s after Stop (stuck in a collective)", group,
-                                         _Outcome(CellState.STOPPED))
+                                         Outcome(CellState.STOPPED))
         return actions
 
     def _interrupt(self, number: int | None, group: Group) -> tuple[InterruptOutcome, list[ev.Action]]:
@@ -258,7 +202,7 @@ class SessionCore:
         cell.interrupts += 1
         if cell.interrupts >= 2:
             return InterruptOutcome.RESTARTING, self._ask_restart("Stop was pressed twice", group,
-                                                                  _Outcome(CellState.STOPPED))
+                                                                  Outcome(CellState.STOPPED), end_running=True)
         cell.interrupted_at = self.clock()
         pending = tuple(w for w in range(self.workers) if w not in cell.ends)
         return InterruptOutcome.INTERRUPTING, [ev.SendPause(cell.number, pending)]  # then resume(stop_at)
@@ -290,7 +234,7 @@ class SessionCore:
             if aborted:
                 return self._ask_restart(f"worker {cell.first_error_worker} failed while {_workers(aborted)} "
                                          "waited in a collective, which had to be aborted", group,
-                                         _Outcome(CellState.FAILED, error, failed))
+                                         Outcome(CellState.FAILED, error, failed))
             return self._conclude(cell, CellState.FAILED, with_notes(error, [nothing_lost(cell.number,
                                                                                          self.live_cells())]), failed)
         if CellEnd.INTERRUPTED in statuses.values():
@@ -298,7 +242,7 @@ class SessionCore:
                                      cell.error or self.stop_note(cell))
             if aborted:
                 actions += self._ask_restart("collectives were aborted while stopping the cell", group,
-                                             _Outcome(CellState.STOPPED), cell)
+                                             Outcome(CellState.STOPPED), cell)
             return actions
         return self._conclude(cell, CellState.FINISHED)
 
@@ -342,37 +286,90 @@ class SessionCore:
             actions += self._conclude(self.record(self.queue.popleft()), CellState.CANCELLED, reason)
         return actions
 
-    def _ask_restart(self, reason: str, group: Group, outcome: _Outcome,
-                     ended: CellRecord | None = None) -> list[ev.Action]:
-        """Restart the processes on purpose (collectives unusable, a stuck cell): their state is lost, but for what
-        the workers that ended the cell (the running one, or ``ended``) save first (one still in it cannot)."""
+    def _ask_restart(self, reason: str, group: Group, outcome: Outcome, ended: CellRecord | None = None,
+                     end_running: bool = False) -> list[ev.Action]:
+        """Restart the processes on purpose (collectives unusable, a stuck cell, the second Stop): their state is
+        lost, but for what the workers that ended the cell (the running one, or ``ended``) save first; with
+        ``end_running`` the others are told to end it (abort) and save once they did."""
         if not group.can_restart or self._restart is not None:
             return []
         self._restart = outcome
         cell = ended or (self.record(self.current) if self.current else None)
-        savers = tuple(sorted(cell.ends)) if cell is not None else ()
-        if cell is None or not savers:
+        if cell is None:
             return [ev.RestartLosingState(reason)]
-        self._saving = _Saving(self.clock(), reason)
-        self._save = SavedState(cell.number, savers, wait=self.timings().save_wait)
-        return [ev.SendSave(cell.number, savers)]
+        running = tuple(w for w in range(self.workers) if w not in cell.ends) if end_running else ()
+        return self._begin_save(cell, tuple(sorted(cell.ends)), running, reason, held=False)
+
+    def _save_requested(self, event: ev.SaveRequested) -> list[ev.Action]:
+        """The supervisor holds a restart (a worker killed, the Restart button): the workers still alive save
+        first, those still in the running cell once they ended it (aborted); the killed ones' state is lost."""
+        if self._saving is not None:  # this core's own save is under way: the supervisor's restart waits for it
+            self._saving.held = True
+            return []
+        if self._restart is not None:  # this core's restart was asked already, after its save
+            return [ev.SaveFinished()]
+        self._restart = Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
+        ran = [c for c in self.records if c.number >= self.alive_from and c.started_at is not None]
+        if not ran:  # no cell ran in these processes: nothing to save
+            return [ev.SaveFinished()]
+        cell, alive = ran[-1], set(event.alive)
+        in_cell = cell.number == self.current
+        savers = tuple(sorted(w for w in (cell.ends if in_cell else alive) if w in alive))
+        running = tuple(sorted(alive - set(cell.ends))) if in_cell else ()
+        gone = tuple(w for w in range(self.workers) if w not in alive)
+        return self._begin_save(cell, savers, running, event.cause, held=True, gone=gone)
+
+    def _begin_save(self, cell: CellRecord, savers: tuple[int, ...], running: tuple[int, ...], reason: str, *,
+                    held: bool, gone: tuple[int, ...] = ()) -> list[ev.Action]:
+        """Ask ``savers`` to save now and tell ``running`` to end the cell (each saves once it did)."""
+        if not savers and not running:
+            return [ev.SaveFinished()] if held else [ev.RestartLosingState(reason)]
+        holder = min(savers, default=restart_save.NO_HOLDER)  # worker 0 when it can save now
+        self._saving = Saving(self.clock(), reason, held, set(running))
+        self._save = SavedState(cell.number, savers, wait=self.timings().save_wait, holder=holder, gone=gone)
+        actions: list[ev.Action] = [ev.SendAbort(cell.number, running, reason)] if running else []
+        return actions + ([ev.SendSave(cell.number, savers, holder)] if savers else [])
+
+    def _save_once_ended(self, event: ev.WorkerEnded) -> list[ev.Action]:
+        """A worker told to end the cell before the restart did: it saves now."""
+        saving, saved = self._saving, self._save
+        if saving is None or saved is None or event.worker not in saving.awaiting:
+            return []
+        saving.awaiting.discard(event.worker)
+        saved.asked += (event.worker,)
+        if saved.holder == restart_save.NO_HOLDER:  # the first to end the cell saves the models and variables
+            saved.holder = event.worker
+        return [ev.SendSave(event.cell, (event.worker,), saved.holder)]
 
     def _state_saved(self, event: ev.StateSaved) -> list[ev.Action]:
-        saved = self._save
-        if self._saving is None or saved is None or event.worker not in saved.unanswered:
+        saved, saving = self._save, self._saving
+        if saving is None or saved is None or event.worker not in saved.unanswered:
             return [ev.DropStale(f"saved message from worker {event.worker}, no save asked of it")]
         saved.reports[event.worker] = event.report
         actions: list[ev.Action] = [ev.MarkProgress(event.worker)]
-        return actions + (self._restart_after_save() if not saved.unanswered else [])
+        return actions + (self._restart_after_save() if not saved.unanswered and not saving.awaiting else [])
+
+    def _save_waited(self) -> list[ev.Action]:
+        """Workers told to end the cell get ``abort_grace`` seconds (then they are not saved), the save
+        ``save_wait`` seconds in all."""
+        assert self._saving is not None and self._save is not None
+        waited, timings = self.clock() - self._saving.asked_at, self.timings()
+        if self._saving.awaiting and waited >= timings.abort_grace:
+            self._save.not_ended += tuple(sorted(self._saving.awaiting))
+            self._saving.awaiting.clear()
+            if not self._save.unanswered:
+                return self._restart_after_save()
+        return self._restart_after_save() if waited >= timings.save_wait else []
 
     def _restart_after_save(self) -> list[ev.Action]:
-        assert self._saving is not None
-        reason, self._saving = self._saving.reason, None
-        return [ev.RestartLosingState(reason)]
+        assert self._saving is not None and self._save is not None
+        saving, self._saving = self._saving, None
+        self._save.not_ended += tuple(sorted(saving.awaiting))
+        return [ev.SaveFinished()] if saving.held else [ev.RestartLosingState(saving.reason)]
 
     def _group_restarting(self, event: ev.GroupRestarting) -> list[ev.Action]:
         lost = self.live_cells()
-        saved = self._save if self._restart is not None and self._saving is None else None  # a save that ended
+        saved = self._save if self._restart is not None else None  # the save for this restart (done or cut short)
         self._saving, self._save = None, None
         if saved is not None:
             self.saved = saved
@@ -382,7 +379,7 @@ class SessionCore:
             self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
                               "(variables, models, datasets)\n- run: the cells that build what you need again")
         # the Restart button (on purpose) ends the running cell as stopped, a failure as failed
-        outcome = self._restart or _Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
+        outcome = self._restart or Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
         self._restart = None
         error = with_notes(outcome.error, [f"lost: {self.lost_note}"])  # the list, then the traceback once, last
         actions = self._conclude_current(outcome.state, error, outcome.failed)

@@ -141,6 +141,16 @@ class GroupRestarting:
 
 
 @dataclass(frozen=True)
+class SaveRequested:
+    """The supervisor decided a restart and holds it (``SaveBeforeRestart``: a worker was killed, or the Restart
+    button): the workers still ``alive`` save first; ``SaveFinished`` lets it go on."""
+
+    cause: str
+    alive: tuple[int, ...]
+    on_purpose: bool  # the Restart button, not a failure
+
+
+@dataclass(frozen=True)
 class GroupFailed:
     """The supervisor failed the session (``Failed``): it is being stopped."""
 
@@ -204,6 +214,13 @@ class SendSave:
 
     cell: int
     workers: tuple[int, ...]
+    holder: int = 0  # the worker that saves the models, optimizers and variables (worker 0 unless it is gone)
+
+
+@dataclass(frozen=True)
+class SaveFinished:
+    """The save for the supervisor's held restart ended (answered, or ``save_wait`` passed): the restart goes on
+    (the supervisor's ``SaveEnded``)."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +277,6 @@ class Answer:
 
 
 Event = Union[Submitted, Tick, InterruptRequested, Began, Paused, WorkerEnded, LogClosed, StateSaved, GroupRestarting,
-              GroupFailed, SessionEnded]
-Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, SendSave, CellWorkerEnded, CellConcluded,
-               RestartLosingState, MarkProgress, DropStale, FailPulls, Answer]
+              SaveRequested, GroupFailed, SessionEnded]
+Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, SendSave, SaveFinished, CellWorkerEnded,
+               CellConcluded, RestartLosingState, MarkProgress, DropStale, FailPulls, Answer]

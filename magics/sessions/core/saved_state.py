@@ -28,14 +28,17 @@ class SavedState:
     asked: tuple[int, ...]
     reports: dict[int, WorkerSave] = field(default_factory=dict)
     wait: float = 0.0
+    holder: int = 0  # the worker asked to save the models, optimizers and variables (worker 0 unless it is gone)
+    gone: tuple[int, ...] = ()  # workers whose process was gone (killed): their own state is lost
+    not_ended: tuple[int, ...] = ()  # workers told to end the cell that did not within the wait: not saved
 
     @property
     def unanswered(self) -> tuple[int, ...]:
         return tuple(w for w in self.asked if w not in self.reports)
 
     def rebuilt(self) -> list[tuple[str, str, str]]:
-        """(name, kind, detail) of worker 0's models, variables and checkpointed objects (they need a rebuild)."""
-        report = self.reports.get(0)
+        """(name, kind, detail) of the holder's models, variables and checkpointed objects (they need a rebuild)."""
+        report = self.reports.get(self.holder)
         return [entry for entry in report.saved if entry[1] in TF_KINDS] if report and not report.error else []
 
     def values(self) -> list[str]:
@@ -55,12 +58,12 @@ class SavedState:
         return list(seen.items())
 
     def folder(self) -> str:
-        report = self.reports.get(0) or next(iter(self.reports.values()), None)
+        report = self.reports.get(self.holder) or next(iter(self.reports.values()), None)
         return report.folder.rsplit("/worker-", 1)[0] if report and report.folder else ""
 
     def built_in(self) -> dict[str, int]:
-        """name -> the session cell that last bound it (worker 0's: the one that saved the trackables)."""
-        report = self.reports.get(0)
+        """name -> the session cell that last bound it (the holder's: the one that saved the trackables)."""
+        report = self.reports.get(self.holder)
         return dict(report.built_in) if report else {}
 
     def cells_to_run(self) -> str:
@@ -91,7 +94,7 @@ class SavedState:
         values = self.values()
         if rebuilt:
             listed = ", ".join(f"{name} ({_kind_detail(kind, detail)})" for name, kind, detail in rebuilt)
-            items.append(f"kept: worker 0 saved {listed}")
+            items.append(f"kept: worker {self.holder} saved {listed}")
         if values:
             items.append(f"kept: back by themselves in the new processes (each worker its own): {', '.join(values)}")
         if rebuilt:
@@ -117,8 +120,16 @@ class SavedState:
         if late:
             found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
                          f"{'its' if len(late) == 1 else 'their'} state is gone")
-        if 0 not in self.asked:
-            found.append("worker 0 had not ended the cell, so it could not save: its models and variables are gone")
+        if self.not_ended:
+            found.append(f"{_workers(self.not_ended)} did not end the cell after the abort (session_abort_grace), so "
+                         f"{'it' if len(self.not_ended) == 1 else 'they'} could not save: "
+                         f"{'its' if len(self.not_ended) == 1 else 'their'} state is gone")
+        if self.gone:
+            found.append(f"{_workers(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
+                         f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost")
+        if self.holder > 0 and 0 not in self.gone and 0 not in self.asked:
+            found.append(f"worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
+                         "in its place (every worker holds the same under MultiWorkerMirroredStrategy)")
         return found
 
     def summary(self, session: str) -> str:

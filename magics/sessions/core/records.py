@@ -1,0 +1,53 @@
+"""What the session core (``cells.py``) keeps: each cell's record and the session's grace periods (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbworkers.magics.run.core.statuses import CellState
+from nbworkers.magics.sessions.core.events import WorkerEnd
+
+LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
+SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
+
+
+@dataclass(frozen=True)
+class SessionTimings:
+    """The session's grace periods, in seconds (``magics/settings.py``'s ``session_*``)."""
+
+    peer_grace: float = 10.0
+    abort_grace: float = 30.0
+    interrupt_grace: float = 30.0
+    pause_wait: float = 2.0
+    log_close_wait: float = LOG_CLOSE_WAIT
+    save_wait: float = SAVE_WAIT
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SessionTimings:
+        return cls(peer_grace=settings.session_peer_grace, abort_grace=settings.session_abort_grace,
+                   interrupt_grace=settings.session_interrupt_grace, pause_wait=settings.session_pause_wait,
+                   save_wait=settings.session_save_wait)
+
+
+@dataclass
+class CellRecord:
+    """What the core knows about one cell (times are the core's clock)."""
+
+    number: int
+    timeout: float | None = None
+    state: CellState = CellState.QUEUED
+    error: str = ""
+    failed_workers: tuple[int, ...] = ()
+    started_at: float | None = None
+    interrupts: int = 0  # Stop requests seen
+    timed_out: bool = False  # --timeout passed: the interrupted cell counts as failed
+    interrupted_at: float | None = None
+    paused: dict[int, int] = field(default_factory=dict)  # worker -> its report count when it paused for a Stop
+    resumed: bool = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
+    first_error_at: float | None = None
+    first_error_worker: int | None = None
+    all_ended_at: float = 0.0  # when every worker's end message was in
+    aborted_at: float | None = None
+    ends: dict[int, WorkerEnd] = field(default_factory=dict)  # worker -> its ``cell end``
+    closed_logs: set[int] = field(default_factory=set)  # workers whose end marker line arrived

@@ -1,0 +1,44 @@
+"""A restart that waits for the workers' save (pure data for ``cells.py``): how it ends the running cell, and the
+save under way.
+
+Two ways lead here. The session core restarts the processes itself (aborted collectives, a cell stuck after Stop,
+the second Stop): it asks the save, then ``RestartLosingState``. Or the supervisor decided a restart (a worker
+killed by hand or by the out-of-memory killer, the widget's or the sidebar's Restart) and holds it
+(``SaveRequested``, magics/run/core/save_hold.py): the core asks the save of the workers still alive, then
+``SaveFinished`` lets the supervisor stop the group. Either way a worker still in the running cell is first told
+to end it (``SendAbort``: a save needs the worker's main thread) and asked to save once it did, within
+``session_abort_grace`` seconds (one that does not is not saved); all of it within ``session_save_wait`` seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nbworkers.magics.run.core.statuses import CellState
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a restart ends the running cell."""
+
+    state: CellState
+    error: str = ""
+    failed: tuple[int, ...] = ()
+
+
+@dataclass
+class Saving:
+    """A restart waits for the workers' save: since when, why it restarts, whether the supervisor holds it
+    (``held``: ``SaveFinished`` ends the wait, not ``RestartLosingState``), and the workers told to end the cell
+    whose save is asked once they did (``awaiting``)."""
+
+    asked_at: float
+    reason: str
+    held: bool = False
+    awaiting: set[int] = field(default_factory=set)
+
+
+# The worker that saves the models, optimizers and variables (every worker holds the same under
+# MultiWorkerMirroredStrategy): worker 0 when it can save at once, else the lowest that can, else the first that
+# ends the cell; none yet:
+NO_HOLDER = -1
