@@ -15,7 +15,7 @@ The front end is one ES module joined from these files (``ESM_PARTS``): uPlot (`
 widget_cards.js (labels, formatting, cards, the compact view's rows), widget_chart.js (the chart), widget_title.js (the
 browser tab's title), widget_header.js (header, buttons, a detached view), widget_panels.js (chart and log panels)
 and widget.js (the view that builds and wires them). Its CSS is
-uPlot's followed by widget.css. All of it ships in the package: nothing is fetched at run time.
+uPlot's followed by widget.css and widget_compact.css (the compact view of many workers). All of it ships in the package: nothing is fetched at run time.
 
 The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
 page reload restores it from the kernel. From ``settings().widget_compact_workers`` workers on (8) the view sends
@@ -65,7 +65,7 @@ UPLOT_VERSION = "1.6.32"
 # in this order (one module scope: each part uses what the parts before it declare)
 ESM_PARTS = (UPLOT_DIR / "uPlot.iife.min.js", *(_HERE / f"widget{part}.js" for part in
              ("_cards", "_chart", "_title", "_header", "_panels", "")))
-CSS_PARTS = (UPLOT_DIR / "uPlot.min.css", _HERE / "widget.css")
+CSS_PARTS = (UPLOT_DIR / "uPlot.min.css", _HERE / "widget.css", _HERE / "widget_compact.css")
 
 
 class ClusterLike(Protocol):

@@ -386,6 +386,9 @@ def test_the_widget_module_carries_the_vendored_chart_library():
     declared = re.findall(r"^(?:function|const|let|class) (\w+)", own, re.M)
     assert len(declared) == len(set(declared)), "a name declared in two parts of the one module"
     assert css.startswith((widget.UPLOT_DIR / "uPlot.min.css").read_text()) and ".nbw-chart" in css
+    styles = [(MAGICS / name).read_text() for name in ("widget.css", "widget_compact.css")]
+    assert css.endswith("\n".join(styles)) and ".nbw-compact" in styles[1]
+    assert all(len(style.splitlines()) < 400 for style in styles), "a part of the widget's style over 400 lines"
     assert "MIT License" in (widget.UPLOT_DIR / "LICENSE").read_text()
 
 
