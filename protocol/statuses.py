@@ -72,5 +72,14 @@ ENDED: frozenset[str] = frozenset({ClusterStatus.FINISHED, ClusterStatus.FAILED,
 # yet, as far as its kernel said", which only a live kernel can keep true.
 RECORDED_ENDS: frozenset[str] = ENDED - {ClusterStatus.LOST}
 
+# Why a run stopped when the kernel that started it restarted or died (the worker hosts stop its workers when
+# their kernel's pipe closes). One wording for every view: the reaper records it (magics/rundir/leftovers.py), the
+# REST rows and ``%workers attach`` show it, and a ``LOST`` run (dead kernel, not reaped yet) reads as stopped.
+# The front end's copies (labextension/src/format.ts, magics/views/widget_cards.js KERNEL_GONE) are held to it by
+# tests/unit/test_vocabulary.py.
+KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)"
+# What a view calls a LOST run: the same word as a recorded stop (it is being stopped; its workers cannot go on)
+LOST_LABEL = "stopped"
+
 # What a worker may say in a ``status`` message (the kernel drops any other ``state`` as malformed)
 SENT_BY_WORKERS = frozenset(WorkerStatus) - {WorkerStatus.STOPPING, WorkerStatus.LOST}

@@ -6,6 +6,16 @@ import { IRunRow } from './api';
 /** Statuses after which nothing changes any more (magics/run/core/statuses.py). */
 export const ENDED = new Set(['finished', 'failed', 'stopped', 'lost']);
 
+/** Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py, held by
+ * tests/unit/test_vocabulary.py): the Restart button's tooltip on such a run. */
+export const KERNEL_GONE = 'stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)';
+
+/** What a row's status reads as: a lost run (its kernel is gone, its workers are being stopped) reads
+ * "stopped", as it is recorded once reaped (LOST_LABEL in protocol/statuses.py). */
+export function statusLabel(status: string): string {
+  return status === 'lost' ? 'stopped' : status;
+}
+
 export function isEnded(row: IRunRow): boolean {
   return ENDED.has(row.status);
 }

@@ -11,10 +11,12 @@ import { ClustersAPI, IRunRow } from './api';
 import {
   age,
   isEnded,
+  KERNEL_GONE,
   percent,
   placement,
   progressText,
   rate,
+  statusLabel,
   summary,
   workersText
 } from './format';
@@ -41,14 +43,19 @@ export interface IPanelOptions {
 
 type Action = 'stop' | 'restart' | 'log' | 'tensorboard' | 'attach' | 'remove';
 
+const RESTART_TITLE = 'Stop the group and start it again on fresh ports (an ended run: run it again)';
 const BUTTONS: [Action, string, string][] = [
   ['stop', 'Stop', 'Stop the run (TERM, grace, KILL), even while its kernel is busy'],
-  ['restart', 'Restart', 'Stop the group and start it again on fresh ports (an ended run: run it again)'],
+  ['restart', 'Restart', RESTART_TITLE],
   ['log', 'Log', "Open the workers' logs"],
   ['tensorboard', 'TensorBoard', 'Insert and run %workers tensorboard NAME in the current notebook'],
   ['attach', 'Attach', 'Insert and run %workers attach NAME in the current notebook'],
   ['remove', 'Remove', "Remove the ended run's directory (logs, state, TensorBoard files)"]
 ];
+
+function capitalize(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
 
 function div(className: string, parent: HTMLElement): HTMLDivElement {
   const node = document.createElement('div');
@@ -105,8 +112,8 @@ class RowView {
     node.dataset.progress = progressText(row);
     this.parts.name.textContent = row.session ? `${row.name} (session)` : row.name;
     this.parts.name.title = row.name;
-    this.parts.status.textContent = row.status;
-    this.parts.status.className = `nbw-sb-status nbw-sb-status-${row.status}`;
+    this.parts.status.textContent = statusLabel(row.status);
+    this.parts.status.className = `nbw-sb-status nbw-sb-status-${statusLabel(row.status)}`;
     this.parts.age.textContent = age(row.started);
     this.parts.age.title = row.started ? new Date(row.started * 1000).toLocaleString() : '';
     const notebook = this.panel.actions.notebookOf(row.kernel?.id || '');
@@ -115,7 +122,10 @@ class RowView {
       : row.kernel?.id
         ? `kernel ${row.kernel.id.slice(0, 8)}`
         : `kernel pid ${row.kernel?.pid ?? '?'}`;
-    this.parts.where.textContent = `${kernel}${row.kernel_alive ? '' : ' (gone)'} · ${placement(row)}`;
+    // a kernel that restarted keeps its id (its notebook is still open): only a kernel this server lost is gone
+    const here = this.panel.actions.kernelHere(row.kernel?.id || '');
+    const gone = row.kernel_alive ? '' : here ? ' (kernel restarted)' : ' (gone)';
+    this.parts.where.textContent = `${kernel}${gone} · ${placement(row)}`;
     this.parts.where.title = row.nodes && row.nodes.length ? `nodes: ${row.nodes.join(', ')}` : '';
     const done = percent(row);
     // a bar when the share done is known; a faint full bar while a run without totals runs; none after it
@@ -145,6 +155,11 @@ class RowView {
     };
     for (const [action, button] of this.buttons) {
       button.disabled = !can[action] || this.busy.has(action);
+    }
+    // an ended run of a kernel that restarted or died: the new kernel does not hold it, the cell starts it again
+    const restart = this.buttons.get('restart');
+    if (restart) {
+      restart.title = ended && !row.kernel_alive ? capitalize(KERNEL_GONE) : RESTART_TITLE;
     }
   }
 

@@ -1,7 +1,8 @@
 """Reaping the leftovers of dead kernels: runs whose state says not done but whose kernel died.
 
 Reaping kills what is left of such a run (TERM, grace, KILL — only processes that are the run's own:
-``liveness.leftover_processes``) and rewrites its state as failed ("its kernel died"). The kernel scans its run
+``liveness.leftover_processes``) and records its end (``end_of``): stopped because its kernel restarted or died
+(``KERNEL_GONE``, what every view shows), or failed when a worker had failed before. The kernel scans its run
 root in the background when the extension loads (``scan_at_load``); the server extension and tests call
 ``reap_leftovers``. Runs of live kernels and of other machines are never touched.
 
@@ -18,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
@@ -39,14 +40,23 @@ def find_leftovers(root: str | os.PathLike | None = None) -> list[Path]:
     return found
 
 
+def end_of(state: dict[str, Any]) -> tuple[ClusterStatus, str, WorkerStatus]:
+    """How a run whose kernel went away ended: failed when a worker had failed (or the run had an error), its
+    error kept and why it did not go on; otherwise stopped because its kernel restarted or died (not a failure
+    of the user's code: running the cell again starts it in the new kernel)."""
+    workers = [w for w in state.get("workers") or [] if isinstance(w, dict)]
+    if state.get("error") or any(w.get("status") == WorkerStatus.FAILED for w in workers):
+        return ClusterStatus.FAILED, f"a worker had failed; {KERNEL_GONE}", WorkerStatus.STOPPED
+    return ClusterStatus.STOPPED, KERNEL_GONE, WorkerStatus.STOPPED
+
+
 def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None:
-    """Kill what is left of a dead kernel's run and record it as failed."""
+    """Kill what is left of a dead kernel's run and record its end (``end_of``)."""
     state = read_state(run_dir)
     if state is None or state.get("status") in RECORDED_ENDS or kernel_alive(state):
         return state
     stop_processes(leftover_processes(state, run_dir), kill_grace)
-    return mark_ended(run_dir, ClusterStatus.FAILED,
-                      f"its kernel died (pid {state.get('kernel_pid')}); reaped by nbworkers", WorkerStatus.FAILED)
+    return mark_ended(run_dir, *end_of(state))
 
 
 def reap_leftovers(root: str | os.PathLike | None = None, kill_grace: float = KILL_GRACE) -> list[str]:

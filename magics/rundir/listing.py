@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, cast, overload
 
-from nbworkers.magics.run.core.statuses import ENDED, RECORDED_ENDS
+from nbworkers.magics.run.core.statuses import ENDED, KERNEL_GONE, RECORDED_ENDS
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, restart_requested, state_mtime, stop_requested
 from nbworkers.magics.rundir.liveness import LOST, effective_status, kernel_alive, leftover_processes
 from nbworkers.magics.shapes import ClusterSnapshot, RunProgress, RunRow
@@ -81,7 +81,7 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "stop_requested": stop_requested(run_dir),
     }
     if status == LOST and not state.get("error"):
-        liveness["error"] = f"its kernel (pid {state.get('kernel_pid')}) died; the run was not reaped yet"
+        liveness["error"] = KERNEL_GONE  # its workers are being stopped; the reaper records the same words
     if full:
         data = dict(state)
         data.update(liveness)

@@ -29,7 +29,7 @@ QUEUED = ViewStatus.QUEUED.value  # what a queued cell's view and cards say (the
 
 
 class SessionCell:
-    def __init__(self, session: Any, record: CellRecord, code: str, display: str = "0"):
+    def __init__(self, session: Any, record: CellRecord, code: str, display: str = "0", label: str = ""):
         self.session = session
         self.display = display  # "0": rich output from worker 0; "all": from every worker (--display)
         self.outputs: list[RichItem] = []  # display(...), plt.show(): what the notebook cell shows
@@ -40,7 +40,9 @@ class SessionCell:
         self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
-        self.name = f"{session.name} cell {record.number}"
+        # what the views call it: "cell 3" for a user's cell; nbworkers' own (``%workers restore``) by what it does
+        self.label = label or f"cell {record.number}"
+        self.name = f"{session.name} {self.label}"
         self.submitted = time.time()
         self.started: float | None = None  # wall times, for the views
         self.ended: float | None = None
@@ -98,10 +100,12 @@ class SessionCell:
             return self._snapshot()
 
     def _snapshot(self) -> ClusterSnapshot:
-        first_line = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
+        first_line = self.label if self.label != f"cell {self.number}" else next(
+            (line.strip() for line in self.code.splitlines() if line.strip()), "")
         end = self.ended or time.time()
         queued = self.record.state == CellState.QUEUED  # says "queued", not "starting": it waits for others
-        workers: list[WorkerSnapshot] = [{**w.snapshot(), "pid": p.pid, "host": p.host}
+        # a card's restarts are its process's (the session's), as the header's
+        workers: list[WorkerSnapshot] = [{**w.snapshot(), "pid": p.pid, "host": p.host, "restarts": p.restarts}
                                          for w, p in zip(self.workers, self.session.state.workers)]
         for worker in workers if queued else []:
             worker["status"] = QUEUED
@@ -123,7 +127,7 @@ class SessionCell:
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
             "workers": workers,
-            "session": {"name": self.session.name, "cell": self.number, "state": self.state,
+            "session": {"name": self.session.name, "cell": self.number, "label": self.label, "state": self.state,
                         "cells": len(self.session.cells), "running": first_line[:120],
                         "live_cells": self.session.live_cells(), "echoed": self.echoed},
         }

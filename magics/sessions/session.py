@@ -46,6 +46,7 @@ from nbworkers.magics.settings import WorkerSettings
 from nbworkers.magics.shapes import Backend, ClusterSnapshot, View
 from nbworkers.protocol import session_data
 
+RESTORE_LABEL = "restore"  # what the views call the restore cell (not its code, not a user's cell number)
 RESTORE_CELL = ("__import__('nbworkers.distlib.saved_state.namespace', fromlist=['restore_session_state'])"
                 ".restore_session_state()\nNone")  # the line's value is shown in the log, not as the cell's Out
 
@@ -179,14 +180,14 @@ class Session:
         """What the workers saved before the processes last restarted (``restore()`` puts it back); None: nothing."""
         return self._part.core.saved
 
-    def submit(self, code: str, timeout: float | None = None, display: str = "0") -> SessionCell:
+    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> SessionCell:
         """Queue a cell; it runs once the cells before it have ended (returns at once). ``display``: whose rich
         output (``display(...)``, ``plt.show()``) the cell shows, worker 0's (``"0"``) or every worker's (``"all"``)."""
         with self.lock:
             if self.ending:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
-            return self._part.submit(code, timeout, display)
+            return self._part.submit(code, timeout, display, label)
 
     def live_cells(self) -> str:
         """The cells whose state the current processes hold ("cells 1-8"): what a restart loses."""
@@ -232,7 +233,7 @@ class Session:
         """Queue a cell that puts back what the workers saved before the processes last restarted
         (``distlib/saved_state/namespace.py``: ``restore_session_state()`` on every worker): run the cells that
         build the saved models and variables first. ``SessionEnded`` once the session is stopped."""
-        return self.submit(RESTORE_CELL)
+        return self.submit(RESTORE_CELL, label=RESTORE_LABEL)
 
     def pull(self, expression: str, worker: int = 0, timeout: float | None = None) -> Any:
         """The value of ``expression`` in ``worker``'s namespace, after the cells submitted before this call:

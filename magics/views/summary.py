@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any, Final
 
-from nbworkers.magics.run.core.statuses import ENDED, WorkerStatus
+from nbworkers.magics.run.core.statuses import ENDED, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views import compact
 
@@ -164,7 +164,7 @@ def render_text(snapshot: ClusterSnapshot) -> str:
     if done:
         lines.extend(_output_tails(snapshot))
     if snapshot.get("error"):
-        lines.append(f"Error: {_error_line(snapshot)}")
+        lines.append(f"{_error_word(snapshot)}: {_error_line(snapshot)}")
     if snapshot.get(ERROR_BELOW_KEY):
         lines.append("  (the workers' traceback is in the error below)")
     elif done:
@@ -243,10 +243,16 @@ def _error_line(snapshot: ClusterSnapshot) -> str:
     return (error.strip().splitlines() or [""])[0] if snapshot.get(ERROR_BELOW_KEY) else error
 
 
+def _error_word(snapshot: ClusterSnapshot) -> str:
+    """"Error" before a failure's message; "Why" before a stop's (e.g. its kernel restarted: not an error)."""
+    return "Why" if snapshot.get("status") in (ClusterStatus.STOPPED, ClusterStatus.LOST) else "Error"
+
+
 def _error_html(snapshot: ClusterSnapshot) -> str:
     parts = []
     if snapshot.get("error"):
-        parts.append(f'<p style="color:#b91c1c"><b>Error:</b> {_esc(_error_line(snapshot))}</p>')
+        color = "#374151" if _error_word(snapshot) == "Why" else "#b91c1c"
+        parts.append(f'<p style="color:{color}"><b>{_error_word(snapshot)}:</b> {_esc(_error_line(snapshot))}</p>')
     if snapshot.get(ERROR_BELOW_KEY):
         parts.append("<p>The workers' traceback is in the error below.</p>")
         return "".join(parts)

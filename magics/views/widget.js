@@ -18,7 +18,7 @@ function render({ model, el }) {
     closed: false,
     local: {
       follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
-      detached: "", attached: "", attachedStatus: "",  // detached: why this view no longer hears from its kernel; attached: the run's state then
+      detached: "", attached: "", attachedStatus: "", attachedError: "", attachedDetached: false,  // detached: why this view no longer hears from its kernel; attached: the run's state then
       confirming: false, confirmTimer: null, // a session's Restart waits for a second click (restart_confirm trait)
       picked: null, // compact view: the worker picked in the heat strip, the rows or the log picker
     },

@@ -13,10 +13,12 @@ const STATUS_LABELS = {
   finished: "finished",
   failed: "failed",
   stopped: "stopped",
-  lost: "lost",
+  lost: "stopped", // its kernel restarted or died (LOST_LABEL in protocol/statuses.py): its workers are being stopped
   detached: "detached", // a card of a view whose kernel restarted or died (widget.js)
 };
 const DONE = new Set(["finished", "failed", "stopped", "lost"]); // ENDED in protocol/statuses.py (tests/unit/test_vocabulary.py)
+// Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py; test_vocabulary.py)
+const KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)";
 const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const TRACEBACK_LINES = 20;
@@ -85,10 +87,12 @@ function resumeText(from) {
   return `resumed from a checkpoint at ${where.filter(Boolean).join(", ")}`;
 }
 
+const TRACEBACK_START = "Traceback (most recent call last):"; // magics/sessions/core/notes.py
+
 function tracebackTail(lines, limit = TRACEBACK_LINES) {
   let start = -1;
   for (let i = lines.length - 1; i >= 0; i--) {
-    if (lines[i].includes("Traceback (most recent call last)")) {
+    if (lines[i].includes(TRACEBACK_START)) {
       start = i;
       break;
     }

@@ -32,7 +32,10 @@ function headerPart(view) {
   const stopButton = h("button", { class: "nbw-button nbw-stop", type: "button", text: "Stop", title: "Stop every worker" });
   const restartButton = h("button", { class: "nbw-button nbw-restart", type: "button", text: "Restart", title: "Restart the whole group" });
   const header = h("div", { class: "nbw-header" }, title, headBadge, meta, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
-  const error = h("pre", { class: "nbw-error" });
+  // the error: its short list (what failed, what is kept, what to run), then the traceback once, never scrolled
+  const errorText = h("div", { class: "nbw-error-text" });
+  const errorTraceback = h("pre", { class: "nbw-traceback" });
+  const error = h("div", { class: "nbw-error" }, errorText, errorTraceback);
   // sessions (%%worker --session): one line under the header: session, cell number, its state, what it runs
   const sessionLine = h("div", { class: "nbw-session", style: "font-size:0.85em;opacity:0.8;margin:2px 0 6px" });
   let attachTimer = null;
@@ -43,14 +46,16 @@ function headerPart(view) {
     if (!info.name) return;
     sessionLine.dataset.cell = String(info.cell);
     sessionLine.dataset.state = info.state || "";
-    sessionLine.textContent = `session ${info.name} · cell ${info.cell} · ${info.state}` + (info.running ? ` · ${info.running}` : "");
+    const label = info.label || `cell ${info.cell}`; // "restore": a cell nbworkers runs, not the user's cell N
+    const running = info.running && info.running !== label ? ` · ${info.running}` : "";
+    sessionLine.textContent = `session ${info.name} · ${label} · ${info.state}${running}`;
   }
 
   function renderHeader() {
     const c = view.cluster();
     const workers = c.workers || [];
     title.textContent = c.name ? `Cluster ${c.name}` : "Cluster";
-    if (local.detached) headBadge.replaceChildren(badge("detached", "detached"));
+    if (local.detached) headBadge.replaceChildren(badge(detachedStatus(), STATUS_LABELS[detachedStatus()]));
     else headBadge.replaceChildren(badge(c.status || "starting", c.status === "stopped" ? "stopped by you" : ""));
     root.dataset.status = c.status || "";
     root.dataset.detached = local.detached ? "1" : "";
@@ -82,10 +87,22 @@ function headerPart(view) {
     return info.name || view.cluster().name || "";
   }
 
+  // One status for a run whose kernel went away: "detached" until the server says how the run ended ("stopped",
+  // with the same words as the sidebar and `%workers attach`: KERNEL_GONE), then that.
+  function detachedStatus() {
+    return DONE.has(local.attachedStatus) ? local.attachedStatus : "detached";
+  }
+
   function detachedText() {
     const name = runName() || "NAME";
-    const state = local.attached ? ` The server sees the run as: ${local.attached}.` : "";
-    return `${local.detached}: this view no longer updates.${state} Run \`%workers attach ${name}\` in a cell for the run's state and logs.`;
+    const logs = ` \`%workers attach ${name}\` in a cell shows its state and logs.`;
+    if (!local.attached) return `${local.detached}: this view no longer updates.${logs}`; // the server not asked yet
+    if (!DONE.has(local.attachedStatus)) {
+      const fate = local.attachedDetached ? "the run goes on (--detach)" : "the run stops with it; run the cell again";
+      return `${local.detached}: ${fate}, and this view no longer updates.${logs}`;
+    }
+    const why = local.attachedError || local.attachedStatus;
+    return `${why.charAt(0).toUpperCase() + why.slice(1)}.${logs}`; // e.g. KERNEL_GONE: the why, said once
   }
 
   function detach(reason) {
@@ -109,6 +126,8 @@ function headerPart(view) {
       const data = await reply.json();
       ended = DONE.has(data.status);
       local.attached = `${data.status}${data.error ? ` (${data.error})` : ""}`;
+      local.attachedError = data.status === "failed" ? "" : data.error || ""; // a failure's error is in the box
+      local.attachedDetached = !!data.detached; // a --detach run outlives its kernel
       local.attachedStatus = data.status || "";
       renderHeader();
       view.renderCards();
@@ -124,14 +143,20 @@ function headerPart(view) {
     const causes = c.restart_causes || [];
     const parts = [c.error || ""];
     if (c.status === "restarting" && causes.length) parts.push(`restarting: ${causes[causes.length - 1]}`);
+    const at = (c.error || "").indexOf(TRACEBACK_START);
+    let traceback = at >= 0 ? c.error.slice(at) : ""; // a session cell's error carries its worker's traceback
+    if (at >= 0) parts[0] = c.error.slice(0, at).trimEnd();
     (c.workers || []).forEach((w, i) => {
-      if (w.status !== "failed") return;
+      if (w.status !== "failed" || traceback) return; // once: the log's tail only when the error has none
       const tail = tracebackTail(logs[i] || []);
-      if (tail.length) parts.push(`--- ${workerName(w)}, last lines of its log:\n${tail.join("\n")}`);
+      if (tail.length) traceback = `${workerName(w)}, last lines of its log:\n${tail.join("\n")}`;
     });
     const text = parts.filter(Boolean).join("\n");
-    error.textContent = text;
-    error.style.display = text ? "" : "none";
+    errorText.textContent = text;
+    errorText.style.display = text ? "" : "none";
+    errorTraceback.textContent = traceback.trimEnd();
+    errorTraceback.style.display = traceback ? "" : "none";
+    error.style.display = text || traceback ? "" : "none";
   }
 
   // ---- Stop and Restart

@@ -8,7 +8,7 @@ import math
 import signal
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import ENDED, ClusterStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import ENDED, LOST_LABEL, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 
 # One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
@@ -22,7 +22,7 @@ STATUS_LABELS: dict[str, str] = {
     WorkerStatus.STOPPED: "stopped",
     WorkerStatus.RESTARTING: "restarting",
     WorkerStatus.STOPPING: "stopping",
-    ClusterStatus.LOST: "lost (its kernel died)",
+    ClusterStatus.LOST: f"{LOST_LABEL} (its kernel restarted or died)",
 }
 # badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
 STATUS_COLORS: dict[str, str] = {

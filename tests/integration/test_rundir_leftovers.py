@@ -21,6 +21,7 @@ from nbworkers.magics.rundir import leftovers, liveness
 from nbworkers.magics.rundir import listing as run_listing
 from nbworkers.procs.ownership import started_since_boot
 from nbworkers.procs.strays import kill_strays
+from nbworkers.protocol.statuses import KERNEL_GONE
 
 PY = sys.executable
 TEST_RUN_ID = "run-of-the-tests"  # NBWORKERS_RUN_ID: the marker every process of a run carries (ownership.py)
@@ -126,9 +127,9 @@ def test_a_dead_kernels_run_is_found_and_reaped(root, procs):
     assert leftovers.reap_leftovers(root, kill_grace=1.0) == ["left-behind"]
     assert all(gone(p) for p in group)  # they ignore SIGTERM: SIGKILL followed
     state = json.loads((run_dir / "state.json").read_text())
-    assert state["status"] == "failed" and "its kernel died" in state["error"]
+    assert state["status"] == "stopped" and state["error"] == KERNEL_GONE  # one status: what every view shows
     assert state["ended"] and state["reaped"]
-    assert [w["status"] for w in state["workers"]] == ["failed", "failed"]
+    assert [w["status"] for w in state["workers"]] == ["stopped", "stopped"]
     assert leftovers.find_leftovers(root) == []
     assert json.loads((root / "finished-run" / "state.json").read_text())["status"] == "finished"
 
@@ -174,7 +175,7 @@ def test_processes_newer_than_the_record_are_spared(root, procs):
     assert liveness.leftover_processes(state, run_dir) == []
     leftovers.reap(run_dir, kill_grace=0.5)
     assert all(p.poll() is None for p in group)
-    assert rundir.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "stopped"
 
 
 def test_runs_of_another_machine_are_never_reaped(root, procs):
@@ -193,7 +194,7 @@ def test_scan_at_load_reaps_in_the_background(root, procs):
     thread = leftovers.scan_at_load(root)
     thread.join(STOP_TIMEOUT)
     assert not thread.is_alive()
-    assert rundir.read_state(run_dir)["status"] == "failed"
+    assert rundir.read_state(run_dir)["status"] == "stopped"
     assert all(gone(p) for p in group)
 
 
@@ -303,16 +304,16 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
             "attached = attach.workers_attach('doomed')\n"
             "print(attached.status, attached.done)\n")
         assert not error, error
-        assert out.split() == ["[]", "True", "failed", "True"], out
+        assert out.split() == ["[]", "True", "stopped", "True"], out
         # the attached run works with %workers like one of the kernel's own
         out, error = second.run_text("%workers logs doomed -w 1 --tail 2")  # (the last: the stop's own line)
         assert not error and out.strip().splitlines()[0] == "worker up", (out, error)
         assert out.strip().splitlines()[-1].startswith("--- nbworkers: stopped"), (out, error)
         out, error = second.run_text("%workers")
-        assert not error and "doomed" in out and "failed" in out, (out, error)
+        assert not error and "doomed" in out and "stopped" in out, (out, error)
         out, error = second.run_text("%workers wait doomed --timeout 10")
-        # a failed run's wait raises RunFailed (the cell fails); either way the cause is shown
-        assert "its kernel died" in out + error and (not error or error.startswith("RunFailed")), (out, error)
+        # stopped because its kernel died: not a failure (no RunFailed); the cause and what to do are shown
+        assert KERNEL_GONE in out and not error, (out, error)
         assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                                            for p in state["host_pids"]), STOP_TIMEOUT)
     finally:

@@ -21,6 +21,7 @@ import pytest
 from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.rundir import leftovers
 from nbworkers.magics.rundir.liveness import LOST
+from nbworkers.protocol.statuses import KERNEL_GONE
 from nbworkers.procs.ownership import started_since_boot
 
 PY = sys.executable
@@ -129,11 +130,19 @@ def server(tmp_path_factory):
         assert proc.poll() is None, log.read_text()
         port = json.loads(info_file.read_text())["port"]
         srv = Server(port=port, proc=proc, run_root=run_root, root_dir=root_dir, log=log)
-        assert wait_until(lambda: srv.request("GET", "/api/status")[0] == 200, SERVER_START_TIMEOUT), log.read_text()
+        assert wait_until(lambda: _answers(srv), SERVER_START_TIMEOUT), log.read_text()
         yield srv
     finally:
         _kill_tree(proc.pid, run_root)
         proc.wait(timeout=30)
+
+
+def _answers(srv) -> bool:
+    """The server answers /api/status (its runtime file may be written before it listens: refused until then)."""
+    try:
+        return srv.request("GET", "/api/status")[0] == 200
+    except ConnectionRefusedError:
+        return False
 
 
 class KernelSession:
@@ -523,15 +532,15 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
 
         lost = wait_until(lambda: (r := row()) and r["status"] == LOST and r, STOP_TIMEOUT)
         assert lost and lost["kernel_alive"] is False and lost["recorded_status"] == "running"
-        assert "died" in lost["error"]
+        assert lost["error"] == KERNEL_GONE  # the same words as once it is reaped
         # the hosts see their kernel's pipe close and stop the workers on their own
         assert wait_until(lambda: _none_alive(_pids_of(state)), STOP_TIMEOUT)
 
         assert "doomed" in [p.name for p in leftovers.find_leftovers(server.run_root)]
         assert "doomed" in leftovers.reap_leftovers(server.run_root)
         status, data = server.json("GET", "/nbworkers/api/clusters/doomed")
-        assert status == 200 and data["status"] == "failed" and "its kernel died" in data["error"]
-        assert [w["status"] for w in data["workers"]] == ["failed", "failed"]
+        assert status == 200 and data["status"] == "stopped" and data["error"] == KERNEL_GONE
+        assert [w["status"] for w in data["workers"]] == ["stopped", "stopped"]
         assert leftovers.find_leftovers(server.run_root) == []
     finally:
         kernel.close()

@@ -98,6 +98,10 @@ def test_a_failed_cell_raises_and_the_session_goes_on(session_kernel):
     failed = k.run("%%worker --session train --block\nraise KeyError('on every worker')")
     assert failed.status == "error" and "RunFailed" in failed.error, failed.text
     assert "KeyError" in failed.error and "<session cell" in failed.error  # the worker's own traceback
+    # no process restarted: the message says the state is safe and the one thing to run, before the traceback
+    assert "- nothing was lost: no process restarted" in failed.error, failed.error
+    assert "- run: session cell 4 again once it is fixed" in failed.error, failed.error
+    assert failed.error.index("- run: session cell 4") < failed.error.index("Traceback"), failed.error
     again = k.run("%%worker --session train --block\nprint('STILL', built_in_cell)")
     assert not again.error, again.text
     assert "STILL 1" in cell_log(k, 5, 1)

@@ -27,6 +27,7 @@ CELLS = [
     "%%worker --session web --block\nprint('AFTER INTERRUPT', counted > 0)",
     "%%worker --session web\nprint('ONE LINE')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
     "'the value ' * 2",
+    "%%worker --session web\nimport os\nif os.environ['NBWORKERS_WORKER'] == '1':\n    raise ValueError('only worker 1')",
     "%workers stop web",
 ]
 OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
@@ -84,8 +85,18 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             page.wait_for_function(f"() => {log} && {log}.textContent.includes('ONE LINE')", timeout=30_000)
             height = page.evaluate(f"() => {log}.getBoundingClientRect().height")
             assert 0 < height < 60, height
+            # one worker's error, no process restarted: a short list that says nothing was lost and what to run,
+            # then the traceback once, in a box that does not scroll
             run_cell(page, 6)
-            cell_executed(page, 6)
+            error = f"({OUTPUT_OF})(6).querySelector('.nbw-error')"
+            page.wait_for_function(f"() => {error} && {error}.innerText.includes('nothing was lost')", timeout=60_000)
+            shown = page.evaluate(f"() => {error}.innerText")
+            assert "- run: session cell 6 again once it is fixed" in shown and shown.count("Traceback") == 1, shown
+            assert shown.index("nothing was lost") < shown.index("Traceback"), shown
+            assert page.evaluate(f"() => {error}.scrollHeight <= {error}.clientHeight + 1"), shown
+            screenshot(page, "session-cell-error.png")
+            run_cell(page, 7)
+            cell_executed(page, 7)
             assert not [e for e in page.console_errors if "nbw" in e or "anywidget" in e]
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
 

@@ -74,8 +74,8 @@ def test_kill_9_of_worker_1_worker_0_saves_before_the_restart(session_kernel):
     remember_model(k)
     note = kill_9(k, 1, restarts=1)
     assert "worker 1 was killed by SIGKILL" in note
-    assert "Before the restart worker 0 saved model (Keras model: " in note and "step_size (variable" in note
-    assert "Worker 1 was gone before the save (killed): its own arrays and values are lost." in note
+    assert "- kept: worker 0 saved model (Keras model: " in note and "step_size (variable" in note
+    assert "- worker 1 was gone before the save (killed): its own arrays and values are lost" in note
     rebuild_and_check(k)
 
 
@@ -95,7 +95,7 @@ def test_the_second_stop_ends_the_cell_on_every_worker_and_saves_before_the_rest
     error = k.value(f"{SESSION}.cells[{number - 1}].error")
     print(error)
     assert "Stop was pressed twice" in error  # the first worker to end the cell saved the model
-    assert re.search(r"Before the restart worker [01] saved model \(Keras model: ", error), error
+    assert re.search(r"- kept: worker [01] saved model \(Keras model: ", error), error
     assert any("SWALLOWED 2" in line for line in cell_log(k, number, 0))
     rebuild_and_check(k)
 
@@ -105,9 +105,9 @@ def test_restart_saves_and_when_worker_0_is_killed_worker_1_saves_the_model(sess
     remember_model(k)
     assert not k.run(f"{SESSION}.restart()").error  # the widget's and the sidebar's Restart do this
     assert wait_until(lambda: restarted(k, 3), 120, interval=0.5)
-    assert "Before the restart worker 0 saved model (Keras model: " in k.value(f"{SESSION}.lost_note")
+    assert "- kept: worker 0 saved model (Keras model: " in k.value(f"{SESSION}.lost_note")
     rebuild_and_check(k)
     note = kill_9(k, 0, restarts=4)
-    assert "Before the restart worker 1 saved model (Keras model: " in note
-    assert "Worker 0 was gone before the save (killed)" in note
+    assert "- kept: worker 1 saved model (Keras model: " in note
+    assert "- worker 0 was gone before the save (killed)" in note
     rebuild_and_check(k)  # worker 1's checkpoint, read on both new workers

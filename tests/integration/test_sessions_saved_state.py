@@ -65,14 +65,17 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert f'File "<session cell {number}>", line 3' in result.error  # worker 1's traceback
     assert f"state of cells 1-{number} is gone" in result.error
     # before the restart worker 0 saved its model and variable, and every worker its arrays and values
-    assert "worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
+    assert "- kept: worker 0 saved model (Keras model: 4 weights + " in result.error, result.error
     assert "step_size (variable: float32 ())" in result.error and "`%workers restore train`" in result.error
     assert "opt (Adam: 10 variables (iterations 5), " in result.error  # the standalone optimizer, with its slots
-    assert "run session cells 1 and 3 (1 built model, step_size; 3 built net, opt) again" in result.error
-    assert "Back by themselves in the new processes (each worker its own): " in result.error
+    assert "- run: session cells 1 and 3 (1 built model, step_size; 3 built net, opt) again" in result.error
+    assert "- kept: back by themselves in the new processes (each worker its own): " in result.error
     for name in ("x", "y", "built_in_cell", "note"):
-        assert f" {name}," in result.error or f" {name}." in result.error, (name, result.error)
-    assert "Not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
+        assert f" {name}," in result.error or f" {name}\n" in result.error, (name, result.error)
+    rendered = result.error[len(result.error_line):]  # what the notebook shows: the list, the traceback once, last
+    assert rendered.count("Traceback (most recent call last)") == 1, rendered
+    assert rendered.index("- saved in ") < rendered.index("Traceback"), rendered
+    assert "- not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
     statuses = k.value(f"[w['status'] for w in {session}.cells[-1].snapshot()['workers']]")
     assert statuses[1] == "failed" and statuses[0] in ("stopped", "failed"), statuses
     listing = k.run("%workers")
@@ -104,6 +107,10 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     restored = k.run("%workers restore train")  # the explicit command reads it all again
     print(f"%workers restore train: {time.monotonic() - started:.2f} s")
     assert not restored.error, restored.text
+    restore_cell = f"{session}.cells[-1].snapshot()"
+    assert k.value(f"{restore_cell}['session']['label']") == "restore"  # not a user's cell number, not its code
+    restarts = k.value(f"{session}.restarts")
+    assert k.value(f"[w['restarts'] for w in {restore_cell}['workers']]") == [restarts] * 2  # the cards = the header
     for worker in (0, 1):
         weights = f"{session}.pull('model.get_weights()', worker={worker})"
         assert k.value(equal.format(weights, "weights_before")), worker

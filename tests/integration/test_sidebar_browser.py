@@ -27,6 +27,7 @@ from browser_helpers import (
     write_notebook,
 )
 from browser_helpers import sidebar_row as row
+from nbworkers.protocol.statuses import KERNEL_GONE
 
 pytestmark = [pytest.mark.browser, pytest.mark.installed]  # the sidebar as pip installs it (make test-installed)
 RUN_TIMEOUT_MS = 180_000  # kernel start, zygote, two workers up, on 2 shared cores
@@ -168,8 +169,15 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         page.click(f"{row('alpha')} .nbw-sb-remove")
         page.wait_for_selector(row("alpha"), state="detached", timeout=30_000)
         assert not (lab.run_root / "alpha").exists()
-        page.click(f"{row('beta')} .nbw-sb-stop")
-        wait_row(page, "beta", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
+        # Restart beta's kernel: the run stops with it, and its row says so in the words every view uses; its
+        # notebook is still open (the kernel keeps its id), so it is not "(gone)"; Restart's tooltip says what to do
+        page.evaluate(f"async (path) => {{ await ({PANEL_JS})(path).sessionContext.session.kernel.restart(); }}",
+                      "beta.ipynb")
+        wait_row(page, "beta", "r.querySelector('.nbw-sb-status').textContent === 'stopped' && "
+                 "r.querySelector('.nbw-sb-where').textContent.includes('beta.ipynb (kernel restarted)')", STOP_TIMEOUT_MS)
+        assert page.inner_text(f"{row('beta')} .nbw-sb-message").strip() == KERNEL_GONE
+        assert "run the cell again" in (page.get_attribute(f"{row('beta')} .nbw-sb-restart", "title") or "")
+        wait_row(page, "beta", "r.textContent.includes('0/2 workers alive')", STOP_TIMEOUT_MS)
         assert not page.console_errors or all("nbworkers" not in e for e in page.console_errors), page.console_errors
 
 

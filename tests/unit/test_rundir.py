@@ -121,3 +121,28 @@ def test_a_listing_row_carries_the_chiefs_progress_and_the_live_workers(tmp_path
     workers[0]["steps_per_sec"] = float("nan")
     rundir.write_state(run_dir, {**state, "workers": workers[:1]})
     assert describe(run_dir)["steps_per_sec"] is None  # strict JSON for the browser
+
+
+def test_a_run_whose_kernel_went_away_ends_stopped_unless_a_worker_had_failed():
+    from nbworkers.magics.rundir.leftovers import end_of
+    from nbworkers.protocol.statuses import KERNEL_GONE
+
+    running = {"status": "running", "workers": [{"status": "running"}, {"status": "running"}]}
+    assert end_of(running) == ("stopped", KERNEL_GONE, "stopped")
+    failed = {"status": "restarting", "workers": [{"status": "failed"}, {"status": "running"}]}
+    status, why, worker_status = end_of(failed)
+    assert status == "failed" and why.endswith(KERNEL_GONE) and "failed" in why and worker_status == "stopped"
+
+
+def test_a_lost_run_reads_stopped_with_the_reapers_words(tmp_path):
+    from nbworkers.magics.rundir.listing import describe
+    from nbworkers.magics.views.summary import render_text
+    from nbworkers.protocol.statuses import KERNEL_GONE
+
+    run_dir = tmp_path / "gone"
+    run_dir.mkdir()
+    rundir.write_state(run_dir, {"status": "running", "kernel_pid": 2 ** 22 + 7, "workers": [{"status": "running"}]})
+    row = describe(run_dir)
+    assert row and row["status"] == "lost" and row["error"] == KERNEL_GONE
+    text = render_text({**describe(run_dir, full=True), "name": "gone"})
+    assert f"Why: {KERNEL_GONE}" in text and "Error" not in text, text

@@ -92,7 +92,7 @@ def test_a_worker_killed_by_hand_the_live_one_saves_before_the_group_is_stopped(
     assert [type(a) for a in s.run_actions] == [run_ev.SaveBeforeRestart, run_ev.StopGroup,
                                                 run_ev.RestartScheduled]
     assert "worker 0 saved model (Keras model: 4 weights)" in s.cells.lost_note
-    assert "Worker 1 was gone before the save (killed)" in s.cells.lost_note
+    assert "- worker 1 was gone before the save (killed)" in s.cells.lost_note
 
 
 def test_a_failed_run_fails_the_running_cell():

@@ -53,3 +53,23 @@ def test_an_error_shows_at_once():
     cell.record.ends[1] = raised
     cell.worker_ended(1, raised)
     assert statuses(cell) == ["running", "failed"]
+
+
+def a_restored_session_cell(restarts: int = 1) -> SessionCell:
+    procs = [SimpleNamespace(index=i, role="worker", role_index=i, log_path="", pid=100 + i, host="", restarts=restarts)
+             for i in range(2)]
+    state = SimpleNamespace(workers=procs, backend="local", restarts=restarts, generation=restarts, run_dir="/r",
+                            kernel_pid=1, kernel_id="k")
+    session = SimpleNamespace(name="s", state=state, settings=SimpleNamespace(log_tail_lines=50), cells=[None] * 6,
+                              lock=threading.RLock(), live_cells=lambda: "cells 6")
+    from nbworkers.magics.sessions.session import RESTORE_CELL, RESTORE_LABEL
+    return SessionCell(session, CellRecord(6), RESTORE_CELL, label=RESTORE_LABEL)
+
+
+def test_a_restore_is_titled_restore_not_a_user_cell_and_its_cards_count_the_sessions_restarts():
+    snapshot = a_restored_session_cell().snapshot()
+    info = snapshot["session"]
+    assert info["label"] == "restore" and info["running"] == "restore" and "__import__" not in str(info)
+    assert snapshot["name"] == "s restore"
+    assert snapshot["restarts"] == 1 and [w["restarts"] for w in snapshot["workers"]] == [1, 1]  # header = cards
+    assert a_cell().name == "s cell 1"

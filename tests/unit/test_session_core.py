@@ -62,8 +62,13 @@ def test_a_failed_cell_cancels_the_queued_ones_and_says_which_worker_raised():
     actions = s.tick()
     assert concluded(actions) == [(1, CellState.FAILED), (2, CellState.CANCELLED), (3, CellState.CANCELLED)]
     cell = s.core.record(1)
-    assert cell.failed_workers == (0,) and cell.error.startswith("worker 0: ValueError: shapes differ\nTraceback")
-    assert "(worker 1 was interrupted because of it)" in cell.error
+    assert cell.failed_workers == (0,) and cell.error.startswith("worker 0: ValueError: shapes differ\n- ")
+    # a short list, then the traceback once, last; no process restarted: nothing was lost
+    assert cell.error.splitlines()[1:4] == [
+        "- worker 1 was interrupted because of it",
+        "- nothing was lost: no process restarted, the variables of cell 1 are kept",
+        "- run: session cell 1 again once it is fixed"]
+    assert cell.error.splitlines()[4].startswith("Traceback") and cell.error.count("Traceback") == 1
     assert s.core.record(2).error == "not run: cell 1 failed" and "Dispatch" not in kinds(actions)
 
 
@@ -295,14 +300,17 @@ def test_the_failed_cell_says_what_was_saved_and_the_one_command_that_restores_i
     s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
     error = s.core.record(1).error
     assert error.startswith("worker 0: ValueError") and "the state of cell 1 is gone from them" in error
-    assert ("worker 0 saved model (Keras model: 4 weights + 9 optimizer variables, 0.0 MiB), step_size (variable: "
-            "float32 ())") in error
-    assert ("To get them back, run the cells that build model, step_size again: each saved object is put back as "
-            "soon as a cell builds it again (unless NBWORKERS_RESTORE_ON_REBUILD=0); or run `%workers restore s` "
-            "after them") in error
-    assert "Back by themselves in the new processes (each worker its own): x, built_in_cell." in error
-    assert "Not saved (not a kind nbworkers saves, or as said): dataset (a _RepeatDataset)." in error
-    assert "Saved in /runs/s/session-state/gen-1." in error
+    lines = error.splitlines()
+    assert lines[1].startswith("- worker 1 was interrupted") and lines[2].startswith("- lost: the session's processes")
+    assert lines[3] == ("- kept: worker 0 saved model (Keras model: 4 weights + 9 optimizer variables, 0.0 MiB), "
+                        "step_size (variable: float32 ())")
+    assert lines[4] == "- kept: back by themselves in the new processes (each worker its own): x, built_in_cell"
+    assert lines[5] == ("- run: the cells that build model, step_size again, to get them back (each saved object is "
+                        "put back as soon as a cell builds it again, unless NBWORKERS_RESTORE_ON_REBUILD=0); or after "
+                        "them `%workers restore s`")
+    assert lines[6] == "- not saved (not a kind nbworkers saves, or as said): dataset (a _RepeatDataset)"
+    assert lines[7] == "- saved in /runs/s/session-state/gen-1" and lines[8].startswith("Traceback")
+    assert error.count("Traceback") == 1
     assert s.core.saved is not None and s.core.saved.summary("s") == (
         "s: saved before the restart after cell 1: model, step_size (run the cells that build model, step_size "
         "again; or after them `%workers restore s`); put back by themselves: x, built_in_cell")
@@ -314,14 +322,13 @@ def test_the_failed_cell_names_the_cells_that_built_what_was_saved():
     s.send(ev.StateSaved(0, replace(MODEL_SAVED, built_in=(("model", 1), ("step_size", 1), ("x", 2)))))
     s.send(ev.StateSaved(1, VALUES_SAVED))
     s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
-    assert "To get them back, run session cell 1 (it built model, step_size) again: each saved object" in (
-        s.core.lost_note)
+    assert "- run: session cell 1 (it built model, step_size) again, to get them back" in s.core.lost_note
     saved = s.core.saved
     assert saved is not None
     saved.reports[0] = replace(MODEL_SAVED, saved=MODEL_SAVED.saved + (("opt", "checkpoint", "Adam: 10 variables"),),
                                built_in=(("model", 1), ("opt", 3)))
     assert saved.cells_to_run() == "session cells 1 and 3 (1 built model; 3 built opt) and the cells that build step_size"
-    assert "opt (Adam: 10 variables)" in saved.note("s") and "`%workers restore s` after them" in saved.note("s")
+    assert "opt (Adam: 10 variables)" in saved.note("s") and "after them `%workers restore s`" in saved.note("s")
 
 
 def test_a_worker_that_does_not_answer_the_save_is_waited_for_at_most_save_wait():
@@ -331,7 +338,7 @@ def test_a_worker_that_does_not_answer_the_save_is_waited_for_at_most_save_wait(
     assert s.tick(TIMINGS.save_wait - 0.1) == []
     assert kinds(s.tick(0.2)) == ["RestartLosingState"]
     s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
-    assert "Worker 0 did not answer the save within 120 s: its state is gone." in s.core.lost_note
+    assert "- worker 0 did not answer the save within 120 s: its state is gone" in s.core.lost_note
     assert "x, built_in_cell" in s.core.lost_note and "%workers restore" not in s.core.lost_note
 
 
@@ -343,7 +350,7 @@ def test_a_worker_that_could_not_save_says_why_and_late_or_unasked_answers_are_s
     assert kinds(s.send(ev.StateSaved(0, MODEL_SAVED))) == ["DropStale"]  # answered already
     s.send(ev.StateSaved(1, ev.WorkerSave()))
     s.send(ev.GroupRestarting("worker 0 failed ...", on_purpose=True))
-    assert "Worker 0 could not save: OSError: [Errno 28] No space left on device." in s.core.lost_note
+    assert "- worker 0 could not save: OSError: [Errno 28] No space left on device" in s.core.lost_note
 
 
 def test_a_crash_during_the_save_restarts_without_a_saved_note_and_stuck_workers_are_not_asked():
@@ -351,7 +358,7 @@ def test_a_crash_during_the_save_restarts_without_a_saved_note_and_stuck_workers
     failed_with_abort(s)
     s.send(ev.StateSaved(0, MODEL_SAVED))
     s.send(ev.GroupRestarting("worker 1 was killed", on_purpose=False))  # before worker 1 answered
-    assert "Worker 1 did not answer the save" in s.core.lost_note and s.core.saved is not None
+    assert "- worker 1 did not answer the save" in s.core.lost_note and s.core.saved is not None
     assert s.send(ev.StateSaved(1, VALUES_SAVED)) == [ev.DropStale("saved message from worker 1, no save asked of it")]
     stuck = Session()
     stuck.submit()
@@ -360,4 +367,4 @@ def test_a_crash_during_the_save_restarts_without_a_saved_note_and_stuck_workers
     assert stuck.tick(TIMINGS.abort_grace) == [ev.SendSave(1, (1,), holder=1)]  # worker 0 is still in the cell
     stuck.send(ev.StateSaved(1, VALUES_SAVED))
     stuck.send(ev.GroupRestarting("worker 0 did not end ...", on_purpose=True))
-    assert "Worker 0 had not ended the cell, so worker 1 saved the models" in stuck.core.lost_note
+    assert "- worker 0 had not ended the cell, so worker 1 saved the models" in stuck.core.lost_note

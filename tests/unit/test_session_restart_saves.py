@@ -32,8 +32,8 @@ def test_a_worker_killed_while_idle_the_others_save_then_the_restart_goes_on():
     actions = s.send(ev.GroupRestarting(KILLED, on_purpose=False))
     assert concluded(actions) == [(2, CellState.CANCELLED)]
     note = s.core.lost_note
-    assert "Before the restart worker 0 saved model (Keras model" in note
-    assert "Worker 1 was gone before the save (killed): its own arrays and values are lost." in note
+    assert "- kept: worker 0 saved model (Keras model" in note
+    assert "- worker 1 was gone before the save (killed): its own arrays and values are lost" in note
     assert s.core.saved is not None and s.core.saved.gone == (1,)
 
 
@@ -43,9 +43,9 @@ def test_worker_0_killed_another_worker_saves_the_models():
         ev.SendSave(1, (1,), holder=1)]
     assert s.send(ev.StateSaved(1, HOLDER_1))[-1] == ev.SaveFinished()
     s.send(ev.GroupRestarting("worker 0 was killed", on_purpose=False))
-    assert "Before the restart worker 1 saved model" in s.core.lost_note
-    assert "Worker 0 was gone before the save (killed)" in s.core.lost_note
-    assert "Worker 0 had not ended" not in s.core.lost_note
+    assert "- kept: worker 1 saved model" in s.core.lost_note
+    assert "- worker 0 was gone before the save (killed)" in s.core.lost_note
+    assert "worker 0 had not ended" not in s.core.lost_note
 
 
 def test_a_worker_killed_in_a_cell_the_others_end_it_then_save_and_the_cell_fails():
@@ -67,7 +67,7 @@ def test_the_restart_button_saves_and_a_save_that_takes_too_long_is_cut_at_the_w
     assert s.tick(TIMINGS.save_wait - 0.1) == []
     assert s.tick(0.2) == [ev.SaveFinished()]
     s.send(ev.GroupRestarting("restart requested", on_purpose=True))
-    assert f"Worker 1 did not answer the save within {TIMINGS.save_wait:g} s" in s.core.lost_note
+    assert f"- worker 1 did not answer the save within {TIMINGS.save_wait:g} s" in s.core.lost_note
 
 
 def test_nothing_to_save_and_a_save_under_way_answer_at_once():
@@ -110,7 +110,7 @@ def test_a_worker_that_does_not_end_the_cell_after_the_abort_is_not_waited_for_p
     assert s.tick(TIMINGS.abort_grace - 0.1) == []
     assert s.tick(0.2) == [ev.RestartLosingState("Stop was pressed twice")]  # not the whole save_wait
     s.send(ev.GroupRestarting("Stop was pressed twice", on_purpose=True))
-    assert "Worker 0 did not end the cell after the abort (session_abort_grace), so it could not save" in (
+    assert "- worker 0 did not end the cell after the abort (session_abort_grace), so it could not save" in (
         s.core.lost_note)
-    assert "Worker 0 had not ended the cell, so worker 1 saved the models and variables in its place" in (
+    assert "- worker 0 had not ended the cell, so worker 1 saved the models and variables in its place" in (
         s.core.lost_note)

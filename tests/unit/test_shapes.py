@@ -81,8 +81,8 @@ def test_every_status_has_a_label_and_a_colour(status):
     assert summary.STATUS_COLORS[status] in summary._badge(status)
 
 
-def test_lost_and_stopping_read_as_themselves():
-    assert "lost" in summary.status_label("lost") and "kernel" in summary.status_label("lost")
+def test_lost_reads_stopped_with_why_and_stopping_as_itself():
+    assert summary.status_label("lost") == "stopped (its kernel restarted or died)"  # one status: as once reaped
     assert summary.status_label("stopping") == "stopping"
 
 

@@ -78,6 +78,26 @@ def test_every_status_a_card_shows_belongs_to_an_enum_with_a_label():
     assert labels and set(re.findall(r"^\s*(\w+):", labels.group(1), re.M)) == every
 
 
+def _js_string(path: Path, name: str) -> str:
+    """The string of ``const NAME = "..."`` (or ``export const NAME = '...'``) in a front-end file."""
+    found = re.search(rf"const {name} = [\"']([^\"']*)[\"'];", path.read_text())
+    assert found, f"no `const {name} = \"...\"` in {path.relative_to(REPO)}"
+    return found.group(1)
+
+
+def test_a_run_whose_kernel_went_away_reads_stopped_with_one_reason_everywhere():
+    """Kernel restarted or died: the reaper, the REST rows, %workers, the widget and the sidebar say one thing."""
+    assert protocol_statuses.KERNEL_GONE.startswith(protocol_statuses.LOST_LABEL) and "run the cell again" in \
+        protocol_statuses.KERNEL_GONE
+    for path in (REPO / "labextension" / "src" / "format.ts", REPO / "magics" / "views" / "widget_cards.js"):
+        assert _js_string(path, "KERNEL_GONE") == protocol_statuses.KERNEL_GONE
+    source = (REPO / "magics" / "views" / "widget_cards.js").read_text()
+    assert re.search(rf'^\s*lost: "{protocol_statuses.LOST_LABEL}",', source, re.M)
+    assert re.search(rf"status === 'lost' \? '{protocol_statuses.LOST_LABEL}'",
+                     (REPO / "labextension" / "src" / "format.ts").read_text())
+    assert summary.status_label("lost").startswith(protocol_statuses.LOST_LABEL)
+
+
 def test_every_status_has_one_label_in_the_summary():
     every = {s.value for s in statuses.ClusterStatus} | {s.value for s in statuses.WorkerStatus}
     assert set(summary.STATUS_LABELS) == every == set(summary.STATUS_COLORS)

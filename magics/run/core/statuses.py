@@ -14,10 +14,19 @@ from __future__ import annotations
 
 from enum import Enum
 
-from nbworkers.protocol.statuses import ENDED, RECORDED_ENDS, ClusterStatus, Status, ViewStatus, WorkerStatus
+from nbworkers.protocol.statuses import (
+    ENDED,
+    KERNEL_GONE,
+    LOST_LABEL,
+    RECORDED_ENDS,
+    ClusterStatus,
+    Status,
+    ViewStatus,
+    WorkerStatus,
+)
 
-__all__ = ["ENDED", "RECORDED_ENDS", "CellEnd", "CellState", "ClusterStatus", "ViewStatus", "WorkerStatus",
-           "is_terminal"]
+__all__ = ["ENDED", "KERNEL_GONE", "LOST_LABEL", "RECORDED_ENDS", "CellEnd", "CellState", "ClusterStatus",
+           "ViewStatus", "WorkerStatus", "is_terminal"]
 
 
 class CellState(Status):

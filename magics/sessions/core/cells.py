@@ -39,6 +39,7 @@ from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core import restart_save
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
+from nbworkers.magics.sessions.core.notes import nothing_lost, with_notes
 from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
 from nbworkers.magics.sessions.core.restart_save import Outcome, Saving
 from nbworkers.magics.sessions.core.saved_state import SavedState
@@ -234,7 +235,8 @@ class SessionCore:
                 return self._ask_restart(f"worker {cell.first_error_worker} failed while {_workers(aborted)} "
                                          "waited in a collective, which had to be aborted", group,
                                          Outcome(CellState.FAILED, error, failed))
-            return self._conclude(cell, CellState.FAILED, error, failed)
+            return self._conclude(cell, CellState.FAILED, with_notes(error, [nothing_lost(cell.number,
+                                                                                         self.live_cells())]), failed)
         if CellEnd.INTERRUPTED in statuses.values():
             actions = self._conclude(cell, CellState.FAILED if cell.timed_out else CellState.STOPPED,
                                      cell.error or self.stop_note(cell))
@@ -257,13 +259,10 @@ class SessionCore:
         end = cell.ends.get(worker) if worker is not None else None
         if end is None:
             return cell.error or "failed"
-        text = f"worker {worker}: {end.error or 'error'}"
-        if end.traceback:
-            text += "\n" + end.traceback.rstrip()
         others = [w for w, e in cell.ends.items() if w != worker and e.status != CellEnd.OK]
-        if others:
-            text += f"\n({_workers(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it)"
-        return text
+        interrupted = [f"{_workers(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it"]
+        return with_notes(f"worker {worker}: {end.error or 'error'}\n{end.traceback or ''}", interrupted if others
+                          else [])
 
     # ------------------------------------------------------------------------------------- transitions
     def _conclude(self, cell: CellRecord, state: CellState, error: str = "",
@@ -375,14 +374,15 @@ class SessionCore:
         if saved is not None:
             self.saved = saved
             self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone from "
-                              f"them. {saved.note(self.name)}")
+                              f"them\n{saved.note(self.name)}")
         else:
             self.lost_note = (f"the session's processes restart ({event.cause}): the state of {lost} is gone "
-                              "(variables, models, datasets); run the cells that build what you need again")
+                              "(variables, models, datasets)\n- run: the cells that build what you need again")
         # the Restart button (on purpose) ends the running cell as stopped, a failure as failed
         outcome = self._restart or Outcome(CellState.STOPPED if event.on_purpose else CellState.FAILED)
         self._restart = None
-        actions = self._conclude_current(outcome.state, f"{outcome.error}\n{self.lost_note}".strip(), outcome.failed)
+        error = with_notes(outcome.error, [f"lost: {self.lost_note}"])  # the list, then the traceback once, last
+        actions = self._conclude_current(outcome.state, error, outcome.failed)
         actions += self._cancel_queue(f"not run: {self.lost_note}")
         self.alive_from = len(self.records) + 1
         return actions + [ev.FailPulls(f"not answered: {self.lost_note}")]

@@ -83,48 +83,53 @@ class SavedState:
         return text + (f" and the cells that build {', '.join(unknown)}" if unknown else "")
 
     def note(self, session: str) -> str:
-        """What was saved, what comes back by itself, exactly what to run for the rest, what was not saved."""
-        parts: list[str] = []
+        """What was saved, what comes back by itself, exactly what to run for the rest, what was not saved: one
+        short item a line ("- kept: ..."), for the failed cell's list (``notes.with_notes``)."""
+        return "\n".join(f"- {item}" for item in self.items(session))
+
+    def items(self, session: str) -> list[str]:
+        """``note``'s items, without their dashes."""
+        items: list[str] = []
         rebuilt = self.rebuilt()
+        values = self.values()
         if rebuilt:
             listed = ", ".join(f"{name} ({_kind_detail(kind, detail)})" for name, kind, detail in rebuilt)
-            parts.append(f"Before the restart worker {self.holder} saved {listed}. To get {_them(rebuilt)} back, run "
-                         f"{self.cells_to_run()} again: each saved object is put back as soon as a cell builds it "
-                         f"again (unless NBWORKERS_RESTORE_ON_REBUILD=0); or run `%workers restore {session}` after "
-                         f"{'it' if len({n for n, _, _ in rebuilt}) == 1 else 'them'}: it puts the saved values into "
-                         f"{_them(rebuilt)} on every worker.")
-        values = self.values()
+            items.append(f"kept: worker {self.holder} saved {listed}")
         if values:
-            parts.append(f"Back by themselves in the new processes (each worker its own): {', '.join(values)}.")
+            items.append(f"kept: back by themselves in the new processes (each worker its own): {', '.join(values)}")
+        if rebuilt:
+            items.append(f"run: {self.cells_to_run()} again, to get {_them(rebuilt)} back (each saved object is put "
+                         "back as soon as a cell builds it again, unless NBWORKERS_RESTORE_ON_REBUILD=0); or after "
+                         f"{'it' if len({n for n, _, _ in rebuilt}) == 1 else 'them'} `%workers restore {session}`")
         if not rebuilt and not values and self.reports and not self.problems():
-            parts.append("Nothing in the workers' namespaces could be saved (models, variables, arrays, JSON values).")
-        parts += self.problems()
+            items.append("nothing in the workers' namespaces could be saved (models, variables, arrays, JSON values)")
+        items += self.problems()
         skipped = self.skipped()
         if skipped:
             shown = "; ".join(f"{name} ({why})" for name, why in skipped[:MAX_LISTED])
             more = f"; and {len(skipped) - MAX_LISTED} more" if len(skipped) > MAX_LISTED else ""
-            parts.append(f"Not saved (not a kind nbworkers saves, or as said): {shown}{more}.")
+            items.append(f"not saved (not a kind nbworkers saves, or as said): {shown}{more}")
         if self.folder():
-            parts.append(f"Saved in {self.folder()}.")
-        return " ".join(parts)
+            items.append(f"saved in {self.folder()}")
+        return items
 
     def problems(self) -> list[str]:
         """Workers that could not save, or did not answer in time."""
-        found = [f"Worker {w} could not save: {r.error}." for w, r in sorted(self.reports.items()) if r.error]
+        found = [f"worker {w} could not save: {r.error}" for w, r in sorted(self.reports.items()) if r.error]
         late = self.unanswered
         if late:
             found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
-                         f"{'its' if len(late) == 1 else 'their'} state is gone.")
+                         f"{'its' if len(late) == 1 else 'their'} state is gone")
         if self.not_ended:
             found.append(f"{_workers(self.not_ended)} did not end the cell after the abort (session_abort_grace), so "
                          f"{'it' if len(self.not_ended) == 1 else 'they'} could not save: "
-                         f"{'its' if len(self.not_ended) == 1 else 'their'} state is gone.")
+                         f"{'its' if len(self.not_ended) == 1 else 'their'} state is gone")
         if self.gone:
             found.append(f"{_workers(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
-                         f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost.")
+                         f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost")
         if self.holder > 0 and 0 not in self.gone and 0 not in self.asked:
-            found.append(f"Worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
-                         "in its place (every worker holds the same under MultiWorkerMirroredStrategy).")
+            found.append(f"worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
+                         "in its place (every worker holds the same under MultiWorkerMirroredStrategy)")
         return found
 
     def summary(self, session: str) -> str:
@@ -151,4 +156,4 @@ def _them(entries: list[tuple[str, str, str]]) -> str:
 
 
 def _workers(items: tuple[int, ...]) -> str:
-    return ("Worker " if len(items) == 1 else "Workers ") + ", ".join(str(i) for i in items)
+    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)
