@@ -32,7 +32,9 @@ from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.summary import ECHOED_KEY, render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle
+from nbworkers.magics.views.words import STATUS_LABELS
 from nbworkers.protocol.private.dirs import UnsafeDirectory
+from nbworkers.protocol.statuses import ClusterStatus
 
 
 @magics_class
@@ -300,6 +302,12 @@ def _size_column(snap: ClusterSnapshot) -> str:
     return f"{count}/{bounds['max']} (min {bounds['min']})" if bounds else str(count)
 
 
+def _status_column(snap: ClusterSnapshot) -> str:
+    """The run's status as recorded, but a run whose kernel is gone reads as every view says it (words.py)."""
+    status = snap["status"]
+    return STATUS_LABELS[ClusterStatus.LOST] if status == ClusterStatus.LOST else status
+
+
 def _wants_help(line: str) -> bool:
     return any(token in ("-h", "--help") for token in line.split())
 
@@ -337,7 +345,7 @@ def _cluster_table() -> tuple[str, str]:
         snap = cluster.snapshot()
         roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
         statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
-        rows.append((snap["name"], snap["backend"], _size_column(snap), snap["status"] + _session_column(snap),
+        rows.append((snap["name"], snap["backend"], _size_column(snap), _status_column(snap) + _session_column(snap),
                      statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s",
                      _isolation_column(cluster), snap["run_dir"]))
     header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "isolation", "run dir")

@@ -70,3 +70,19 @@ def test_without_the_metadata_the_version_says_unknown(monkeypatch):
         assert version_module.installed_version() == version_module.UNKNOWN_VERSION == "0+unknown"
     finally:
         version_module.installed_version.cache_clear()
+
+
+def test_the_listing_calls_a_run_whose_kernel_is_gone_stopped_as_every_view_does(monkeypatch):
+    """Issue 34: after a kernel restart `%workers` said "lost" where the widget, the sidebar and attach say stopped."""
+    snap = {"name": "old", "backend": "local", "workers": [], "status": "lost", "restarts": 0, "wall_time": 1.0,
+            "run_dir": "/tmp/runs/old"}
+
+    class Attached:
+        def snapshot(self):
+            return dict(snap)
+
+    monkeypatch.setattr(magic.registry, "all_clusters", lambda: [Attached()])
+    text, page = magic._cluster_table()
+    row = text.splitlines()[1]
+    assert row.startswith("old") and "stopped (its kernel restarted or died)" in row and " lost " not in row
+    assert "stopped (its kernel restarted or died)" in page
