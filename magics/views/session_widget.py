@@ -2,12 +2,13 @@
 header shows as one line (the session, the cell number, its state and what it runs) and a ``restart_confirm``
 trait for its Restart button.
 
-Restart of a session wipes every variable its cells made, so it asks first: the widget's first click turns the
-button into "Confirm restart (state of cells 1-N is lost)" for a few seconds (``widget_header.js``), the second
-restarts.
-The view then waits (``session_restart_wait``) for the restarted workers and says what really happened
-("restarted the session: state of cells 1-N lost"), with the new pids on the cards, also on a finished cell whose
-own status does not change.
+Restart of a session ends the processes that hold every variable its cells made (the workers save them first:
+values come back by themselves, models when the cells that build them run again), so it asks first: the widget's
+first click turns the button into "Confirm restart (state of cells 1-N is saved first)" for a few seconds
+(``widget_header.js``), the second restarts.
+The view then waits (``session_restart_wait``) for the restarted workers and says what really happened (the
+session's ``lost_note``: what was kept, what to run, what was lost), with the new pids on the cards, also on a
+finished cell whose own status does not change.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ RESTART_POLL = 0.2  # seconds between looks at the restarting session
 
 
 def restart_confirm(session: dict[str, Any]) -> dict[str, str]:
-    """What the Restart button says before it wipes state: {label (the confirm step), title}; empty when the
-    processes hold no cell's state (nothing to lose, no confirm step)."""
+    """What the Restart button says before it ends the processes: {label (the confirm step), title}; empty when
+    the processes hold no cell's state (nothing to save, no confirm step)."""
     live = session.get("live_cells") or ""
     if not live or live == "no cell":
         return {}
-    return {"label": f"Confirm restart (state of {live} is lost)",
-            "title": f"Restart the session: the state of {live} is lost"}
+    return {"label": f"Confirm restart (state of {live} is saved first)",
+            "title": f"Restart the session's processes: the workers save the state of {live} first (values come "
+                     "back by themselves, models when the cells that build them run again)"}
+
+
+def restarted_notice(live: str, lost_note: str) -> str:
+    """What the widget says once the session restarted: the items of its ``lost_note`` (kept, run, lost), or, when
+    nothing was saved, that the state of ``live`` is lost."""
+    items = [line[2:] for line in lost_note.splitlines() if line.startswith("- ")]
+    return "restarted the session: " + ("; ".join(items) if items else f"state of {live} lost")
 
 
 def session_view_factory(cell: Any) -> Any:
@@ -95,7 +104,7 @@ def _widget_view(cell: Any) -> Any:
                 time.sleep(RESTART_POLL)
             self.update(self.cell.snapshot())
             if session.restarts > before:
-                self._set_notice(f"restarted the session: state of {lost} lost")
+                self._set_notice(restarted_notice(lost, session.lost_note))
             else:
                 self._set_notice(f"the session did not restart within {settings().session_restart_wait:g} s "
                                  "(session_restart_wait): see `%workers`")

@@ -115,7 +115,8 @@ BUTTON = "() => { const b = document.querySelector('.nbw-restart'); return [b.te
 
 def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp_path):
     """Restart on a finished session cell: the first click only turns the button into its confirm step (which
-    lapses), the second restarts; the widget then says what was lost and its cards show the new pids."""
+    lapses), the second restarts (the workers save first); the widget then says what was kept and its cards show the
+    new pids; the plain value comes back by itself."""
     run_root = tmp_path / "runs"
     run_root.mkdir()
     with lab_server(tmp_path / "lab", env_extra={"NBWORKERS_RUN_ROOT": str(run_root)}) as lab:
@@ -128,9 +129,11 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
             old_pids = page.evaluate(CARD_PIDS)
             small = page.evaluate(SMALL_CELL)  # `value = 41`: nothing to chart, nothing printed
             assert small["panels"] == "none" and small["height"] < 200, small
-            assert page.evaluate(BUTTON) == ["Restart", "Restart the session: the state of cell 1 is lost"]
+            button = page.evaluate(BUTTON)
+            assert button[0] == "Restart" and button[1].startswith("Restart the session's processes: the workers "
+                                                                   "save the state of cell 1 first"), button
             page.click(".nbw-restart")
-            assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell 1 is lost)"
+            assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell 1 is saved first)"
             screenshot(page, "session-restart-confirm.png")
             page.wait_for_function("() => document.querySelector('.nbw-restart').textContent === 'Restart'",
                                    timeout=10_000)  # the confirm step lapsed: nothing was restarted
@@ -138,14 +141,14 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
             page.click(".nbw-restart")
             page.click(".nbw-restart")
             page.wait_for_function("() => document.querySelector('.nbw-notice').textContent"
-                                   ".includes('restarted the session: state of cell 1 lost')", timeout=90_000)
+                                   ".includes('restarted the session: kept: back by themselves')", timeout=90_000)
             new_pids = page.evaluate(CARD_PIDS)
             assert all("pid" in t for t in new_pids) and not set(new_pids) & set(old_pids), (old_pids, new_pids)
             assert page.evaluate(BUTTON)[0] == "Restart"
             run_cell(page, 2)
             cell_executed(page, 2, timeout_ms=90_000)
             output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.textContent")
-            assert "[0] VALUE False" in output, output  # the state was really wiped
+            assert "[0] VALUE True" in output, output  # new processes, the saved value back by itself
             run_cell(page, 3)
             cell_executed(page, 3)
             output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].node.textContent")

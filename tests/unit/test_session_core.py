@@ -276,13 +276,23 @@ def test_live_cells_names_what_a_restart_would_lose_and_starts_again_after_one()
     assert "the state of cells 1-2 is gone" in s.core.lost_note and s.core.live_cells() == "no cell"
 
 
-def test_the_restart_button_asks_first_only_when_there_is_state_to_lose():
+def test_the_restart_button_asks_first_only_when_there_is_state_to_save():
     from nbworkers.magics.views.session_widget import restart_confirm
 
     assert restart_confirm({"live_cells": "no cell"}) == {} and restart_confirm({}) == {}
-    assert restart_confirm({"live_cells": "cells 1-8"}) == {
-        "label": "Confirm restart (state of cells 1-8 is lost)",
-        "title": "Restart the session: the state of cells 1-8 is lost"}
+    confirm = restart_confirm({"live_cells": "cells 1-8"})
+    assert confirm["label"] == "Confirm restart (state of cells 1-8 is saved first)"
+    assert confirm["title"].startswith("Restart the session's processes: the workers save the state of cells 1-8")
+
+
+def test_the_notice_after_a_restart_says_what_the_save_kept_or_that_nothing_was():
+    from nbworkers.magics.views.session_widget import restarted_notice
+
+    note = ("the session's processes restart (restart requested): the state of cell 1 is gone from them\n"
+            "- kept: back by themselves in the new processes (each worker its own): value\n- saved in /runs/s/saved")
+    assert restarted_notice("cell 1", note) == ("restarted the session: kept: back by themselves in the new "
+                                                "processes (each worker its own): value; saved in /runs/s/saved")
+    assert restarted_notice("cell 1", "the state of cell 1 is gone") == "restarted the session: state of cell 1 lost"
 
 
 # ----------------------------------------------------------------------------------------------- save before a restart
