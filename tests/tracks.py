@@ -7,8 +7,8 @@ period, a browser), so three lanes keep two cores busier than one, and nothing r
 (PROCESS_MODULES: a run's processes across their life, launched, stopped, killed, preempted, hung, restarted).
 Lane 2: ``main``, the rest on ``.venv`` (the editable checkout). Lane 3: ``beside``, the browser tests and the
 tutorial notebooks, then ``installed``, the tests marked ``installed`` on ``.venv-installed`` (the wheel users get,
-installed non-editable). The lanes were balanced on measured times (2026-11-27, `.ci/run` on a fresh clone, 22.6
-min in all: set-up 2.0, unit 0.3, ray 5.9, then processes 13.9 | main 13.4 | beside 11.4 + installed 2.9).
+installed non-editable). The lanes were balanced on measured times (2026-11-27, `.ci/run` on a fresh clone, 21.1
+min in all: set-up ~2, unit 0.3, ray 5.8, then processes 13.0 | main 12.8 | beside 9.6 + installed 3.2).
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
