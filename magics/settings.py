@@ -26,7 +26,7 @@ class WorkerSettings(Configurable):
         config=True
     )
     detach = Bool(False, help="Default of %%worker --detach: a plain run's loop in a supervisor process of its own "
-                  "that outlives the kernel (magics/run/detached.py); stop it with `%workers stop NAME`.").tag(
+                  "that outlives the kernel (magics/run/detach/supervisor.py); stop it with `%workers stop NAME`.").tag(
         config=True
     )
     flush_interval = Float(0.25, help="Seconds between updates of a cluster's output (at most 4 a second).").tag(

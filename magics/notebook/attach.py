@@ -1,6 +1,6 @@
 """``%workers attach NAME``: a handle on a run this kernel did not start (a dead kernel's, another kernel's, a
 detached run's), shown and waited for like a ``Cluster``. A detached run (``%%worker --detach``: its loop in a
-supervisor process of its own, magics/run/detached.py) is controllable from it: ``stop()`` and ``restart()`` are the
+supervisor process of its own, run/detach/supervisor.py) is controllable from it: ``stop()`` and ``restart()`` are the
 run directory's request files its loop obeys. Any other run is read-only (``restart()`` refused). Imports no
 TensorFlow."""
 

@@ -1,4 +1,4 @@
-"""``%%worker --detach``: the run in a supervisor process of its own (magics/run/detached.py), this kernel a client.
+"""``%%worker --detach``: the run in a supervisor process of its own (run/detach/supervisor.py), this kernel a client.
 
 The kernel keeps no process of the run: it registers a ``DetachedCluster`` (attach.py: the live widget, refreshed
 from the run's state file; Stop and Restart through its request files) on the run directory, so that
@@ -14,7 +14,7 @@ from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.notebook import registry
 from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
-from nbworkers.magics.run.detach_start import start_detached
+from nbworkers.magics.run.detach.start import start_detached
 from nbworkers.magics.rundir.layout import RunNotFound
 from nbworkers.magics.settings import settings
 

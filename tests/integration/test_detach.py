@@ -1,4 +1,4 @@
-"""``%%worker --detach`` (magics/run/detached.py): a run whose loop lives in a supervisor process of its own trains on
+"""``%%worker --detach`` (magics/run/detach/supervisor.py): a run whose loop lives in a supervisor process of its own trains on
 after its kernel's ``kill -9``; a second kernel gets a live handle on it, sees it advance, stops it with
 ``%workers stop NAME``, and nothing of it is left (hosts, workers, the supervisor). Without --detach a run ends
 with its kernel: test_worker_magic.py::test_killing_the_kernel_takes_its_workers_along."""
@@ -41,7 +41,7 @@ def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kerne
     state = json.loads((run_root / "far" / "state.json").read_text())
     supervisor = psutil.Process(state["kernel_pid"])  # the run's liveness is its supervisor's, not the kernel's
     assert state.get("detached") is True and supervisor.pid != kernel.pid
-    assert "nbworkers.magics.run.detached" in " ".join(supervisor.cmdline())
+    assert "nbworkers.magics.run.detach.supervisor" in " ".join(supervisor.cmdline())
     try:
         os.kill(kernel.pid, signal.SIGKILL)
         before = _ticks(run_root, "far")

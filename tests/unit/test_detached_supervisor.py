@@ -1,6 +1,6 @@
-"""The detached run's supervisor process (magics/run/detached.py), its logic with a fake loop: it answers the kernel
+"""The detached run's supervisor process (magics/run/detach/supervisor.py), its logic with a fake loop: it answers the kernel
 once (started, refused, failed), waits for the run's end, marks the loop detached; the kernel's side
-(magics/run/detach_start.py) reads those answers, with a fake process in place of the real one; an attached handle
+(magics/run/detach/start.py) reads those answers, with a fake process in place of the real one; an attached handle
 restarts a detached run through its request file, and only a detached one."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
-from nbworkers.magics.run import detach_start
-from nbworkers.magics.run.detached import DetachRequest, serve, settings_values
+from nbworkers.magics.run.detach import start as detach_start
+from nbworkers.magics.run.detach.supervisor import DetachRequest, serve, settings_values
 from nbworkers.magics.rundir.layout import restart_requested, write_state
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.settings import WorkerSettings
@@ -122,7 +122,7 @@ def test_kernel_side_starts_its_own_session_and_returns_the_run_dir(tmp_path):
                                           spawn=_spawn({"ok": True, "run_dir": "/x/d1", "pid": 1}, seen))
     process = seen[0]
     assert run_dir == Path("/x/d1")
-    assert process.command[1:] == ["-m", "nbworkers.magics.run.detached"]
+    assert process.command[1:] == ["-m", "nbworkers.magics.run.detach.supervisor"]
     assert process.options["start_new_session"] is True  # a kernel restart's signal to its group does not reach it
     assert process.options["env"]["NBWORKERS_RUN_DIR"] == str(tmp_path / "d1")  # procs/strays.py finds it
     request = pickle.loads(process.stdin.getvalue())

@@ -23,12 +23,12 @@ from typing import Any
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
-from nbworkers.magics.run.detached import DetachRequest, settings_values
+from nbworkers.magics.run.detach.supervisor import DetachRequest, settings_values
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.settings import WorkerSettings
 from nbworkers.protocol import wire
 
-SUPERVISOR_MODULE = "nbworkers.magics.run.detached"
+SUPERVISOR_MODULE = "nbworkers.magics.run.detach.supervisor"
 
 
 class DetachFailed(RuntimeError):

@@ -1,6 +1,6 @@
 """``%%worker --detach``: the supervisor process that runs one run's loop outside the kernel.
 
-One process per run (``python -m nbworkers.magics.run.detached``), started by the kernel (``detach_start.py``) in
+One process per run (``python -m nbworkers.magics.run.detach.supervisor``), started by the kernel (``start.py``) in
 its own session, so a kernel restart, ``kill -9`` or crash, and a Jupyter server's shutdown, leave it running.
 It reads what the run needs from its stdin (the kernel's ``LaunchSpec`` and settings, pickled by the kernel that
 started it: nothing from a worker), runs the ordinary ``RunLoop``, answers one JSON line on its stdout (started, or
@@ -128,6 +128,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":  # run as the package's module, so that the pickled DetachRequest is this class
-    from nbworkers.magics.run.detached import main as package_main
+    from nbworkers.magics.run.detach.supervisor import main as package_main
 
     sys.exit(package_main())
