@@ -272,6 +272,11 @@ CLUSTER = _declare(EnvSetting(
 RUN_DIR = _declare(EnvSetting(
     "NBWORKERS_RUN_DIR", "", TEXT, SET_IN_WORKERS, "the run directory (logs, cell code, state)",
     set_by_nbworkers=True))
+SAVE_COPY_MAX_BYTES = _declare(EnvSetting(
+    "NBWORKERS_SAVE_COPY_MAX_BYTES", 0, integer(0), SET_IN_WORKERS + " (`--backend ray`, on a node without the "
+    "kernel's files)", "the largest session save the kernel copies back from this node (`RaySettings."
+    "saved_state_max_bytes`): a larger one says so in the failed cell and stays on the node; 0: the node shares the "
+    "kernel's files", set_by_nbworkers=True))
 CODE = _declare(EnvSetting(
     "NBWORKERS_CODE", "", TEXT, SET_IN_WORKERS, "path of the cell's code file", set_by_nbworkers=True))
 CWD = _declare(EnvSetting(

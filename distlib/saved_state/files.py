@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbworkers.protocol import session_wire
+from nbworkers.protocol import env_settings, session_wire
 from nbworkers.protocol.private.dirs import private_dir
 from nbworkers.protocol.private.files import open_own
 
@@ -122,3 +122,17 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     return manifest if isinstance(manifest, dict) else {}
+
+
+def stays_on_node(folder: str) -> str:
+    """Why a save on a Ray node that does not share the kernel's files cannot reach the other nodes (larger than
+    the kernel copies back: ``NBWORKERS_SAVE_COPY_MAX_BYTES``); "" when it can, or the node shares them."""
+    limit = env_settings.SAVE_COPY_MAX_BYTES.get()
+    if not limit or not folder:
+        return ""
+    size = sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+    if size <= limit:
+        return ""
+    return (f"its save ({size / 2**20:.1f} MiB) stays on its Ray node ({os.uname().nodename}): it is more than the "
+            f"{limit / 2**20:.1f} MiB a node that does not share the kernel's files sends back (setting "
+            "RaySettings.saved_state_max_bytes); raise it, or use a directory every node mounts")

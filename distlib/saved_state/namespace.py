@@ -246,7 +246,8 @@ def restore_session_state(names: Iterable[str] | None = None,
         holder = source.name.replace("-", " ")  # worker 0, or the one that saved in its place
         problems[f"{holder}'s models and variables"] = (
             f"not readable here ({source / files.MANIFEST_FILE} is missing): {holder} did not finish saving, or (on "
-            "--backend ray) saved them on its own node; the cells that built and trained them must run again")
+            "--backend ray) its save stayed on its node, larger than RaySettings.saved_state_max_bytes (its log says);"
+            " the cells that built and trained them must run again")
         manifest = {}
     kinds = loaded_kinds()
     for entry in manifest.get("saved", []):

@@ -234,6 +234,7 @@ class SessionWorker:
     def save(self, content: dict) -> None:
         """The kernel restarts the processes next (their collectives were aborted): save what the namespace holds
         (``distlib/saved_state/namespace.py``) and say what, in a ``saved`` cell event."""
+        from nbworkers.distlib.saved_state import files as saved_files
         from nbworkers.distlib.saved_state import namespace as session_state
 
         report: dict[str, Any] = {"saved": [], "skipped": [], "dir": "", "error": ""}
@@ -247,6 +248,7 @@ class SessionWorker:
                                                        holder=int(content.get("holder") or 0)))
             print(f"nbworkers: saved {', '.join(e['name'] for e in report['saved']) or 'nothing'} into "
                   f"{report['dir']} before the restart", file=sys.stderr, flush=True)
+            report["error"] = saved_files.stays_on_node(report["dir"])
         except Exception as error:
             report["error"] = f"{type(error).__name__}: {error}"[:500]
             traceback.print_exc()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.backends.ray.actors import (
     actor_class,
     actor_failure,
@@ -110,6 +111,7 @@ class RayBackend:
         self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
+        self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
@@ -263,19 +265,25 @@ class RayBackend:
                                                        group.zygotes_asked)
         zygote, note = group.zygotes[index]
         config = current_settings()
+        generation = int(env.get(wire.ENV_GENERATION, "0") or 0)
+        state, state_note = self._state_for(run_dir, generation, index, group.where[index].get("node_id", ""))
         request = {
             "index": index,
-            "generation": int(env.get(wire.ENV_GENERATION, "0") or 0),
+            "generation": generation,
             "role": role,
             "grace": grace,
             "python": python,
             "env": forwarded,
             "cwd": cwd,
             "run_dir": str(run_dir),
-            "node_dir_name": f"{self.cluster_name or run_dir.name}-{socket.gethostname()}-{os.getpid()}",
+            # one per node (two Ray nodes on one machine, as the tests' simulated cluster, do not share it)
+            "node_dir_name": (f"{self.cluster_name or run_dir.name}-{socket.gethostname()}-{os.getpid()}"
+                              f"-{str(group.where[index].get('node_id') or 'node')[:12]}"),
             "log": str(log_path),
             "probe": log_probe(log_path),
             "files": files,
+            "state": state,
+            "state_max_bytes": self.settings.saved_state_max_bytes,
             "zygote": [zygote, config.zygote_fork_timeout, config.zygote_connect_timeout,
                        node_zygotes().pid_at(zygote)] if zygote else None,
         }
@@ -288,17 +296,32 @@ class RayBackend:
                 f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {first_line(error)}"
             ) from None
         where = group.where[index]
+        if started["shared"]:
+            self._shared_nodes.add(where.get("node_id", ""))
         if started.get("cwd_refused"):  # said in the cell too: the worker's imports and relative paths moved
             print(f"nbworkers: worker {index}: {started['cwd_refused']}", file=sys.stderr, flush=True)
         with open(log_path, "ab") as log:
-            if note:
-                log.write(f"--- nbworkers: {note}\n".encode())
+            for text in (note, state_note if not started["shared"] else ""):
+                if text:
+                    log.write(f"--- nbworkers: {text}\n".encode())
             log.write(
                 f"--- nbworkers: on Ray node {where['ip']} ({where['hostname']}, node {where['node_id'][:12]}),"
                 f" host pid {started['host_pid']}, python {started['python'] or where['python']}, log there:"
                 f" {started['log']}{'' if started['shared'] else ' (copied here)'}\n".encode()
             )
-        return RayWorkerProcess(self, index, actor, log_path, started, where)
+        return RayWorkerProcess(self, index, actor, log_path, started, where, generation)
+
+    def _state_for(self, run_dir: Path, generation: int, index: int, node_id: str) -> tuple[dict[str, bytes], str]:
+        """The session save worker ``index`` of ``generation`` restores from, for a node that may not see the kernel's
+        files (``state_copy.files_for``; none for a node that wrote the kernel's files before), and why not when it
+        is too large."""
+        if generation < 1 or node_id in self._shared_nodes:
+            return {}, ""
+        files, why = state_copy.files_for(run_dir, generation, index, self.settings.saved_state_max_bytes)
+        if why:
+            return {}, (f"the session's saved state was not sent to this node: {why}; worker {index} restores"
+                        " nothing there")
+        return files, ""
 
     def _ask_zygotes(self, ray: Any, group: Any) -> Asked | None:
         """Every placed node's zygote, asked for before the workers' environments exist: what a launch forwards to

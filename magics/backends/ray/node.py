@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.host.command import ZYGOTE_MODULE, host_command
+from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
-from nbworkers.protocol import wire
+from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.private.dirs import check_importable, private_dir, runtime_dir
 from nbworkers.protocol.private.files import open_own
 from nbworkers.protocol.relay_curve import client_keypair
@@ -118,6 +119,7 @@ class NbworkersWorkerHost:
         self._forked: tuple[int, float] | None = None  # a forked worker: (pid, create time), see note_worker
         self._run_id = ""
         self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
+        self._own_run_dir: Path | None = None  # the node's run directory, when it does not share the kernel's
 
     # ------------------------------------------------------------------ placement
     def where(self) -> dict[str, Any]:
@@ -167,7 +169,10 @@ class NbworkersWorkerHost:
                     os.close(open_own(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
                 for name, data in request["files"].items():
                     write_atomically(run_dir / name, data)
+                if request.get("state"):
+                    notes.append(self._write_state(run_dir, request["state"]))
                 env[wire.ENV_RUN_DIR] = str(run_dir)
+                env[env_settings.SAVE_COPY_MAX_BYTES.name] = str(int(request.get("state_max_bytes") or 0))
                 env[wire.ENV_CODE] = str(cell_path(run_dir))
                 if env.get(wire.ENV_PUSH):
                     env[wire.ENV_PUSH] = str(push_path(run_dir))
@@ -179,7 +184,8 @@ class NbworkersWorkerHost:
             offset = log_path.stat().st_size if log_path.exists() else 0
             with os.fdopen(open_own(log_path, APPEND), "ab") as log:  # no link, no FIFO (own_files.py)
                 for note in notes:
-                    log.write(note.encode())
+                    if note:
+                        log.write(note.encode())
             zygote = request.get("zygote")  # [socket, fork timeout, connect timeout, pid or None]: node_zygote.py
             command = host_command(python, [
                 "--log", str(log_path), "--grace", str(request["grace"]), "--role", request["role"],
@@ -192,10 +198,27 @@ class NbworkersWorkerHost:
                     start_new_session=True, close_fds=True,
                 )
             self._log_path = log_path
+            self._own_run_dir = None if shared else run_dir
             self._worker_pgid, self._forked = None, None
             self._run_id = request["env"].get(RUN_ID_ENV, "")
             return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
                     "host_pid": self._host.pid, "cwd": cwd, "python": python, "cwd_refused": cwd_note if unsafe else ""}
+
+    @staticmethod
+    def _write_state(run_dir: Path, files: dict[str, bytes]) -> str:
+        """The save the kernel sent, written into this node's run directory; the log's note ("" when it went well)."""
+        try:
+            folders = state_copy.write_tree(run_dir, files)
+        except (OSError, state_copy.StateCopyError) as error:
+            return f"--- nbworkers: the session's saved state could not be written on this node: {error}\n"
+        return f"--- nbworkers: the session's saved state ({', '.join(folders)}) copied to this node\n"
+
+    def read_state(self, generation: int, worker: int, max_bytes: int) -> tuple[dict[str, bytes], str]:
+        """This worker's session save of ``generation`` in this node's run directory (``state_copy.read_worker_save``:
+        at most ``max_bytes``, else none and why), for the kernel to keep; none when the node shares its files."""
+        if self._own_run_dir is None:
+            return {}, ""
+        return state_copy.read_worker_save(self._own_run_dir, generation, worker, max_bytes)
 
     def wait(self) -> int:
         """Block until the host exits; its exit code (the worker's; 128+N when killed by signal N)."""

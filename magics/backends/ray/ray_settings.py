@@ -24,6 +24,13 @@ class RaySettings(Configurable):
         0.5, help="Seconds between copies of a node's new log output into the kernel's run directory."
     ).tag(config=True)
     log_mirror_chunk = Int(1 << 20, help="Bytes of a node's log copied per request.").tag(config=True)
+    saved_state_max_bytes = Int(
+        2**31, help="Largest session save (a worker's models, optimizers, arrays and values before a restart) copied"
+        " between the kernel and a node that does not share its files, each way; a larger one stays on its node."
+    ).tag(config=True)
+    saved_state_copy_timeout = Float(
+        300.0, help="Seconds to copy one worker's session save back from a node that does not share the kernel's"
+        " files.").tag(config=True)
     poll_interval = Float(0.05, help="Seconds between checks of a worker's exit with its actor.").tag(config=True)
     unavailable_retry_interval = Float(
         0.5, help="Seconds between asks of an actor Ray calls unavailable, until Ray says whether it (or its node)"

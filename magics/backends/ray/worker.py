@@ -1,6 +1,7 @@
 """One Ray-hosted worker as the cluster sees it (``RayWorkerProcess``, the interface of ``local.WorkerProcess``):
 its exit code from the actor, stop/kill/stack requests sent to the actor, and the node's log copied back into
-the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files.
+the kernel's run directory a chunk every ``log_mirror_interval`` seconds when the node does not share files, and
+the worker's session save (if it made one) copied back there once its group is gone (``state_copy``).
 
 When the actor dies, the worker is gone (exit code -SIGKILL). If Ray has declared its node dead, the log's last
 line says so (``failures.NODE_LOST_MARKER``): the supervisor then classifies the exit as ``NodeLost``. An actor
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.run.core.failures import NODE_LOST_MARKER
 
 
@@ -47,7 +49,7 @@ class RayWorkerProcess:
     """One worker as the cluster sees it (the interface of ``local.WorkerProcess``), hosted by a Ray actor."""
 
     def __init__(self, backend: ActorOwner, index: int, actor: Any, log_path: Path, started: dict[str, Any],
-                 where: dict[str, Any]):
+                 where: dict[str, Any], generation: int = 0):
         import ray
 
         self._ray = ray
@@ -63,6 +65,8 @@ class RayWorkerProcess:
         self.node_log = started["log"]
         self.remote_worker_pid: int | None = None
         self._mirrored = started["shared"]  # the node writes the kernel's log file itself: nothing to copy
+        self._own_files = not started["shared"]  # its session save is on the node: copied back at close
+        self.generation = generation
         self._offset = started["offset"]
         self._mirror_ref = None
         self._last_mirror = 0.0
@@ -171,6 +175,7 @@ class RayWorkerProcess:
         except Exception:
             pass  # the actor is gone already: its host saw its stdin close and stopped the worker
         self._mirror_rest()
+        self._copy_state_back()
         self._forget_sent()
         self._backend.release_actor(self)
 
@@ -184,6 +189,26 @@ class RayWorkerProcess:
             except Exception:
                 pass
         self._sent = []
+
+    def _copy_state_back(self) -> None:
+        """The worker's session save on its node (none unless it saved before this restart), kept in the kernel's
+        run directory for the next workers (``state_copy``); why not, in its log."""
+        if not self._own_files:
+            return
+        self._own_files = False
+        run_dir = self.log_path.parent
+        try:
+            files, why = self._ray.get(
+                self.actor.read_state.remote(self.generation, self.index, self._settings.saved_state_max_bytes),
+                timeout=self._settings.saved_state_copy_timeout)
+            if files:
+                state_copy.write_tree(run_dir, files, replace=True)
+                state_copy.drop_older(run_dir, self.generation)
+        except Exception as error:  # the actor or its node is gone: nothing to copy
+            why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        if why:
+            self._note(f"--- nbworkers: worker {self.index}'s session save was not copied from {self.node_label}:"
+                       f" {why}\n")
 
     # ------------------------------------------------------------------ the node's log, copied back
     def _note(self, text: str) -> None:
