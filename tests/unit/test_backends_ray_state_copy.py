@@ -23,8 +23,10 @@ from nbworkers.protocol import env_settings
 def make_save(run_dir: Path, gen: int, worker: int, holder: int = 0, files: dict[str, bytes] | None = None,
               finished: bool = True) -> Path:
     """A worker's save as distlib/saved_state writes it (opaque bytes here; the manifest last)."""
-    folder = run_dir / "session-state" / f"gen-{gen}" / f"worker-{worker}"
-    folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+    folder = run_dir
+    for name in ("session-state", f"gen-{gen}", f"worker-{worker}"):  # private, as the worker makes them
+        folder = folder / name
+        folder.mkdir(mode=0o700, exist_ok=True)
     for name, data in (files or {}).items():
         (folder / name).write_bytes(data)
     if finished:

@@ -377,7 +377,7 @@ def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):
     session_state.save_namespace({"x": np.ones(2)}, run_dir, 1, 1, 2**20, KINDS)  # worker 1 finished; 0 did not
     as_worker(monkeypatch, 1, 2)
     namespace: dict = {}
-    with pytest.raises(StateNotRestored, match="worker 0 did not finish saving, or .on --backend ray. saved them"):
+    with pytest.raises(StateNotRestored, match="worker 0 did not finish saving, or .on --backend ray. its save stayed on its node"):
         session_state.restore_session_state(namespace=namespace)
     assert namespace["x"].tolist() == [1, 1]  # its own values still come back
 
