@@ -99,7 +99,10 @@ class RayTestCluster:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(
             [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
-             "--object-store-memory", str(100 * 1024 * 1024), "--block"],
+             "--object-store-memory", str(100 * 1024 * 1024), "--block",
+             # not Ray's fixed 52365: another cluster on this machine (a second test run) holding it on the same
+             # address makes this node's agent fail and its raylet abort ("WaitForDashboardAgentPorts")
+             "--dashboard-agent-listen-port", str(free_port())],
             stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or self.env,
             start_new_session=True,
         )
