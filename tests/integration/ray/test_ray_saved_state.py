@@ -79,12 +79,12 @@ def test_a_save_reaches_a_new_worker_on_a_node_that_could_not_read_it(kernel, ra
         assert "opt (Adam: " in failed.error and "(iterations 6)" in failed.error, failed.error
         for cpp in ("StartAbort", "ring_alg.cc", "Aborting RingReduce", "E0000"):  # in the workers' logs only
             assert cpp not in failed.text, failed.text
-        run_dir = Path(kernel.value(f"str({SESSION}.run_dir)"))
-        kept = run_dir / "session-state" / "gen-0" / "worker-0"
-        assert (kept / "manifest.json").is_file() and list(kept.glob("opt.data-*")), "the kernel keeps the save"
 
         rebuilt = kernel.run(BUILD.format(flags=""), timeout=WORKERS_UP_TIMEOUT + 120)  # re-running cell 1 is all
         assert not rebuilt.error, rebuilt.text
+        run_dir = Path(kernel.value(f"str({SESSION}.run_dir)"))  # the kernel took the save back before the restart
+        kept = run_dir / "session-state" / "gen-0" / "worker-0"
+        assert (kept / "manifest.json").is_file() and list(kept.glob("opt.data-*")), "the kernel keeps the save"
         nodes = kernel.value(NODES)
         elsewhere = [w for w, node in enumerate(nodes) if node != saved_on]
         assert elsewhere, (nodes, saved_on)  # two workers, one node had the save: at least one is on another
