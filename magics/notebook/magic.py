@@ -12,8 +12,7 @@ from IPython.display import display
 from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
-from nbworkers.magics.notebook.attach import workers_attach
-from nbworkers.magics.notebook.detach import detached_run, run_detached
+from nbworkers.magics.notebook.detach import detached_run, run_detached, workers_attach
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
 from nbworkers.magics.notebook.session_magic import (
@@ -116,11 +115,7 @@ class WorkerMagics(Magics):
             args = parse_argstring(self.worker, line)
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%%worker --help`.") from None
-        if args.session is not None and args.detach:
-            raise UsageError("--detach --session: not supported yet (a detached session is to come); run the "
-                             "session without --detach, or a plain run with --detach.")
-        if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
-
+        if args.session is not None:  # interactive sessions (--detach too): magics/notebook/session_magic.py
             return run_session_cell(self, args, cell)
         if args.display != "0":
             raise UsageError("--display: only for session cells (`%%worker --session NAME --display all`); a run "
