@@ -131,7 +131,7 @@ def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> N
 
 
 def stop_cell(name: str) -> str:
-    session = live_session(name)
+    session = live_session(name) or detached_session(name)
     if session is None:
         raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
     done = session.interrupt()
