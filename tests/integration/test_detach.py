@@ -105,6 +105,8 @@ def test_detached_session_keeps_its_state_for_a_new_kernel(kernel, kernel_env, r
 
         second = _second_kernel(tmp_path, kernel_env)
         assert not second.run("%load_ext nbworkers\nimport nbworkers").error
+        started = second.run("%%worker -n 1 --session t --detach\ny = 1")  # returns at once: starts meanwhile
+        assert not started.error, started.text
         ran = second.run('%%worker --session s --block\nprint("X", x + 1)\nfloat(v.numpy())', timeout=120)
         assert not ran.error, ran.text
         assert "X 42" in ran.stdout and ran.displays[-1]["text/plain"] == "3.0", ran.text
@@ -114,8 +116,6 @@ def test_detached_session_keeps_its_state_for_a_new_kernel(kernel, kernel_env, r
         assert second.value("nbworkers.session('s').pull('tf.stack([v, v * 2])').tolist()") == [3.0, 6.0]
         assert describe(run_root / "s", full=True)["session"]["cells"] == 3
 
-        started = second.run("%%worker -n 1 --session t --detach\ny = 1")  # returns at once
-        assert not started.error, started.text
         assert wait_until(lambda: second.value("nbworkers.session('t').cells[-1].state") == "finished", 120)
         lone = psutil.Process(json.loads((run_root / "t" / "state.json").read_text())["kernel_pid"])
         lone.kill()  # its supervisor dies: its worker ends with it

@@ -32,6 +32,10 @@ class CellOwner(Protocol):
     client: SessionClient
     settings: Any
 
+    @property
+    def done(self) -> bool:
+        """The session's run is over (its state file says so, or its supervisor is gone)."""
+
     def interrupt(self, cell: Any = None) -> str: ...
 
     def restart(self) -> None: ...
@@ -88,8 +92,9 @@ class RemoteCell:
                 answer, blobs = self.session.client.request("cell", {"number": self.number,
                                                                      "outputs_from": len(self.outputs)})
             except SessionRefused as error:  # SessionGone too: the supervisor ended or died meanwhile
-                self._lose(str(error))
-                return
+                if error.ended or self.session.done:
+                    self._lose(str(error))
+                return  # a request that failed while the session runs (a loaded machine): asked again next time
             picture = json.loads(bytes(blobs[0])) if blobs else {}
             with self._lock:
                 self._snapshot = picture.get("snapshot") or self._snapshot
