@@ -27,6 +27,7 @@ from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.notebook import idle_interrupt, registry
 from nbworkers.magics.notebook.detached_session import detached_session, start_detached_session
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
+from nbworkers.magics.sessions.detach.client import SessionRefused
 from nbworkers.magics.sessions.session import Session, SessionEnded
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
@@ -82,7 +83,7 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
                 session.start()
                 registry.add(session)
         cell_handle = session.submit(cell, timeout=args.timeout, display=getattr(args, "display", "0") or "0")
-    except (LaunchError, SessionEnded, UnsafeDirectory) as error:
+    except (LaunchError, SessionEnded, SessionRefused, UnsafeDirectory) as error:  # SessionRefused: a detached one's
         raise UsageError(str(error)) from None
     if not args.block:
         idle_interrupt.watch(magics.shell, session.name)  # ■ while it runs and the kernel is idle: says how to stop it
