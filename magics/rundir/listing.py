@@ -111,6 +111,8 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "steps_per_sec": _steps_per_sec(workers),
         "session": state.get("session") if isinstance(state.get("session"), dict) else None,
         "isolation": state.get("isolation") if isinstance(state.get("isolation"), dict) else None,
+        "cell_id": str(state.get("cell_id") or ""),
+        "notebook": str(state.get("notebook") or ""),
     })
 
 
