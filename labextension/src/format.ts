@@ -74,8 +74,9 @@ export function percent(row: IRunRow): number | null {
   return Math.max(0, Math.min(100, Math.round(fraction * 100)));
 }
 
+/** "12 steps/s" while the run goes on ("" once it ended: a rate is not shown as if live). */
 export function rate(row: IRunRow): string {
-  const value = row.steps_per_sec;
+  const value = isEnded(row) ? null : row.steps_per_sec;
   if (value === null || value === undefined || !isFinite(value)) {
     return '';
   }
