@@ -163,7 +163,7 @@ class SessionParticipant:
                     cell = self.cells[action.cell - 1]
                     cell.begin()
                     self._send("run", cell=action.cell, code=cell.code, display=cell.display,
-                               display_max_bytes=self.settings.display_max_bytes)
+                               display_max_bytes=self.settings.display_max_bytes, title=cell.label)
                 case ev.SendPause():
                     self._send("pause", workers=list(action.workers), cell=action.cell)
                 case ev.SendResume():
