@@ -42,6 +42,9 @@ export interface IRunRow {
   progress: IProgress | null;
   steps_per_sec: number | null;
   session: ISessionSummary | null;
+  detached: boolean; // --detach: its own supervisor process, not its kernel's
+  cell_id: string; // the notebook cell that started it ("" when not known): the sidebar runs it again
+  notebook: string; // that cell's notebook, as its kernel got the path (absolute, or from the server's root)
 }
 
 export interface IListing {

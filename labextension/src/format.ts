@@ -16,6 +16,17 @@ export function statusLabel(status: string): string {
   return status === 'lost' ? 'stopped' : status;
 }
 
+/** Whether the path a kernel got for its notebook (``JPY_SESSION_NAME``: absolute, or from the server's root) is
+ * the notebook open at ``openPath`` (from the server's root). */
+export function sameNotebook(recorded: string, openPath: string): boolean {
+  return !!recorded && !!openPath && (recorded === openPath || recorded.endsWith('/' + openPath));
+}
+
+/** Whether ``row`` is a run its kernel's restart (or death) stopped: its cell can run again in the new kernel. */
+export function stoppedWithKernel(row: IRunRow): boolean {
+  return isEnded(row) && !row.kernel_alive && !row.detached;
+}
+
 export function isEnded(row: IRunRow): boolean {
   return ENDED.has(row.status);
 }
@@ -63,8 +74,9 @@ export function percent(row: IRunRow): number | null {
   return Math.max(0, Math.min(100, Math.round(fraction * 100)));
 }
 
+/** "12 steps/s" while the run goes on ("" once it ended: a rate is not shown as if live). */
 export function rate(row: IRunRow): string {
-  const value = row.steps_per_sec;
+  const value = isEnded(row) ? null : row.steps_per_sec;
   if (value === null || value === undefined || !isFinite(value)) {
     return '';
   }

@@ -119,7 +119,7 @@ def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> N
         last.wait(limit, raise_on_failure=False, echo=echo)
     except KeyboardInterrupt:
         pass
-    where = f"session {session.name!r} cell {last.number}"
+    where = f"session {session.name!r} {last.label}"
     if not last.done:
         raise CellStopped(f"{where}: Stop sent; still running {limit:g} s later (stuck in a collective?). The session "
                           f"restarts its processes after {session.settings.session_interrupt_grace:g} s; "

@@ -28,7 +28,8 @@ const percent = (f) => `${Math.round(f * 100)}`;
 const out = {
   one: rangeText([0.041, 0.044, 0.043], percent),
   two: rangeText([0.041, 0.074], percent),
-  rates: rangeText([2.0, 2.0], fmtNumber),
+  rates: rangeText([2.0, 2.0], fmtRate),
+  jitter: rangeText([9.669, 9.882], fmtRate),
   ids: [nextViewId(), nextViewId(), nextViewId()],
 };
 const run = (status, epoch) => ({ status, workers: [{ index: 0, epoch, epochs_total: 5, step: 50, steps_total: 100 }] });
@@ -58,7 +59,8 @@ def run_node(*parts: str) -> dict:
 
 def test_ranges_ids_and_the_tab_title():
     out = run_node("widget_cards.js", "widget_title.js")
-    assert out["one"] == "4" and out["two"] == "4–7" and out["rates"] == "2"
+    assert out["one"] == "4" and out["two"] == "4–7" and out["rates"] == "2.0"
+    assert out["jitter"] == "9.7–9.9"  # steps/s as the text views show them: no third digit flickering
     assert len(set(out["ids"])) == 3
     assert out["mine"] == "[ep 2/5 · 30%] nb.ipynb - JupyterLab"  # not the hidden notebook's ep 4
     assert out["two_here"] == "[ep 3/5 · 50% +1] nb.ipynb - JupyterLab"  # the newest of the two
