@@ -18,7 +18,7 @@ class SessionEnded(RuntimeError):  # the handlers know the session's refusal by 
 
 class FakeCell:
     def __init__(self, number: int, code: str):
-        self.number, self.code = number, code
+        self.number, self.code, self.label = number, code, f"cell {number}"
         self.state, self.error, self.failed_workers, self.outputs_dropped = "queued", "", (), 0
         self.outputs: list[RichItem] = []
         self.results: dict[int, RichItem] = {}

@@ -48,7 +48,7 @@ class DetachedSession(DetachedCluster):
             if error.ended:
                 raise SessionEnded(str(error)) from None
             raise
-        cell = RemoteCell(self, int(answer["number"]), code, display)
+        cell = RemoteCell(self, int(answer["number"]), code, display, str(answer.get("label") or ""))
         self.cells.append(cell)
         return cell.start()
 

@@ -55,7 +55,7 @@ def test_socket_and_client_file_are_private_and_gone_after_close(served, tmp_pat
 def test_a_cell_is_followed_to_its_value_with_its_outputs(served):
     session, server, client = served
     answer, _ = client.request("submit", {"code": "print(x + 1)", "timeout": None, "display": "0"})
-    assert answer["number"] == 1 and session.cells[0].code == "print(x + 1)"
+    assert answer["number"] == 1 and answer["label"] == "cell 1" and session.cells[0].code == "print(x + 1)"
     cell = RemoteCell(_owner(client), 1, "print(x + 1)")
     cell.fetch()
     assert cell.state == "queued" and not cell.done and cell.snapshot()["session"]["cell"] == 1

@@ -3,7 +3,8 @@ kind mapped onto the ``Session`` it serves, each answer JSON (and ``.npy`` frame
 pickle. A request is ``(kind, content, blobs)``; an answer is ``(content, blobs)`` with ``ok`` and, when not ok,
 ``error`` (what to do) and ``ended`` (the session took no new work).
 
-- ``submit``: queue a cell (``code``, ``timeout``, ``display``, ``label``) -> its ``number``.
+- ``submit``: queue a cell (``code``, ``timeout``, ``display``, ``label``) -> its ``number`` and ``label`` (what the
+  views call it: "cell 3").
 - ``cell``: a cell's picture (``number``, ``outputs_from``): its state, error, whether it is ``done``, and as one
   JSON blob its snapshot (what the views show), the rich outputs from ``outputs_from`` on, its value once done.
 - ``interrupt``: Stop the running cell (or cancel the queued ``number``) -> what was done.
@@ -77,7 +78,7 @@ def _submit(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any
     if not isinstance(code, str) or display not in ("0", "all") or not isinstance(timeout, (int, float, type(None))):
         raise ValueError("code must be text, display '0' or 'all', timeout a number or null")
     cell = session.submit(code, timeout=timeout, display=display, label=str(content.get("label") or ""))
-    return {"ok": True, "number": cell.number}, []
+    return {"ok": True, "number": cell.number, "label": cell.label}, []
 
 
 def _cell_of(session: ServedSession, number: Any) -> Any:

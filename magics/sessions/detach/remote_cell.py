@@ -42,9 +42,9 @@ class CellOwner(Protocol):
 
 
 class RemoteCell:
-    def __init__(self, session: CellOwner, number: int, code: str, display: str = "0"):
+    def __init__(self, session: CellOwner, number: int, code: str, display: str = "0", label: str = ""):
         self.session, self.number, self.code, self.display = session, number, code, display
-        self.label = f"cell {number}"
+        self.label = label or f"cell {number}"  # what the views call it (the supervisor's cell says)
         self.name = f"{session.name} {self.label}"
         self.outputs: list[RichItem] = []
         self.results: dict[int, RichItem] = {}
@@ -116,7 +116,7 @@ class RemoteCell:
     def _lose(self, why: str) -> None:
         with self._lock:
             self.state, self.error = LOST, why
-            self._failure_text = f"session {self.session.name!r} cell {self.number}: {why}"
+            self._failure_text = f"session {self.session.name!r} {self.label}: {why}"
             self._snapshot = {**self._snapshot, "status": "lost", "error": why}  # type: ignore[typeddict-item]
         self._done.set()
 
@@ -139,7 +139,7 @@ class RemoteCell:
         return WorkersValue(self.results) if self.results else None
 
     def failure_text(self) -> str:
-        return self._failure_text or f"session {self.session.name!r} cell {self.number} failed: {self.error}"
+        return self._failure_text or f"session {self.session.name!r} {self.label} failed: {self.error}"
 
     # ------------------------------------------------------------------------------ user-facing
     def stop(self) -> None:
