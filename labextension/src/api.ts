@@ -22,6 +22,14 @@ export interface ISessionSummary {
   queued: number;
 }
 
+/** A run's isolation as state.json records it (magics/backends/isolation.py): ``namespace``, or ``off`` and why;
+ * ``ray_tls`` on a Ray run: whether Ray's gRPC runs with TLS. */
+export interface IIsolation {
+  mode: string;
+  reason?: string;
+  ray_tls?: string;
+}
+
 /** One run in the listing (``RunRow`` in magics/shapes.py). */
 export interface IRunRow {
   name: string;
@@ -42,6 +50,7 @@ export interface IRunRow {
   progress: IProgress | null;
   steps_per_sec: number | null;
   session: ISessionSummary | null;
+  isolation: IIsolation | null; // null: recorded by an older nbworkers
 }
 
 export interface IListing {
