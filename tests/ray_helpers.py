@@ -81,9 +81,10 @@ def wait_for_line(path: Path, pattern: str, proc: subprocess.Popen, timeout: flo
 class RayTestCluster:
     """Ray nodes on this machine, started and ended by the tests only. ``node_ips``: one worker node per entry
     (None: this machine's address, as Ray picks it; else that ``--node-ip-address``), the head with
-    ``head_cpus``."""
+    ``head_cpus``; ``env``: more variables for every node and for the checks' drivers (Ray's TLS: test_ray_tls.py)."""
 
-    def __init__(self, node_ips: tuple[str | None, ...] = (None,), head_cpus: int = 1) -> None:
+    def __init__(self, node_ips: tuple[str | None, ...] = (None,), head_cpus: int = 1,
+                 env: dict[str, str] | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nbw-ray-"))  # short: Ray's socket paths must fit 107 bytes
         self.procs: list[subprocess.Popen] = []
         self.node_ips = node_ips
@@ -91,7 +92,7 @@ class RayTestCluster:
         self.nodes: dict[str, subprocess.Popen] = {}  # a worker node's --node-ip-address -> its `ray start`
         self.last_started: subprocess.Popen | None = None
         self.address = ""
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV)
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **RAY_TEST_ENV, **(env or {})}
         env.pop("RAY_ADDRESS", None)
         self.env = env
 

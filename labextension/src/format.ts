@@ -110,3 +110,18 @@ export function summary(rows: IRunRow[]): string {
   });
   return `nbworkers: ${parts.join(', ')}`;
 }
+
+/** A row's isolation badge: "namespace" or "off", why as its tooltip (Ray's TLS too, on a Ray run); null when the
+ * run recorded none (an older nbworkers). The widget's header says the same (magics/views/widget_header.js). */
+export function isolationBadge(row: IRunRow): { text: string; title: string } | null {
+  const fact = row.isolation;
+  if (!fact || !fact.mode) {
+    return null;
+  }
+  const why =
+    fact.mode === 'namespace'
+      ? "isolated: the run's workers are in a private network namespace, only they reach their TensorFlow ports"
+      : `not isolated: ${fact.reason || 'no reason recorded'}`;
+  const tls = fact.ray_tls ? `; Ray's TLS: ${fact.ray_tls}` : '';
+  return { text: fact.mode, title: `${why}${tls}` };
+}

@@ -11,6 +11,7 @@ import { ClustersAPI, IRunRow } from './api';
 import {
   age,
   isEnded,
+  isolationBadge,
   KERNEL_GONE,
   percent,
   placement,
@@ -87,7 +88,7 @@ class RowView {
     this.node = document.createElement('div');
     this.node.className = 'nbw-sb-row';
     const head = div('nbw-sb-head', this.node);
-    for (const part of ['name', 'status', 'age']) {
+    for (const part of ['name', 'status', 'isolation', 'age']) {
       this.parts[part] = div(`nbw-sb-${part}`, head);
     }
     this.parts.where = div('nbw-sb-where', this.node);
@@ -122,6 +123,11 @@ class RowView {
     this.parts.name.title = row.name;
     this.parts.status.textContent = statusLabel(row.status);
     this.parts.status.className = `nbw-sb-status nbw-sb-status-${statusLabel(row.status)}`;
+    const isolation = isolationBadge(row);
+    this.parts.isolation.textContent = isolation ? isolation.text : '';
+    this.parts.isolation.title = isolation ? isolation.title : '';
+    this.parts.isolation.dataset.mode = row.isolation?.mode || '';
+    this.parts.isolation.style.display = isolation ? '' : 'none';
     this.parts.age.textContent = age(row.started);
     this.parts.age.title = row.started ? new Date(row.started * 1000).toLocaleString() : '';
     const notebook = this.panel.actions.notebookOf(row.kernel?.id || '');

@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import Any
 
+from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
@@ -125,6 +126,7 @@ class SessionCell:
             "generation": self.session.state.generation,
             "run_dir": self.session.state.run_dir,
             "dropped": {},
+            "isolation": isolation_fact(self.session.backend),  # the session's (backends/isolation.py)
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
             "workers": workers,

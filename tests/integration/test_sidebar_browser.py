@@ -113,6 +113,13 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
             wait_row(page, name, "r.dataset.status === 'running' && Number(r.dataset.step) > 0")
             assert notebook in page.inner_text(f"{row(name)} .nbw-sb-where")  # each run's own kernel
             assert "2/2 workers alive" in page.inner_text(f"{row(name)} .nbw-sb-workers")
+            # the run's isolation (state.json's), a badge with why as its tooltip, in the row and the widget's header
+            mode = json.loads((lab.run_root / name / "state.json").read_text())["isolation"]["mode"]
+            assert page.inner_text(f"{row(name)} .nbw-sb-isolation").strip() == mode
+            assert "isolated" in (page.get_attribute(f"{row(name)} .nbw-sb-isolation", "title") or "")
+            header = page.evaluate(f"(path) => ({PANEL_JS})(path).node.querySelector('.nbw-isolation').textContent",
+                                   notebook)
+            assert header == f"isolation: {mode}"
         # live: the steps go on without a reload, and the tab's caption shows the running runs' progress
         before = page.get_attribute(row("beta"), "data-progress")
         wait_row(page, "beta", f"r.dataset.progress && r.dataset.progress !== {before!r}", 30_000)

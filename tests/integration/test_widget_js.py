@@ -49,8 +49,18 @@ console.log(JSON.stringify(out));
 """
 
 
-def run_node(*parts: str) -> dict:
-    source = "\n".join((VIEWS / part).read_text(encoding="utf-8") for part in parts) + HARNESS
+ISOLATION_HARNESS = r"""
+console.log(JSON.stringify({
+  namespace: isolationBadge({ mode: "namespace" }),
+  off: isolationBadge({ mode: "off", reason: "isolation is off for this run (--isolation off / the isolation setting)" }),
+  ray: isolationBadge({ mode: "off", reason: "Ray nodes: ...", ray_tls: "on" }),
+  none: [isolationBadge(undefined), isolationBadge(null), isolationBadge({})],
+}));
+"""
+
+
+def run_node(*parts: str, harness: str = HARNESS) -> dict:
+    source = "\n".join((VIEWS / part).read_text(encoding="utf-8") for part in parts) + harness
     done = subprocess.run([NODE, "--input-type=module", "-"], input=source, capture_output=True, text=True,
                           timeout=30, check=False)
     assert done.returncode == 0, done.stderr
@@ -66,3 +76,14 @@ def test_ranges_ids_and_the_tab_title():
     assert out["two_here"] == "[ep 3/5 · 50% +1] nb.ipynb - JupyterLab"  # the newest of the two
     assert out["scrolled_away"] == out["two_here"]
     assert out["ended"] == "nb.ipynb - JupyterLab"
+
+
+def test_the_headers_isolation_badge_and_its_tooltip():
+    """The run's isolation (state.json's, in the snapshot): "isolation: namespace" or "isolation: off", why as the
+    tooltip, with Ray's TLS on a Ray run; nothing for a run that recorded none. (The browser tests see the badge.)"""
+    out = run_node("widget_cards.js", "widget_title.js", "widget_header.js", harness=ISOLATION_HARNESS)
+    assert out["namespace"]["text"] == "isolation: namespace" and "private network namespace" in out["namespace"]["title"]
+    assert out["off"]["text"] == "isolation: off"
+    assert out["off"]["title"] == "Not isolated: isolation is off for this run (--isolation off / the isolation setting)."
+    assert out["ray"]["title"].endswith("Ray's TLS: on.") and out["ray"]["mode"] == "off"
+    assert out["none"] == [None, None, None]

@@ -57,6 +57,7 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
 from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
+from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.backends.zygotes import why_not_forked
 from nbworkers.magics.launch.environment import worker_env
@@ -110,6 +111,7 @@ class RayBackend:
         self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
+        self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (tls.py), known once the workers are placed
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
@@ -173,9 +175,11 @@ class RayBackend:
 
     def isolation_fact(self) -> dict[str, str]:
         """What ``state.json`` and ``%workers`` say (``backends/isolation.py``): Ray workers use their nodes'
-        networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model)."""
-        return {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
+        networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model); and
+        ``ray_tls``, whether Ray's own transport is encrypted (tls.py), once the workers are placed."""
+        fact = {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
                                          "its node, unauthenticated; the relay is CurveZMQ"}
+        return {**fact, "ray_tls": self.ray_tls} if self.ray_tls else fact
 
     # ------------------------------------------------------------------ placement
     def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
@@ -218,6 +222,8 @@ class RayBackend:
                 self._relay.allow_client(w["relay_client_key"], index)
         self._generation += 1
         self.placements = where
+        self.ray_tls = ray_tls_fact(os.environ, where)  # the kernel's and every node's environment
+        say_once(self.ray_tls)  # on, or plain text and what to do: once per kernel, in the cell (tls.py)
         return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
 
     def capacity(self) -> int:

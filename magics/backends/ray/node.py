@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.host.command import ZYGOTE_MODULE, host_command
+from nbworkers.magics.backends.ray.tls import tls_of
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
@@ -138,6 +139,7 @@ class NbworkersWorkerHost:
             "actor_pid": os.getpid(),
             "python": sys.executable,
             "version": installed_version(),  # this node's
+            "ray_tls": list(tls_of(os.environ)),  # does this node's Ray run with TLS (the raylet's environment)
         }
 
     # ------------------------------------------------------------------ the worker

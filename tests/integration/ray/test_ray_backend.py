@@ -140,8 +140,11 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     port = ray_cluster.address.rsplit(":", 1)[1]
     first = kernel.run(QUICK_CELL.format(address=ray_cluster.address, name="rayfirst"))
     assert not first.error, first.text
+    # this cluster has no TLS: the kernel's first Ray run says what crosses in plain text (once: not the second)
+    assert first.text.count("Ray's transport is not encrypted") == 1 and "RAY_USE_TLS=1" in first.text, first.text
     second = kernel.run(QUICK_CELL.format(address=f"127.0.0.1:{port}", name="raysecond"))
     assert not second.error and "already connected" not in second.text, second.text
+    assert "not encrypted" not in second.text
     for name in ("rayfirst", "raysecond"):
         snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
         assert snap["status"] == "finished", snap["error"]
