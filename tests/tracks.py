@@ -35,6 +35,10 @@ DISTLIB_MODULES = frozenset({
     "test_distlib_custom_loop.py", "test_distlib_data.py", "test_distlib_estimator.py", "test_distlib_keras.py",
     "test_distlib_light_imports.py", "test_distlib_shared_dir.py", "test_keras3_fit.py", "test_compat_keras3_mwms.py",
 })
+# The runs whose tests all live in their modules: `make test` collects only those files for them (a whole collection
+# of tests/integration costs ~10 s of CPU).
+MODULE_TRACKS = {"processes": PROCESS_MODULES, "faults": FAULT_MODULES, "distlib": DISTLIB_MODULES}
+INTEGRATION_DIR = "tests/integration"
 TRACK_OPTION = "--track"
 
 
@@ -60,3 +64,16 @@ def select(items: list[pytest.Item], track: str) -> tuple[list[pytest.Item], lis
     """``(kept, deselected)`` for ``track`` (one of TRACKS: pytest's option refuses any other name)."""
     kept = [item for item in items if track_of(item) == track]
     return kept, [item for item in items if track_of(item) != track]
+
+
+def paths(track: str) -> list[str]:
+    """What pytest collects for ``track`` (relative to the checkout): its modules' files when all of its tests live in
+    them, else the whole integration folder (a marker may put any test in it)."""
+    modules = MODULE_TRACKS.get(track)
+    return [f"{INTEGRATION_DIR}/{name}" for name in sorted(modules)] if modules else [INTEGRATION_DIR]
+
+
+if __name__ == "__main__":  # tools/test_suite.sh: python tests/tracks.py NAME prints what to collect for NAME
+    import sys
+
+    print(" ".join(paths(sys.argv[1])))

@@ -43,7 +43,7 @@ run() {
   { echo "=== $name: lane $lane, $(date -u)"; uptime; ps -eo pid,ppid,ni,pcpu,rss,etime,args --sort=-pcpu | cut -c1-220
   } > "$LOGS/ps-$name.txt"
   note "start $name (lane $lane)"
-  local cmd=("$VENV_PY" -m pytest tests/integration --track="$name")
+  local cmd=("$VENV_PY" -m pytest $("$VENV_PY" tests/tracks.py "$name") --track="$name")
   if [ "$name" = unit ]; then
     cmd=("$VENV_PY" -m pytest tests/unit)
   elif [ "$name" = installed ]; then

@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tracks import TRACKS
+from tracks import MODULE_TRACKS, TRACKS, paths
 
 import nbworkers
 
@@ -102,3 +102,11 @@ def test_installed_refuses_a_checkouts_nbworkers(suite):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--track=installed tests the installed package, but nbworkers was imported "
                                  "from*not from this venv's site-packages*make test-installed*"])
+
+
+def test_a_run_of_modules_collects_only_their_files_and_they_exist():
+    root = Path(__file__).resolve().parents[2]
+    for track, modules in MODULE_TRACKS.items():
+        assert paths(track) == sorted(f"tests/integration/{name}" for name in modules)
+        assert all((root / path).is_file() for path in paths(track)), f"{track}: a module in tests/tracks.py is gone"
+    assert paths("main") == paths("ray") == ["tests/integration"]
