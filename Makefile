@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo test test-deps test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -76,8 +76,12 @@ demo: setup
 # installed, hub).
 PYTEST_ARGS ?=
 
-test: setup browser-deps estimator-env hub-deps
+# The set-up's parts at once (make -j): .venv-tf215's TensorFlow 2.15 beside .venv, the hub's proxy beside both.
+test:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-deps
 	@PYTEST_ARGS='$(PYTEST_ARGS)' PYTHON='$(PYTHON)' tools/test_suite.sh
+
+test-deps: setup browser-deps estimator-env hub-deps
 
 test-installed: installed-env browser-deps estimator-env hub-deps
 	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
