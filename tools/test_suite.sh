@@ -8,7 +8,8 @@
 # Each run prints into build/test-logs/<run>.log (shown at the end, in QUEUE's order) and writes <run>.xml (JUnit)
 # and <run>.code (pytest's exit code); timeline.txt has each run's start and end (UTC) and its lane; ps-<run>.txt the
 # machine's load and processes when it started. With CI=true the whole folder is kept in
-# $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs): where an official run spent its time.
+# $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs; NBWORKERS_CI_LOGS names another folder): where an
+# official run spent its time.
 # Every run goes on when one before it failed. The last line adds them up (tools/suite_summary.py); the exit
 # status is non-zero when any run failed (pytest's 5, nothing selected, is not a failure). PYTEST_ARGS (from make)
 # goes to every run, e.g. PYTEST_ARGS='-m "not slow"' or '-x'.
@@ -104,7 +105,7 @@ for name in "${RUNS[@]}"; do reports+=("$LOGS/$name.xml"); done
 "$VENV_PY" tools/suite_summary.py "${reports[@]}" || status=1
 
 if [ "${CI:-}" = true ]; then  # keep this run's logs for the next developer on this machine (the last 5)
-  archive=$HOME/.cache/nbworkers/ci-logs
+  archive=${NBWORKERS_CI_LOGS:-$HOME/.cache/nbworkers/ci-logs}
   mkdir -p "$archive/$SUITE_START" && cp -r "$LOGS"/. "$archive/$SUITE_START/" && rm -f "$archive/$SUITE_START"/queue*
   ls -1d "$archive"/*/ | sort | head -n -5 | xargs -r rm -rf
   echo "logs kept in $archive/$SUITE_START"
