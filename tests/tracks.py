@@ -1,7 +1,7 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
-`make test` runs ``unit``, then the integration runs below from one queue, longest first, taken by four lanes at
-once: most tests wait (for a kernel, a worker's import, a grace period, a browser), so several lanes keep two cores
+`make test` runs ``unit`` (tests/unit) and the integration runs below from one queue, unit first, then longest
+first, taken by four lanes at once: most tests wait (for a kernel, a worker's import, a grace period, a browser), so several lanes keep two cores
 busier than one, and a lane that finishes a run takes the next (the lanes stay balanced whatever the machine's
 speed; nothing runs twice). The runs: ``beside``, the browser tests and the tutorial notebooks; ``main``, the rest
 on ``.venv`` (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption, the watchdog, restart

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make test` after its set-up: the unit tests, then the runs of tests/tracks.py (the integration tests), taken from
-# one queue by LANES lanes at once (default 4): most integration tests wait (for a kernel, a worker's import, a grace
+# `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from
+# one queue by LANES lanes at once (default 4; TEST_LANES=N): most integration tests wait (for a kernel, a worker's import, a grace
 # period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run takes the next one
 # in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed` (the tests marked
 # so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make installed-venv) beside the
@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.."
 VENV_PY=.venv/bin/python
 LOGS=build/test-logs
 LANES=${TEST_LANES:-4}
-QUEUE=(beside main faults ray processes distlib installed)  # tests/tracks.py has each one's measured minutes
-RUNS=(unit "${QUEUE[@]}")
+# unit (tests/unit, seconds) first, then the integration runs of tests/tracks.py, longest first (its figures)
+QUEUE=(unit beside main faults ray processes distlib installed)
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code "$LOGS"/*.txt "$LOGS"/queue*
 eval "extra=(${PYTEST_ARGS:-})"
@@ -81,8 +81,6 @@ lane() {
 
 ( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1; echo $? > "$LOGS/installed-env.code"
   note "installed-venv made (exit $(cat "$LOGS/installed-env.code"))" > /dev/null ) &
-run unit 0
-cat "$LOGS/unit.log"
 lanes=()
 for n in $(seq 1 "$LANES"); do lane "$n" & lanes+=($!); done
 wait "${lanes[@]}"
@@ -96,12 +94,12 @@ done
 cat "$LOGS/timeline.txt"
 
 status=0
-for name in "${RUNS[@]}"; do
+for name in "${QUEUE[@]}"; do
   code=$(cat "$LOGS/$name.code" 2>/dev/null || echo 1)
   [ "$code" -eq 0 ] || [ "$code" -eq 5 ] || { echo "run '$name' failed (pytest exit $code)"; status=1; }
 done
 reports=()
-for name in "${RUNS[@]}"; do reports+=("$LOGS/$name.xml"); done
+for name in "${QUEUE[@]}"; do reports+=("$LOGS/$name.xml"); done
 "$VENV_PY" tools/suite_summary.py "${reports[@]}" || status=1
 
 if [ "${CI:-}" = true ]; then  # keep this run's logs for the next developer on this machine (the last 5)
