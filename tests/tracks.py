@@ -1,13 +1,13 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
 `make test` runs ``unit`` (tests/unit) and the integration runs below from one queue, unit first, then longest
-first, taken by four lanes at once: most tests wait (for a kernel, a worker's import, a grace period, a browser), so several lanes keep two cores
-busier than one, and a lane that finishes a run takes the next (the lanes stay balanced whatever the machine's
-speed; nothing runs twice). The runs: ``beside``, the browser tests and the tutorial notebooks; ``main``, the rest
-on ``.venv`` (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption, the watchdog, restart
-policies); ``ray``, the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES: launches, zygotes,
-roles, stops, detached runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the workers); last
-``installed``, the tests marked ``installed`` on ``.venv-installed`` (the wheel users get, installed
+first, taken by four lanes at once: most tests wait (for a kernel, a worker's import, a grace period, a browser), so
+several lanes keep two cores busier than one, and a lane that finishes a run takes the next (the lanes stay balanced
+whatever the machine's speed; nothing runs twice). The runs: ``beside``, the browser tests and the tutorial
+notebooks; ``main``, the rest on ``.venv`` (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption,
+the watchdog, restart policies); ``ray``, the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES:
+launches, zygotes, roles, stops, detached runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the
+workers); last ``installed``, the tests marked ``installed`` on ``.venv-installed`` (the wheel users get, installed
 non-editable; made beside the other runs from the start). The Ray tests used to run alone, first: a Ray node the
 tests start (again) must register with its head within Ray's fixed 30 s and its raylet's agents must start within
 ~15 s, which they missed beside other tests; tests/ray_cli.py now starts the nodes patiently and at a higher
