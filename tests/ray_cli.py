@@ -6,8 +6,8 @@ environment variable changes it), then gives up: "The current node timed out dur
 again after killing it missed it whenever other tests ran beside the Ray tests. Here ``get_node`` itself waits
 (polling every half second) up to ``NBW_TEST_RAY_REGISTER_S`` seconds (default REGISTER_TIMEOUT) before it reports
 the node missing, so Ray's own loop sees the node as soon as it registers; it reports it at once when the raylet
-exited. Until it registered, the node runs at a higher CPU priority (START_NICENESS). Run as ``python tests/ray_cli.py start
-...`` (tests/ray_helpers.py).
+exited. Until it registered, the node runs at a higher CPU priority (START_NICENESS). Run as ``python
+tests/ray_cli.py start ...`` (tests/ray_helpers.py).
 """
 
 from __future__ import annotations

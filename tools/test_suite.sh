@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from
-# one queue by LANES lanes at once (default 4; TEST_LANES=N): most integration tests wait (for a kernel, a worker's import, a grace
-# period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run takes the next one
-# in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed` (the tests marked
-# so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make installed-venv) beside the
-# other runs from the start, and the lane that takes `installed` waits for it.
-# Each run prints into build/test-logs/<run>.log (shown at the end, in QUEUE's order) and writes <run>.xml (JUnit)
-# and <run>.code (pytest's exit code); timeline.txt has each run's start and end (UTC) and its lane; ps-<run>.txt the
+# `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from one
+# queue by LANES lanes at once (default 4; TEST_LANES=N): most integration tests wait (for a kernel, a worker's
+# import, a grace period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run
+# takes the next one in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed`
+# (the tests marked so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make
+# installed-venv) beside the other runs from the start, and the lane that takes `installed` waits for it. Each run
+# prints into build/test-logs/<run>.log (shown at the end, in QUEUE's order) and writes <run>.xml (JUnit) and
+# <run>.code (pytest's exit code); timeline.txt has each run's start and end (UTC) and its lane; ps-<run>.txt the
 # machine's load and processes when it started. With CI=true the whole folder is kept in
 # $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs; NBWORKERS_CI_LOGS names another folder): where an
-# official run spent its time.
-# Every run goes on when one before it failed. The last line adds them up (tools/suite_summary.py); the exit
-# status is non-zero when any run failed (pytest's 5, nothing selected, is not a failure). PYTEST_ARGS (from make)
-# goes to every run, e.g. PYTEST_ARGS='-m "not slow"' or '-x'.
+# official run spent its time. Every run goes on when one before it failed. The last line adds them up
+# (tools/suite_summary.py); the exit status is non-zero when any run failed (pytest's 5, nothing selected, is not a
+# failure). PYTEST_ARGS (from make) goes to every run, e.g. PYTEST_ARGS='-m "not slow"' or '-x'.
 set -u
 cd "$(dirname "$0")/.."
 VENV_PY=.venv/bin/python
@@ -50,7 +49,8 @@ run() {
   elif [ "$name" = installed ]; then
     while [ ! -f "$LOGS/installed-env.code" ]; do sleep 2; done
     if [ "$(cat "$LOGS/installed-env.code")" != 0 ]; then
-      { echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"; } > "$LOGS/$name.log"
+      { echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"
+      } > "$LOGS/$name.log"
       echo 1 > "$LOGS/$name.code"; note "end $name: make installed-venv failed"; return
     fi
     cmd=("${INSTALLED_PYTEST[@]}")
