@@ -12,7 +12,9 @@ non-editable; made beside the other runs from the start). The Ray tests used to 
 tests start (again) must register with its head within Ray's fixed 30 s and its raylet's agents must start within
 ~15 s, which they missed beside other tests; tests/ray_cli.py now starts the nodes patiently and at a higher
 priority. Measured before the split (2026-11-27, `.ci/run` on a fresh clone, 21.1 min in all: set-up ~2, unit 0.3,
-ray 5.8 alone, then processes 13.0 | main 12.8 | beside 9.6 + installed 3.2).
+ray 5.8 alone, then processes 13.0 | main 12.8 | beside 9.6 + installed 3.2). A trial of this layout (2026-11-28, a
+fresh clone, `.ci/run`, while other suites loaded the machine to a load of 14-27 on its 2 cores) ran ray beside the
+other lanes in 27 min, all 19 passed; the figures of a quiet run are still to be measured.
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
