@@ -45,7 +45,8 @@ RAY_STOP_GRACE = 20  # seconds `ray start --block` gets to stop its processes af
 ACTORS_GONE_TIMEOUT = 60  # seconds for Ray to end the actors after a stop or the kernel's death
 WORKERS_UP_TIMEOUT = 240  # seconds until both workers run (Ray starts an actor process per worker)
 RUN_TIMEOUT = 600  # seconds for a whole training run with one restart
-RAY_BIN = Path(sys.executable).with_name("ray")
+# `ray` with a patient node start: Ray's own waits a fixed 30 s for the raylet to register (tests/ray_cli.py).
+RAY_CLI = [sys.executable, str(Path(__file__).with_name("ray_cli.py"))]
 # Hermetic: a token in ~/.ray/auth_token (Ray writes one when ray.init() starts a local cluster) would
 # otherwise switch `ray start` to token authentication.
 RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
@@ -99,7 +100,7 @@ class RayTestCluster:
     def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(
-            [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
+            [*RAY_CLI, "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
              "--object-store-memory", str(100 * 1024 * 1024), "--block"],
             stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or self.env,
             start_new_session=True,
@@ -108,15 +109,15 @@ class RayTestCluster:
         return proc, out
 
     def _start_node(self, name: str, args: list[str], pattern: str, env: dict[str, str] | None = None) -> re.Match:
-        """`ray start`, tried again when it fails: its raylet must register within a fixed 30 s, which a
-        loaded machine can miss ("The current node timed out during startup")."""
+        """`ray start`, tried again when it fails (its raylet gets ray_cli.REGISTER_TIMEOUT to register, not Ray's
+        fixed 30 s, which a loaded machine missed: "The current node timed out during startup")."""
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
             proc, out = self._start(f"{name}{attempt}", args, env)
             try:
                 found = wait_for_line(out, pattern, proc, RAY_START_TIMEOUT)
                 self.last_started = proc
                 return found
-            except RuntimeError:
+            except (RuntimeError, TimeoutError):  # it exited, or hung
                 if attempt == RAY_START_ATTEMPTS:
                     raise
                 self._end_session(proc)
