@@ -64,6 +64,8 @@ def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, 
         for run in ("cold", "warm"):
             if run == "warm" or pool:  # as a user writing the next (or, prewarmed, the first) cell
                 waited = _wait_node_zygotes_ready(run_root, WORKERS)
+                if pool and run == "cold":  # %load_ext prewarmed the local zygote too: not beside the measure
+                    _wait_local_zygote_ready(kernel)
                 out.setdefault("zygotes_ready_after", waited)
                 log(f"ray nodes, {tag}: the node zygotes were ready {waited:.1f} s before the {run} run")
             name = f"ray-{tag}-{run}"
@@ -80,6 +82,16 @@ def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, 
     finally:
         kernel.shutdown()
     return out
+
+
+def _wait_local_zygote_ready(kernel, timeout: float = 120) -> None:
+    logs = kernel.value("[z['log'] for z in __import__('nbworkers.magics.backends.zygotes', fromlist=['z'])"
+                        ".zygotes().describe()]")
+    deadline = time.monotonic() + timeout
+    while not all(": ready (" in Path(p).read_text(errors="replace") for p in logs):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the prewarmed local zygote is not ready: {logs}")
+        time.sleep(0.2)
 
 
 def _wait_node_zygotes_ready(run_root: Path, count: int, timeout: float = 120) -> float:
