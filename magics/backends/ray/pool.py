@@ -138,9 +138,7 @@ class ActorPool:
         """Does a placement group wait for resources (another driver's, or one of this kernel's that ``make_room``'s
         estimate from the cluster's total free resources let wait)?"""
         try:
-            from ray.util import placement_group_table
-
-            table = placement_group_table()
+            table = ray.util.placement_group_table()
         except Exception:
             return False
         return any(entry.get("state") in WAITING_STATES for entry in table.values())
