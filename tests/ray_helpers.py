@@ -99,13 +99,7 @@ class RayTestCluster:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(
             [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
-             "--object-store-memory", str(100 * 1024 * 1024), "--block",
-             # Ray's fixed default (52365) is taken by any other Ray node of this address: one more cluster on the
-             # machine (another checkout's tests) made this node's agent, then its raylet, fail to start. The agents'
-             # other ports given too: with a dynamic one the raylet waits (a fixed time) for the agent to write it to
-             # a file, which a loaded machine's agent, slow to import, missed
-             "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())],
+             "--object-store-memory", str(100 * 1024 * 1024), "--block"],
             stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or self.env,
             start_new_session=True,
         )
