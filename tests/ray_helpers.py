@@ -215,6 +215,18 @@ class RayTestCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def pooled_actor_pids(kernel) -> set[int]:
+    """The pids of the actors the test kernel keeps idle for warm runs (magics/backends/ray/pool.py)."""
+    return set(kernel.value("sorted(__import__('nbworkers.magics.backends.ray.pool', fromlist=['_'])"
+                            ".actor_pool().idle_actor_pids())"))
+
+
+def only_pooled_actors_left(kernel, cluster: RayTestCluster, count: int) -> bool:
+    """The run ended: the ``count`` actors of its group are all that is left, idle in the kernel's pool."""
+    left = {proc.pid for proc in cluster.actor_processes()}
+    return len(left) == count and left == pooled_actor_pids(kernel)
+
+
 def running_cluster(node_ips: tuple[str | None, ...] = (None,)):
     """The body of a ``ray_cluster`` fixture: ``yield from running_cluster()`` (skips without Ray); with
     ``MULTI_NODE_IPS``, a head without CPUs and a worker node at each of those addresses."""

@@ -119,6 +119,7 @@ class NbworkersWorkerHost:
         self._forked: tuple[int, float] | None = None  # a forked worker: (pid, create time), see note_worker
         self._run_id = ""
         self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
+        self._launch = 0  # launches hosted so far: a pooled actor hosts one run's worker after another (pool.py)
 
     # ------------------------------------------------------------------ placement
     def where(self) -> dict[str, Any]:
@@ -196,7 +197,8 @@ class NbworkersWorkerHost:
             self._log_path = log_path
             self._worker_pgid, self._forked = None, None
             self._run_id = request["env"].get(RUN_ID_ENV, "")
-            return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
+            self._launch += 1
+            return {"launch": self._launch, "shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
                     "host_pid": self._host.pid, "cwd": cwd, "python": python, "cwd_refused": cwd_note if unsafe else ""}
 
     def wait(self) -> int:
@@ -206,9 +208,12 @@ class NbworkersWorkerHost:
             raise RuntimeError("no worker was started")
         return host.wait()
 
-    def tell(self, command: str) -> None:
-        """``stop`` (INT, TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
+    def tell(self, command: str, launch: int | None = None) -> None:
+        """``stop`` (INT, TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks);
+        ``launch``: only if that launch is still the one hosted (a call that came late is for a run that ended)."""
         host = self._host
+        if launch is not None and launch != self._launch:
+            return
         if host is None or host.stdin is None or host.poll() is not None:
             return
         try:
@@ -254,10 +259,10 @@ class NbworkersWorkerHost:
                 pass
         return self._worker_pgid
 
-    def kill(self) -> None:
-        """SIGKILL the host's and the worker's process groups, now."""
+    def kill(self, launch: int | None = None) -> None:
+        """SIGKILL the host's and the worker's process groups, now (``launch``: as for ``tell``)."""
         host = self._host
-        if host is None:
+        if host is None or (launch is not None and launch != self._launch):
             return
         worker_group = self._worker_group()
         if worker_group:
