@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo test test-deps test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -67,16 +67,21 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# The unit tests, then the integration tests as the runs of tests/tracks.py in three lanes at once
-# (tools/test_suite.sh): the Ray tests then the fault-tolerance modules; the rest on .venv; the browser tests and
-# tutorials (which mostly wait) while .venv-installed is made, then the tests marked `installed` on it. Every run goes
-# on when one before it failed; the last line adds them up; the exit status is non-zero when any run failed.
+# The unit tests, then the integration tests as the runs of tests/tracks.py, taken from one queue (longest first) by
+# four lanes at once (tools/test_suite.sh; TEST_LANES=N changes the number); .venv-installed is made beside them for
+# the last run, the tests marked `installed`. Every run goes on when one before it failed; the last line adds them
+# up; the exit status is non-zero when any run failed. build/test-logs/timeline.txt says when each ran (kept in
+# ~/.cache/nbworkers/ci-logs/ when CI=true).
 # PYTEST_ARGS goes to every run, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
 # installed, hub).
 PYTEST_ARGS ?=
 
-test: setup browser-deps estimator-env hub-deps
+# The set-up's parts at once (make -j): .venv-tf215's TensorFlow 2.15 beside .venv, the hub's proxy beside both.
+test:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-deps
 	@PYTEST_ARGS='$(PYTEST_ARGS)' PYTHON='$(PYTHON)' tools/test_suite.sh
+
+test-deps: setup browser-deps estimator-env hub-deps
 
 test-installed: installed-env browser-deps estimator-env hub-deps
 	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \

@@ -1,15 +1,18 @@
 """Many machines on one: the simulated Ray cluster of the tests (tests/ray_helpers.py: a head without CPUs on
 127.0.0.1 and three one-CPU nodes at 127.0.0.2-.4, each its own raylet), called from ``benchmarks/run.py``
-(``--only ray_nodes``). Side by side, per repetition:
+(``--only ray_nodes``). Side by side, per repetition (interleaved, so that the ratios see the same load):
 
 - hand: the TensorFlow tutorial's launch of ``workload.py``, 3 workers (``TF_CONFIG`` + ``python main.py &``),
   to the first step of every worker (the baseline);
-- spawned: ``%%worker -n 3 --backend ray --spread`` with zygotes off (``NBWORKERS_ZYGOTE=0``): one TensorFlow
-  import per worker, cold (a fresh kernel's first run: Ray starts the actors' processes too) and warm (the same
-  cell again: actors start again, TensorFlow is imported again);
-- node zygotes: the same with zygotes on (magics/backends/ray/node_zygotes.py): cold (one worker per node: each
-  spawned, and each node's zygote starts as the run ends) and warm (a fork on each node, once the zygotes are
-  ready: the next cell a user writes; the time they took after the cold run is logged);
+- old path: ``%%worker -n 3 --backend ray --spread`` with the actor pool off (``RaySettings.pool_idle_timeout =
+  0``) and nothing prewarmed: cold (a fresh kernel's first run: one worker per node, each spawned, each node's
+  zygote starting as the run ends) and warm (the same cell again once the zygotes are ready: a new placement group
+  and a new actor process per worker, each worker forked from its node's zygote);
+- pool: the defaults, in a kernel started with ``RAY_ADDRESS`` set (and the cell's ``TF_USE_LEGACY_KERAS=1`` in its
+  environment, so that the zygotes prewarmed are the cell's): cold (``%load_ext`` connected to Ray and started every
+  node's zygote; the first cell, once they are ready, as when a user takes a few seconds to write it: a placement
+  group and new actors, every worker forked) and warm (the same cell again: the group and actors the first run left
+  idle, every worker forked);
 
 then, once: ``-n 2 --spread`` on the three nodes, a long run, ``kill -9`` of worker 1's node (its raylet's
 process group) -> the first step of the group restarted on the two nodes left (forked there). That includes
@@ -46,30 +49,54 @@ def _first_step(kernel, cell: str, paths: list[Path], wait_first_steps, timeout:
     return max(steps) - t0, forked
 
 
-def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, zygote: bool, tag: str,
+def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, pool: bool, tag: str,
           wait_first_steps, log) -> dict:
-    kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root),
-                                    "NBWORKERS_ZYGOTE": "1" if zygote else "0", "NBWORKERS_ZYGOTE_PREWARM": "0"})
+    if pool:  # prewarmed at %load_ext: Ray connected, every node's zygote started (backends/ray/prewarm.py)
+        kernel_env = {"RAY_ADDRESS": address, "TF_USE_LEGACY_KERAS": "1", "NBWORKERS_ZYGOTE_PREWARM": "1"}
+    else:
+        kernel_env = {"NBWORKERS_ZYGOTE_PREWARM": "0"}
+    kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "1",
+                                    **kernel_env})
     out = {}
     try:
+        if not pool:
+            kernel.output("nbworkers.settings().config.RaySettings.pool_idle_timeout = 0")
         for run in ("cold", "warm"):
-            if run == "warm" and zygote:  # as a user writing the next cell: the nodes' zygotes had time to start
-                out["zygotes_ready_after"] = _wait_node_zygotes_ready(run_root, WORKERS)
-                log(f"ray nodes: the node zygotes were ready {out['zygotes_ready_after']:.1f} s after the cold run")
+            if run == "warm" or pool:  # as a user writing the next (or, prewarmed, the first) cell
+                waited = _wait_node_zygotes_ready(run_root, WORKERS)
+                if pool and run == "cold":  # %load_ext prewarmed the local zygote too: not beside the measure
+                    _wait_local_zygote_ready(kernel)
+                out.setdefault("zygotes_ready_after", waited)
+                log(f"ray nodes, {tag}: the node zygotes were ready {waited:.1f} s before the {run} run")
             name = f"ray-{tag}-{run}"
             paths = [run_root / name / f"worker-{i}.log" for i in range(WORKERS)]
             seconds, forked = _first_step(kernel, _cell(address, name), paths, wait_first_steps)
             kernel.output(f"%workers wait {name} --timeout 300")
             out[run], out[f"{run}_forked"] = seconds, forked
-            log(f"ray nodes, {tag} {run}: {seconds:.2f} s to the first step ({forked}/{WORKERS} forked)")
+            if run == "warm":
+                out["warm_pooled"] = kernel.value(
+                    f"[p['actor_pid'] for p in nbworkers.get_cluster('ray-{tag}-warm').backend.placements] =="
+                    f" [p['actor_pid'] for p in nbworkers.get_cluster('ray-{tag}-cold').backend.placements]")
+            log(f"ray nodes, {tag} {run}: {seconds:.2f} s to the first step ({forked}/{WORKERS} forked)"
+                + (f", the same actors: {out['warm_pooled']}" if run == "warm" else ""))
     finally:
         kernel.shutdown()
     return out
 
 
+def _wait_local_zygote_ready(kernel, timeout: float = 120) -> None:
+    logs = kernel.value("[z['log'] for z in __import__('nbworkers.magics.backends.zygotes', fromlist=['z'])"
+                        ".zygotes().describe()]")
+    deadline = time.monotonic() + timeout
+    while not all(": ready (" in Path(p).read_text(errors="replace") for p in logs):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the prewarmed local zygote is not ready: {logs}")
+        time.sleep(0.2)
+
+
 def _wait_node_zygotes_ready(run_root: Path, count: int, timeout: float = 120) -> float:
-    """Seconds until ``count`` node zygotes marked with ``run_root`` said ``ready`` in their logs (the cold run
-    spawned its one worker per node; each node's zygote started as that run ended)."""
+    """Seconds until ``count`` node zygotes marked with ``run_root`` said ``ready`` in their logs (started as the
+    cold run ended, or by ``%load_ext`` with ``RAY_ADDRESS`` set)."""
     import psutil
 
     started = time.monotonic()
@@ -126,12 +153,12 @@ def bench(tmp: Path, handdir: Path, env: dict, reps: int, *, BenchKernel, hand_l
     nodes = RayTestCluster(MULTI_NODE_IPS, head_cpus=0).start()
     try:
         for rep in range(reps):
-            run_root = tmp / f"ray-runs-{rep}"
-            run_root.mkdir(mode=0o700)
             row = {"hand": hand_launch(WORKERS, handdir, env)}
             log(f"ray nodes: hand launch of {WORKERS} workers {row['hand']:.2f} s")
-            for zygote, tag in ((False, "spawned"), (True, "zygotes")):
-                runs = _runs(BenchKernel, notebook, run_root, env, nodes.address, zygote, tag, wait_first_steps, log)
+            for pool, tag in ((False, "old"), (True, "pool")):
+                run_root = tmp / f"ray-runs-{rep}-{tag}"  # each kernel's zygotes marked apart
+                run_root.mkdir(mode=0o700)
+                runs = _runs(BenchKernel, notebook, run_root, env, nodes.address, pool, tag, wait_first_steps, log)
                 row.update({f"{tag}_{k}": v for k, v in runs.items()})
             result["reps"].append(row)
         run_root = tmp / "ray-runs-kill"
@@ -152,13 +179,19 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
         return statistics.median(r[key] / r["hand"] for r in result["reps"])
 
     out = [(f"ray, 3 nodes: first step, {WORKERS} workers: hand launch", f"{median('hand'):.2f} s", "baseline", "")]
-    for tag, words in (("spawned", "spawned (zygotes off)"), ("zygotes", "node zygotes")):
-        for run in ("cold", "warm"):
-            if tag == "zygotes" and run == "warm":
-                words += ", zygotes ready (started as the cold run ended)"
-            forked = min(r[f"{tag}_{run}_forked"] for r in result["reps"])
-            out.append((f"ray, 3 nodes: {words}, {run} %%worker --spread ({forked}/{WORKERS} forked)",
-                        f"{median(f'{tag}_{run}'):.2f} s", f"{ratio(f'{tag}_{run}'):.2f}x hand", ""))
+    words = {("old", "cold"): "old path (pool off, nothing prewarmed): cold, a fresh kernel's first run",
+             ("old", "warm"): "old path: warm, node zygotes ready, a new placement group and actors",
+             ("pool", "cold"): "pool: cold, node zygotes prewarmed at %load_ext (RAY_ADDRESS), new group and actors",
+             ("pool", "warm"): "pool: warm, the idle group's live actors"}
+    targets = {("pool", "cold"): 1.0, ("pool", "warm"): 0.4}
+    for (tag, run), text in words.items():
+        forked = min(r[f"{tag}_{run}_forked"] for r in result["reps"])
+        target = targets.get((tag, run))
+        verdict = "" if target is None else f"<= {target:g}x: {'met' if ratio(f'{tag}_{run}') <= target else 'NOT met'}"
+        out.append((f"ray, 3 nodes: {text} ({forked}/{WORKERS} forked)", f"{median(f'{tag}_{run}'):.2f} s",
+                    f"{ratio(f'{tag}_{run}'):.2f}x hand", verdict))
+    if not all(r.get("pool_warm_pooled") for r in result["reps"]):
+        out.append(("ray, 3 nodes: pool: a warm run did NOT reuse the cold run's actors", "", "", "NOT met"))
     if "node_kill" in result:
         out.append(("ray, 3 nodes: kill -9 of a node -> first resumed step (2 workers, a spare node; includes Ray's "
                     "3 s node-death detection)", f"{result['node_kill']:.2f} s", "", ""))

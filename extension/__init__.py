@@ -50,10 +50,17 @@ def session(name: str):
     """The interactive session of that name (``%%worker -n 2 --session NAME``): ``.pull(expression, worker=0)``,
     ``.stop()``, ``.interrupt()``, ``.logs()``, ``.wait()``, ``.cells``."""
     from nbworkers.magics.notebook import registry
+    from nbworkers.magics.notebook.detached_session import DetachedSession, detached_session
     from nbworkers.magics.sessions.session import Session
 
-    cluster = registry.get(name)
-    if not isinstance(cluster, Session):
+    cluster: Any
+    try:
+        cluster = registry.get(name)
+    except KeyError:
+        cluster = detached_session(name)  # a detached session (--detach --session NAME): any kernel's
+        if cluster is None:
+            raise
+    if not isinstance(cluster, (Session, DetachedSession)):
         raise KeyError(f"{name!r} is a plain %%worker run, not a session: start one with %%worker -n 2 --session NAME")
     return cluster
 

@@ -25,8 +25,9 @@ class WorkerSettings(Configurable):
     run_root = Unicode(help="Where run directories (per-worker logs, cell code, state) are written.").tag(
         config=True
     )
-    detach = Bool(False, help="Default of %%worker --detach: a plain run's loop in a supervisor process of its own "
-                  "that outlives the kernel (magics/run/detach/supervisor.py); stop it with `%workers stop NAME`.").tag(
+    detach = Bool(False, help="Default of %%worker --detach: a plain run's loop, or a new session, in a supervisor "
+                  "process of its own that outlives the kernel (magics/run/detach/, magics/sessions/detach/); stop it "
+                  "with `%workers stop NAME`.").tag(
         config=True
     )
     flush_interval = Float(0.25, help="Seconds between updates of a cluster's output (at most 4 a second).").tag(

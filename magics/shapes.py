@@ -100,6 +100,8 @@ class ClusterSnapshot(TypedDict):
     worker_pgids: NotRequired[list[int]]
     run_id: NotRequired[str]
     isolation: NotRequired[dict[str, str]]  # {"mode": "namespace"} | {"mode": "off", "reason": ...} (isolation.py)
+    cell_id: NotRequired[str]  # the notebook cell that started the run (the execute request's ``cellId``)
+    notebook: NotRequired[str]  # its notebook's path as the kernel got it (``JPY_SESSION_NAME``)
     # run_listing.describe(full=True): seen from outside the kernel
     recorded_status: NotRequired[str | None]  # what the state file says (status: what is true, e.g. "lost")
     kernel_alive: NotRequired[bool]
@@ -158,6 +160,8 @@ class RunRow(TypedDict):
     steps_per_sec: float | None  # the chief's
     session: dict[str, Any] | None  # %%worker --session: cells, idle/busy (magics/sessions/session.py)
     isolation: dict[str, str] | None  # state.json's (backends/isolation.py); None: recorded by an older nbworkers
+    cell_id: str  # the notebook cell that started it ("": not known); the sidebar runs it again after a kernel restart
+    notebook: str  # that cell's notebook, as the kernel got its path ("": not known)
 
 
 class HostProcess(Protocol):

@@ -13,7 +13,9 @@ sender (``client_curve``), so only the run's nodes can connect and nobody on the
 Commands (``msg_type``; content fields):
 
 - ``run``        seq, gen, cell (int), code (str), display (``"0"``: rich output from worker 0 only, or
-  ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note)
+  ``"all"``), display_max_bytes (int: the largest bundle to send; bigger ones are dropped with a note), title
+  (str, optional: what the views call the cell, "cell 3" or "restore"; its tracebacks' file is
+  ``<session cell 3>``: ``cell`` counts nbworkers' own cells too, the user's numbers do not)
 - ``pull``       seq, gen, request (str), expression (str), max_bytes (int), data (the address of the kernel's
                  data socket), shm_path (str or None), shm_min_bytes (int): the worker sends the value there as a
                  ``pull`` data message (``session_data``: request, worker, gen, value (the tree), error (str or

@@ -45,7 +45,8 @@ RAY_STOP_GRACE = 20  # seconds `ray start --block` gets to stop its processes af
 ACTORS_GONE_TIMEOUT = 60  # seconds for Ray to end the actors after a stop or the kernel's death
 WORKERS_UP_TIMEOUT = 240  # seconds until both workers run (Ray starts an actor process per worker)
 RUN_TIMEOUT = 600  # seconds for a whole training run with one restart
-RAY_BIN = Path(sys.executable).with_name("ray")
+# `ray` with a patient node start: Ray's own waits a fixed 30 s for the raylet to register (tests/ray_cli.py).
+RAY_CLI = [sys.executable, str(Path(__file__).with_name("ray_cli.py"))]
 # Hermetic: a token in ~/.ray/auth_token (Ray writes one when ray.init() starts a local cluster) would
 # otherwise switch `ray start` to token authentication.
 RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
@@ -81,9 +82,10 @@ def wait_for_line(path: Path, pattern: str, proc: subprocess.Popen, timeout: flo
 class RayTestCluster:
     """Ray nodes on this machine, started and ended by the tests only. ``node_ips``: one worker node per entry
     (None: this machine's address, as Ray picks it; else that ``--node-ip-address``), the head with
-    ``head_cpus``."""
+    ``head_cpus``; ``env``: more variables for every node and for the checks' drivers (Ray's TLS: test_ray_tls.py)."""
 
-    def __init__(self, node_ips: tuple[str | None, ...] = (None,), head_cpus: int = 1) -> None:
+    def __init__(self, node_ips: tuple[str | None, ...] = (None,), head_cpus: int = 1,
+                 env: dict[str, str] | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nbw-ray-"))  # short: Ray's socket paths must fit 107 bytes
         self.procs: list[subprocess.Popen] = []
         self.node_ips = node_ips
@@ -91,18 +93,15 @@ class RayTestCluster:
         self.nodes: dict[str, subprocess.Popen] = {}  # a worker node's --node-ip-address -> its `ray start`
         self.last_started: subprocess.Popen | None = None
         self.address = ""
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **RAY_TEST_ENV)
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **RAY_TEST_ENV, **(env or {})}
         env.pop("RAY_ADDRESS", None)
         self.env = env
 
     def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(
-            [str(RAY_BIN), "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
-             "--object-store-memory", str(100 * 1024 * 1024), "--block",
-             # not Ray's fixed 52365: another cluster on this machine (a second test run) holding it on the same
-             # address makes this node's agent fail and its raylet abort ("WaitForDashboardAgentPorts")
-             "--dashboard-agent-listen-port", str(free_port())],
+            [*RAY_CLI, "start", *args, "--temp-dir", str(self.root / name), "--disable-usage-stats",
+             "--object-store-memory", str(100 * 1024 * 1024), "--block"],
             stdout=open(out, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or self.env,
             start_new_session=True,
         )
@@ -110,15 +109,15 @@ class RayTestCluster:
         return proc, out
 
     def _start_node(self, name: str, args: list[str], pattern: str, env: dict[str, str] | None = None) -> re.Match:
-        """`ray start`, tried again when it fails: its raylet must register within a fixed 30 s, which a
-        loaded machine can miss ("The current node timed out during startup")."""
+        """`ray start`, tried again when it fails (its raylet gets ray_cli.REGISTER_TIMEOUT to register, not Ray's
+        fixed 30 s, which a loaded machine missed: "The current node timed out during startup")."""
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
             proc, out = self._start(f"{name}{attempt}", args, env)
             try:
                 found = wait_for_line(out, pattern, proc, RAY_START_TIMEOUT)
                 self.last_started = proc
                 return found
-            except RuntimeError:
+            except (RuntimeError, TimeoutError):  # it exited, or hung
                 if attempt == RAY_START_ATTEMPTS:
                     raise
                 self._end_session(proc)
@@ -214,6 +213,18 @@ class RayTestCluster:
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def pooled_actor_pids(kernel) -> set[int]:
+    """The pids of the actors the test kernel keeps idle for warm runs (magics/backends/ray/pool.py)."""
+    return set(kernel.value("sorted(__import__('nbworkers.magics.backends.ray.pool', fromlist=['_'])"
+                            ".actor_pool().idle_actor_pids())"))
+
+
+def only_pooled_actors_left(kernel, cluster: RayTestCluster, count: int) -> bool:
+    """The run ended: the ``count`` actors of its group are all that is left, idle in the kernel's pool."""
+    left = {proc.pid for proc in cluster.actor_processes()}
+    return len(left) == count and left == pooled_actor_pids(kernel)
 
 
 def running_cluster(node_ips: tuple[str | None, ...] = (None,)):

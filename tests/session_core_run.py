@@ -29,8 +29,8 @@ class Session:
         self.actions += actions
         return actions
 
-    def submit(self, timeout: float | None = None, group: Group = READY) -> list[ev.Action]:
-        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group))
+    def submit(self, timeout: float | None = None, group: Group = READY, label: str = "") -> list[ev.Action]:
+        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group, label))
 
     def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
         self.now += seconds

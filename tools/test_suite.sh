@@ -1,32 +1,35 @@
 #!/usr/bin/env bash
-# `make test` after its set-up: the unit tests, the Ray tests alone, then the rest as the runs of tests/tracks.py
-# in three lanes at once (most tests wait: for a kernel, a worker's import, a grace period, a browser):
-#   unit                                  .venv            tests/unit (seconds)
-#   ray                                   .venv            the Ray tests, alone (tests/tracks.py says why)
-#   lane 1: processes                     .venv            launches, zygotes, roles, stops, kill -9s, restarts
-#   lane 2: main                          .venv            the rest
-#   lane 3: beside, then installed        .venv            the browser tests and tutorial notebooks, while
-#                                                          .venv-installed is made (make installed-venv), then
-#                                         .venv-installed  the tests marked `installed`, on the wheel users get
-# Lanes 1 and 3 print into build/test-logs/lane-<n>.log, shown after lane 2's output. Every run goes on when one
-# before it failed. The last line adds them up (tools/suite_summary.py); the exit status is non-zero when any run
-# failed (pytest's 5, nothing selected, is not a failure). PYTEST_ARGS (from make) goes to every run, e.g.
-# PYTEST_ARGS='-m "not slow"' or '-x'.
+# `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from one
+# queue by LANES lanes at once (default 4; TEST_LANES=N): most integration tests wait (for a kernel, a worker's
+# import, a grace period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run
+# takes the next one in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed`
+# (the tests marked so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make
+# installed-venv) beside the other runs from the start, and the lane that takes `installed` waits for it. Each run
+# prints into build/test-logs/<run>.log (shown at the end, in QUEUE's order) and writes <run>.xml (JUnit) and
+# <run>.code (pytest's exit code); timeline.txt has each run's start and end (UTC) and its lane; ps-<run>.txt the
+# machine's load and processes when it started. With CI=true the whole folder is kept in
+# $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs; NBWORKERS_CI_LOGS names another folder): where an
+# official run spent its time. Every run goes on when one before it failed. The last line adds them up
+# (tools/suite_summary.py); the exit status is non-zero when any run failed (pytest's 5, nothing selected, is not a
+# failure). PYTEST_ARGS (from make) goes to every run, e.g. PYTEST_ARGS='-m "not slow"' or '-x'.
 set -u
 cd "$(dirname "$0")/.."
 VENV_PY=.venv/bin/python
 LOGS=build/test-logs
+LANES=${TEST_LANES:-4}
+# unit (tests/unit, seconds) first, then the integration runs of tests/tracks.py, longest first (its figures)
+QUEUE=(unit beside main faults ray processes distlib installed)
 mkdir -p "$LOGS"
-rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code
+rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code "$LOGS"/*.txt "$LOGS"/queue*
 eval "extra=(${PYTEST_ARGS:-})"
-RUNS=(unit ray processes main beside installed)
+SUITE_START=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 
-# run NAME PYTEST ARGS...: one pytest run whose JUnit XML is $LOGS/NAME.xml; its exit code goes to $LOGS/NAME.code.
-run() {
-  local name=$1; shift
-  "$@" --junitxml="$LOGS/$name.xml" "${extra[@]}"
-  echo $? > "$LOGS/$name.code"
-}
+stamp() { date -u +%H:%M:%S; }
+# note EVENT...: a line of timeline.txt (and of the output).
+note() { echo "$(stamp) $*" | tee -a "$LOGS/timeline.txt"; }
+[ -n "${NBWORKERS_SETUP_START:-}" ] && echo "$NBWORKERS_SETUP_START set-up started (.ci/run)" >> "$LOGS/timeline.txt"
+note "suite started, $LANES lanes; $(uptime)"
+
 # .venv-installed's own pytest script, not `python -m pytest`, which would put the checkout's root (its folders
 # distlib/, magics/...) first on sys.path; --track=installed refuses to run on anything but the installed package.
 INSTALLED_PYTEST=(.venv-installed/bin/pytest -p no:cacheprovider --rootdir="$PWD" tests/integration --track=installed)
@@ -34,33 +37,75 @@ INSTALLED_PYTEST=(.venv-installed/bin/pytest -p no:cacheprovider --rootdir="$PWD
 WHEEL=$(ls dist/nbworkers-*-py3-none-any.whl 2>/dev/null | head -1)
 export NBWORKERS_WHEEL=${WHEEL:+$PWD/$WHEEL}
 
-run unit "$VENV_PY" -m pytest tests/unit
+# run NAME LANE: one pytest run of track NAME (tests/tracks.py), its output in $LOGS/NAME.log.
+run() {
+  local name=$1 lane=$2 started=$SECONDS
+  { echo "=== $name: lane $lane, $(date -u)"; uptime; ps -eo pid,ppid,ni,pcpu,rss,etime,args --sort=-pcpu | cut -c1-220
+  } > "$LOGS/ps-$name.txt"
+  note "start $name (lane $lane)"
+  local cmd=("$VENV_PY" -m pytest $("$VENV_PY" tests/tracks.py "$name") --track="$name")
+  if [ "$name" = unit ]; then
+    cmd=("$VENV_PY" -m pytest tests/unit)
+  elif [ "$name" = installed ]; then
+    while [ ! -f "$LOGS/installed-env.code" ]; do sleep 2; done
+    if [ "$(cat "$LOGS/installed-env.code")" != 0 ]; then
+      { echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"
+      } > "$LOGS/$name.log"
+      echo 1 > "$LOGS/$name.code"; note "end $name: make installed-venv failed"; return
+    fi
+    cmd=("${INSTALLED_PYTEST[@]}")
+  fi
+  "${cmd[@]}" --junitxml="$LOGS/$name.xml" "${extra[@]}" > "$LOGS/$name.log" 2>&1
+  local code=$?
+  echo $code > "$LOGS/$name.code"
+  note "end $name: pytest exit $code, $(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s (lane $lane)"
+}
 
-run ray "$VENV_PY" -m pytest tests/integration --track=ray
+# next_run: the first run of QUEUE no lane took yet (empty when none is left).
+next_run() {
+  (
+    flock 9
+    local taken
+    taken=$(cat "$LOGS/queue.taken" 2>/dev/null || echo 0)
+    if [ "$taken" -lt "${#QUEUE[@]}" ]; then
+      echo $((taken + 1)) > "$LOGS/queue.taken"
+      echo "${QUEUE[$taken]}"
+    fi
+  ) 9> "$LOGS/queue.lock"
+}
 
-run processes "$VENV_PY" -m pytest tests/integration --track=processes > "$LOGS/lane-1.log" 2>&1 &
-lane1=$!
-( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1 & env_pid=$!
-  run beside "$VENV_PY" -m pytest tests/integration --track=beside
-  if wait "$env_pid"; then
-    run installed "${INSTALLED_PYTEST[@]}"
-  else
-    echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"
-  fi ) > "$LOGS/lane-3.log" 2>&1 &
-lane3=$!
-run main "$VENV_PY" -m pytest tests/integration --track=main
-wait "$lane1" "$lane3"
-for lane in 1 3; do
-  echo "=== lane $lane (also in $LOGS/lane-$lane.log) ==="
-  cat "$LOGS/lane-$lane.log"
+lane() {
+  local name
+  while name=$(next_run) && [ -n "$name" ]; do run "$name" "$1"; done
+}
+
+( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1; echo $? > "$LOGS/installed-env.code"
+  note "installed-venv made (exit $(cat "$LOGS/installed-env.code"))" > /dev/null ) &
+lanes=()
+for n in $(seq 1 "$LANES"); do lane "$n" & lanes+=($!); done
+wait "${lanes[@]}"
+wait
+note "suite ended"
+
+for name in "${QUEUE[@]}"; do
+  echo "=== $name (also in $LOGS/$name.log) ==="
+  cat "$LOGS/$name.log" 2>/dev/null
 done
+cat "$LOGS/timeline.txt"
 
 status=0
-for name in "${RUNS[@]}"; do
+for name in "${QUEUE[@]}"; do
   code=$(cat "$LOGS/$name.code" 2>/dev/null || echo 1)
   [ "$code" -eq 0 ] || [ "$code" -eq 5 ] || { echo "run '$name' failed (pytest exit $code)"; status=1; }
 done
 reports=()
-for name in "${RUNS[@]}"; do reports+=("$LOGS/$name.xml"); done
+for name in "${QUEUE[@]}"; do reports+=("$LOGS/$name.xml"); done
 "$VENV_PY" tools/suite_summary.py "${reports[@]}" || status=1
+
+if [ "${CI:-}" = true ]; then  # keep this run's logs for the next developer on this machine (the last 5)
+  archive=${NBWORKERS_CI_LOGS:-$HOME/.cache/nbworkers/ci-logs}
+  mkdir -p "$archive/$SUITE_START" && cp -r "$LOGS"/. "$archive/$SUITE_START/" && rm -f "$archive/$SUITE_START"/queue*
+  ls -1d "$archive"/*/ | sort | head -n -5 | xargs -r rm -rf
+  echo "logs kept in $archive/$SUITE_START"
+fi
 exit $status

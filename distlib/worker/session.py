@@ -164,7 +164,7 @@ class SessionWorker:
             if kind == "run":
                 self.rich.begin(int(content["cell"]), str(content.get("display") or "0"),
                                 int(content.get("display_max_bytes") or self.rich.max_bytes))
-                self.run_cell(int(content["cell"]), str(content["code"]))
+                self.run_cell(int(content["cell"]), str(content["code"]), str(content.get("title") or ""))
             elif kind == "pull":
                 self.pull(content)
             elif kind == "push":
@@ -173,8 +173,9 @@ class SessionWorker:
                 self.save(content)
         return 0  # stopped in a cell: the bootstrap reports the stop
 
-    def run_cell(self, cell: int, code: str) -> None:
-        filename = f"<session cell {cell}>"
+    def run_cell(self, cell: int, code: str, title: str = "") -> None:
+        # the traceback names the cell as the views do ("cell 3": the user's numbers skip nbworkers' own cells)
+        filename = f"<session {title or f'cell {cell}'}>"
         code = "\n" + code  # line 1 is the cell's %%worker line: line numbers as in the notebook
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         self.cell, self.aborted = cell, False

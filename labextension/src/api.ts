@@ -22,6 +22,14 @@ export interface ISessionSummary {
   queued: number;
 }
 
+/** A run's isolation as state.json records it (magics/backends/isolation.py): ``namespace``, or ``off`` and why;
+ * ``ray_tls`` on a Ray run: whether Ray's gRPC runs with TLS. */
+export interface IIsolation {
+  mode: string;
+  reason?: string;
+  ray_tls?: string;
+}
+
 /** One run in the listing (``RunRow`` in magics/shapes.py). */
 export interface IRunRow {
   name: string;
@@ -42,6 +50,10 @@ export interface IRunRow {
   progress: IProgress | null;
   steps_per_sec: number | null;
   session: ISessionSummary | null;
+  detached: boolean; // --detach: its own supervisor process, not its kernel's
+  cell_id: string; // the notebook cell that started it ("" when not known): the sidebar runs it again
+  notebook: string; // that cell's notebook, as its kernel got the path (absolute, or from the server's root)
+  isolation: IIsolation | null; // null: recorded by an older nbworkers
 }
 
 export interface IListing {

@@ -16,6 +16,17 @@ export function statusLabel(status: string): string {
   return status === 'lost' ? 'stopped' : status;
 }
 
+/** Whether the path a kernel got for its notebook (``JPY_SESSION_NAME``: absolute, or from the server's root) is
+ * the notebook open at ``openPath`` (from the server's root). */
+export function sameNotebook(recorded: string, openPath: string): boolean {
+  return !!recorded && !!openPath && (recorded === openPath || recorded.endsWith('/' + openPath));
+}
+
+/** Whether ``row`` is a run its kernel's restart (or death) stopped: its cell can run again in the new kernel. */
+export function stoppedWithKernel(row: IRunRow): boolean {
+  return isEnded(row) && !row.kernel_alive && !row.detached;
+}
+
 export function isEnded(row: IRunRow): boolean {
   return ENDED.has(row.status);
 }
@@ -63,8 +74,9 @@ export function percent(row: IRunRow): number | null {
   return Math.max(0, Math.min(100, Math.round(fraction * 100)));
 }
 
+/** "12 steps/s" while the run goes on ("" once it ended: a rate is not shown as if live). */
 export function rate(row: IRunRow): string {
-  const value = row.steps_per_sec;
+  const value = isEnded(row) ? null : row.steps_per_sec;
   if (value === null || value === undefined || !isFinite(value)) {
     return '';
   }
@@ -97,4 +109,19 @@ export function summary(rows: IRunRow[]): string {
     return `${row.name} ${done === null ? row.status : done + '%'}`;
   });
   return `nbworkers: ${parts.join(', ')}`;
+}
+
+/** A row's isolation badge: "namespace" or "off", why as its tooltip (Ray's TLS too, on a Ray run); null when the
+ * run recorded none (an older nbworkers). The widget's header says the same (magics/views/widget_header.js). */
+export function isolationBadge(row: IRunRow): { text: string; title: string } | null {
+  const fact = row.isolation;
+  if (!fact || !fact.mode) {
+    return null;
+  }
+  const why =
+    fact.mode === 'namespace'
+      ? "isolated: the run's workers are in a private network namespace, only they reach their TensorFlow ports"
+      : `not isolated: ${fact.reason || 'no reason recorded'}`;
+  const tls = fact.ray_tls ? `; Ray's TLS: ${fact.ray_tls}` : '';
+  return { text: fact.mode, title: `${why}${tls}` };
 }

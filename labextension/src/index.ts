@@ -12,13 +12,14 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, MainAreaWidget } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { ClustersAPI, IRunRow } from './api';
 import { LOG_TAIL_LINES, LogView } from './logview';
 import { ClustersPanel } from './panel';
+import { sameNotebook } from './format';
 
 export const COMMAND_OPEN = 'nbworkers:open-sidebar';
 const LOAD_EXTENSION = "get_ipython().extension_manager.load_extension('nbworkers')";
@@ -102,6 +103,47 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     }
 
+    /** The open notebook and the index of the cell that started ``row``, or why the cell cannot run again: the
+     * notebook whose kernel the run had (a restarted kernel keeps its id), else the one at the recorded path. */
+    function cellOf(row: IRunRow): { panel: NotebookPanel; index: number } | string {
+      const name = row.notebook ? row.notebook.split('/').pop() : 'its notebook';
+      if (!row.cell_id) {
+        return 'nbworkers did not record the cell that started it: run that cell again in its notebook';
+      }
+      const kernelId = row.kernel?.id || '';
+      const panel =
+        tracker?.find(p => !!kernelId && p.sessionContext.session?.kernel?.id === kernelId) ||
+        tracker?.find(p => sameNotebook(row.notebook, p.context.path));
+      if (!panel) {
+        return `${name} is not open: open it to run the cell that started this run again`;
+      }
+      const index = panel.content.widgets.findIndex(cell => cell.model.id === row.cell_id);
+      if (index < 0) {
+        return `the cell that started this run is no longer in ${panel.context.path}: run the cell you want there`;
+      }
+      return { panel, index };
+    }
+
+    /** Run the cell that started ``row`` again in its notebook's current kernel (the extension loaded first). */
+    async function rerunCell(row: IRunRow): Promise<void> {
+      const found = cellOf(row);
+      if (typeof found === 'string') {
+        throw new Error(found);
+      }
+      const { panel, index } = found;
+      await panel.sessionContext.ready;
+      const kernel = panel.sessionContext.session?.kernel;
+      if (!kernel) {
+        throw new Error(`${panel.context.path} has no kernel: start one first`);
+      }
+      await kernel.requestExecute({ code: LOAD_EXTENSION, silent: true, store_history: false }).done;
+      const notebook = panel.content;
+      notebook.deselectAll();
+      notebook.activeCellIndex = index;
+      app.shell.activateById(panel.id);
+      await NotebookActions.run(notebook, panel.sessionContext);
+    }
+
     const openLog = (row: IRunRow) => {
       if (!labShell) {
         // Notebook 7's main area holds its one document: the log's text opens in a browser tab
@@ -132,6 +174,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         tensorboard: row => runInNotebook(`%workers tensorboard ${row.name}`),
         attach: row => runInNotebook(`%workers attach ${row.name}`),
         restartEnded,
+        rerunCell,
+        rerunBlocked: row => {
+          const found = cellOf(row);
+          return typeof found === 'string' ? found : '';
+        },
+        notebookName: row => {
+          const found = cellOf(row);
+          return typeof found === 'string' ? '' : found.panel.context.path;
+        },
         notebookOf: kernelId => notebooks.get(kernelId) || '',
         kernelHere: kernelId => Array.from(kernels.running()).some(kernel => kernel.id === kernelId)
       }

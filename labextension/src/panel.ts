@@ -11,12 +11,14 @@ import { ClustersAPI, IRunRow } from './api';
 import {
   age,
   isEnded,
+  isolationBadge,
   KERNEL_GONE,
   percent,
   placement,
   progressText,
   rate,
   statusLabel,
+  stoppedWithKernel,
   summary,
   workersText
 } from './format';
@@ -28,6 +30,12 @@ export interface IRowActions {
   attach(row: IRunRow): Promise<void>;
   /** Run an ended run again in its own kernel (``.restart()`` there); the kernel must be one of this server's. */
   restartEnded(row: IRunRow): Promise<void>;
+  /** Run the notebook cell that started the run again, in its notebook's current kernel (its kernel restarted). */
+  rerunCell(row: IRunRow): Promise<void>;
+  /** Why that cannot be done now ("" when it can): the notebook is not open, the cell is gone. */
+  rerunBlocked(row: IRunRow): string;
+  /** The open notebook ``rerunCell`` runs the cell in ("" when none). */
+  notebookName(row: IRunRow): string;
   /** The notebook a kernel serves on this server ("" when none does). */
   notebookOf(kernelId: string): string;
   /** Whether the kernel is one of this server's running kernels. */
@@ -44,6 +52,7 @@ export interface IPanelOptions {
 type Action = 'stop' | 'restart' | 'log' | 'tensorboard' | 'attach' | 'remove';
 
 const RESTART_TITLE = 'Stop the group and start it again on fresh ports (an ended run: run it again)';
+const RERUN_LABEL = 'Run again'; // the Restart button of a run its kernel's restart stopped
 const BUTTONS: [Action, string, string][] = [
   ['stop', 'Stop', 'Stop the run (TERM, grace, KILL), even while its kernel is busy'],
   ['restart', 'Restart', RESTART_TITLE],
@@ -79,7 +88,7 @@ class RowView {
     this.node = document.createElement('div');
     this.node.className = 'nbw-sb-row';
     const head = div('nbw-sb-head', this.node);
-    for (const part of ['name', 'status', 'age']) {
+    for (const part of ['name', 'status', 'isolation', 'age']) {
       this.parts[part] = div(`nbw-sb-${part}`, head);
     }
     this.parts.where = div('nbw-sb-where', this.node);
@@ -114,6 +123,11 @@ class RowView {
     this.parts.name.title = row.name;
     this.parts.status.textContent = statusLabel(row.status);
     this.parts.status.className = `nbw-sb-status nbw-sb-status-${statusLabel(row.status)}`;
+    const isolation = isolationBadge(row);
+    this.parts.isolation.textContent = isolation ? isolation.text : '';
+    this.parts.isolation.title = isolation ? isolation.title : '';
+    this.parts.isolation.dataset.mode = row.isolation?.mode || '';
+    this.parts.isolation.style.display = isolation ? '' : 'none';
     this.parts.age.textContent = age(row.started);
     this.parts.age.title = row.started ? new Date(row.started * 1000).toLocaleString() : '';
     const notebook = this.panel.actions.notebookOf(row.kernel?.id || '');
@@ -143,11 +157,19 @@ class RowView {
     } else if (!this.parts.message.dataset.local) {
       this.parts.message.textContent = '';
     }
+    // a run its kernel's restart stopped: its Restart runs the cell that started it in the notebook's new kernel
+    const rerun = stoppedWithKernel(row);
+    const blocked = !rerun
+      ? ''
+      : row.processes_alive > 0
+        ? 'its workers are still being stopped (a moment)'
+        : this.panel.actions.rerunBlocked(row);
     const can: Record<Action, boolean> = {
       stop: !ended || row.processes_alive > 0,
-      restart:
-        row.kernel_alive &&
-        (ended ? this.panel.actions.kernelHere(row.kernel?.id || '') : !row.stop_requested),
+      restart: rerun
+        ? !blocked
+        : row.kernel_alive &&
+          (ended ? this.panel.actions.kernelHere(row.kernel?.id || '') : !row.stop_requested),
       log: row.workers > 0,
       tensorboard: true,
       attach: true,
@@ -159,7 +181,12 @@ class RowView {
     // an ended run of a kernel that restarted or died: the new kernel does not hold it, the cell starts it again
     const restart = this.buttons.get('restart');
     if (restart) {
-      restart.title = ended && !row.kernel_alive ? capitalize(KERNEL_GONE) : RESTART_TITLE;
+      restart.textContent = rerun ? RERUN_LABEL : 'Restart';
+      restart.title = !rerun
+        ? RESTART_TITLE
+        : blocked
+          ? `${capitalize(KERNEL_GONE)}. Not from here: ${blocked}`
+          : `Run the cell that started it again in ${this.panel.actions.notebookName(row)} (its kernel now)`;
     }
   }
 
@@ -178,6 +205,8 @@ class RowView {
       if (action === 'stop') {
         this.parts.status.textContent = 'stopping';
         await panel.api.stop(name);
+      } else if (action === 'restart' && stoppedWithKernel(this.row)) {
+        await panel.actions.rerunCell(this.row); // the notebook comes to the front, the cell runs there
       } else if (action === 'restart' && isEnded(this.row)) {
         await panel.actions.restartEnded(this.row);
       } else if (action === 'restart') {

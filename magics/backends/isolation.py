@@ -11,7 +11,8 @@ kernel when this machine cannot make one (the workers then run in the machine's 
 is not isolated; ``auto``'s fall-back is said once per kernel in the cell that met it (stderr) and in the log.
 
 ``isolation_fact(backend)``: what a run records in ``state.json`` (``isolation``) and ``%workers`` shows:
-``{"mode": "namespace"}`` or ``{"mode": "off", "reason": ...}``.
+``{"mode": "namespace"}`` or ``{"mode": "off", "reason": ...}``; a Ray run adds ``ray_tls``, ``"on"`` or ``"off
+(why)"`` (``ray/tls.py``).
 """
 
 from __future__ import annotations
@@ -132,8 +133,10 @@ def isolation_fact(backend: Any) -> IsolationFact:
 
 
 def isolation_text(fact: Any) -> str:
-    """``namespace``, ``off (reason)``, or ``?`` for a run that recorded none (older nbworkers)."""
+    """``namespace``, ``off (reason)`` (``; Ray's TLS: on`` for a Ray run), or ``?`` for a run that recorded none
+    (older nbworkers)."""
     if not isinstance(fact, dict) or not fact.get("mode"):
         return "?"
     reason = fact.get("reason")
-    return f"{fact['mode']} ({reason})" if reason else str(fact["mode"])
+    text = f"{fact['mode']} ({reason})" if reason else str(fact["mode"])
+    return f"{text}; Ray's TLS: {fact['ray_tls']}" if fact.get("ray_tls") else text  # a Ray run's (ray/tls.py)

@@ -9,11 +9,14 @@ any run, from this kernel or from any later one (``%workers attach NAME``).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.notebook import registry
 from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
+from nbworkers.magics.notebook.attach import workers_attach as attach_read_only
+from nbworkers.magics.notebook.detached_session import detached_session
 from nbworkers.magics.run.detach.start import start_detached
 from nbworkers.magics.rundir.layout import RunNotFound
 from nbworkers.magics.settings import settings
@@ -36,7 +39,11 @@ def run_detached(spec: LaunchSpec, block: bool = False) -> DetachedCluster | Non
 
 
 def detached_run(name: str) -> AttachedCluster | None:
-    """The detached run ``name`` (registered in this kernel from now on), or None if there is no such run."""
+    """The detached run ``name`` (registered in this kernel from now on), or None if there is no such run; a
+    detached session's handle runs cells in it (detached_session.py)."""
+    session = detached_session(name)
+    if session is not None:
+        return session
     try:
         cluster = attach(name)
     except (RunNotFound, LaunchError):  # LaunchError: an unsafe run root
@@ -45,3 +52,13 @@ def detached_run(name: str) -> AttachedCluster | None:
         return None
     registry.add(cluster)  # type: ignore[arg-type]  # duck-typed like a Cluster
     return cluster
+
+
+def workers_attach(name: str | None) -> Any:
+    """``%workers attach NAME``: this kernel's own cluster of that name, a detached session's handle (its cells,
+    pull, push), else attach.py's (a detached run's controllable handle, any other run's read-only one)."""
+    if name and name not in registry.names():
+        session = detached_session(name)
+        if session is not None:
+            return session
+    return attach_read_only(name)

@@ -31,7 +31,7 @@ def stop_hint(clusters: Iterable[Any]) -> str:
         if cells is not None:
             running = [cell for cell in cells if not cell.done]
             if running:
-                parts.append(f"session {cluster.name}'s cell {running[0].number}: its widget's Stop or "
+                parts.append(f"session {cluster.name}'s {running[0].label}: its widget's Stop or "
                              f"`%workers stop {cluster.name} --cell` (`%workers stop {cluster.name}` ends the session)")
         else:
             parts.append(f"run {cluster.name}: its widget's Stop or `%workers stop {cluster.name}`")

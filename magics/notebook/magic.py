@@ -12,8 +12,7 @@ from IPython.display import display
 from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
-from nbworkers.magics.notebook.attach import workers_attach
-from nbworkers.magics.notebook.detach import detached_run, run_detached
+from nbworkers.magics.notebook.detach import detached_run, run_detached, workers_attach
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
 from nbworkers.magics.notebook.session_magic import (
@@ -116,11 +115,7 @@ class WorkerMagics(Magics):
             args = parse_argstring(self.worker, line)
         except UsageError as error:
             raise UsageError(f"{error}\nSee `%%worker --help`.") from None
-        if args.session is not None and args.detach:
-            raise UsageError("--detach --session: not supported yet (a detached session is to come); run the "
-                             "session without --detach, or a plain run with --detach.")
-        if args.session is not None:  # interactive sessions: magics/notebook/session_magic.py
-
+        if args.session is not None:  # interactive sessions (--detach too): magics/notebook/session_magic.py
             return run_session_cell(self, args, cell)
         if args.display != "0":
             raise UsageError("--display: only for session cells (`%%worker --session NAME --display all`); a run "
@@ -197,7 +192,7 @@ class WorkerMagics(Magics):
                 cluster.stop()
             for cluster in stopping:
                 cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.stop_wait_margin)
-            print(_stopped_text(stopping))
+            print(_stopped_text(stopping, _release_idle_ray_groups()))
             return None
         if not args.name:
             raise UsageError(f"`%workers {action}` needs a cluster name (or --all for stop); `%workers` lists them.")
@@ -286,13 +281,22 @@ def _tensorboard(name: str) -> None:
           "(stopped with this kernel)")
 
 
-def _stopped_text(stopped: list) -> str:
-    """What `%workers stop --all` did, one line per cluster."""
+def _release_idle_ray_groups() -> int:
+    """`%workers stop --all` lets the idle Ray worker groups kept for warm runs go too (backends/ray/pool.py)."""
+    from nbworkers.magics.backends.ray.pool import drain_if_used  # imports no Ray
+
+    return drain_if_used()
+
+
+def _stopped_text(stopped: list, idle_groups: int = 0) -> str:
+    """What `%workers stop --all` did, one line per cluster (and the idle Ray worker groups let go)."""
+    released = (f"\nReleased {idle_groups} idle Ray worker group{'s' if idle_groups != 1 else ''} (kept for warm runs)."
+                if idle_groups else "")
     if not stopped:
-        return "No running clusters to stop."
+        return "No running clusters to stop." + released
     lines = [f"Stopped {len(stopped)} cluster{'s' if len(stopped) != 1 else ''}:"]
     lines += [f"  {c.name}: {len(c.snapshot()['workers'])} workers, now {c.status}" for c in stopped]
-    return "\n".join(lines)
+    return "\n".join(lines) + released
 
 
 def _size_column(snap: ClusterSnapshot) -> str:

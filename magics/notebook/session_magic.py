@@ -25,9 +25,13 @@ from IPython.core.error import UsageError
 from nbworkers.magics.errors import CellStopped, LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.notebook import idle_interrupt, registry
+from nbworkers.magics.notebook.detached_session import detached_session, start_detached_session
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
+from nbworkers.magics.sessions.detach.client import SessionRefused
 from nbworkers.magics.sessions.session import Session, SessionEnded
+from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
+from nbworkers.protocol.private.dirs import UnsafeDirectory
 
 LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"), ("push", "--push"))
 
@@ -66,17 +70,20 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
         check_syntax(cell)
         if args.timeout is not None and args.timeout <= 0:
             raise LaunchError(f"--timeout {args.timeout:g}: give a positive number of seconds.")
-        session = live_session(args.session)
+        session = live_session(args.session) or detached_session(args.session)  # a detached one: any kernel's
         if session is None:
             args.name = args.session
             spec = build_spec(args, cell, magics.shell.user_ns, taken=registry.names(),
                               running={c.name for c in registry.running()})
             spec.timeout = None  # --timeout applies to each cell, not to the session
-            session = Session(spec)
-            session.start()
-            registry.add(session)
+            if args.detach if args.detach is not None else settings().detach:
+                session = start_detached_session(spec)  # its supervisor process serves it (detached_session.py)
+            else:
+                session = Session(spec)
+                session.start()
+                registry.add(session)
         cell_handle = session.submit(cell, timeout=args.timeout, display=getattr(args, "display", "0") or "0")
-    except (LaunchError, SessionEnded) as error:
+    except (LaunchError, SessionEnded, SessionRefused, UnsafeDirectory) as error:  # SessionRefused: a detached one's
         raise UsageError(str(error)) from None
     if not args.block:
         idle_interrupt.watch(magics.shell, session.name)  # ■ while it runs and the kernel is idle: says how to stop it
@@ -112,7 +119,7 @@ def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> N
         last.wait(limit, raise_on_failure=False, echo=echo)
     except KeyboardInterrupt:
         pass
-    where = f"session {session.name!r} cell {last.number}"
+    where = f"session {session.name!r} {last.label}"
     if not last.done:
         raise CellStopped(f"{where}: Stop sent; still running {limit:g} s later (stuck in a collective?). The session "
                           f"restarts its processes after {session.settings.session_interrupt_grace:g} s; "
@@ -125,7 +132,7 @@ def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> N
 
 
 def stop_cell(name: str) -> str:
-    session = live_session(name)
+    session = live_session(name) or detached_session(name)
     if session is None:
         raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
     done = session.interrupt()

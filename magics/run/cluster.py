@@ -57,6 +57,11 @@ class Cluster:
         return self._loop.state
 
     @property
+    def loop(self) -> RunLoop:
+        """The current run's loop (a detached session's supervisor process waits on it)."""
+        return self._loop
+
+    @property
     def run_id(self) -> str:
         return self._loop.run_id
 

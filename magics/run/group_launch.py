@@ -29,6 +29,7 @@ from nbworkers.protocol.private.files import open_own
 
 def initial_state(name: str, backend_name: str, run_dir: Path, tasks: list[Task], settings: Any) -> ClusterState:
     """The state of a run before its first launch: one ``WorkerState`` per task."""
+    cell_id, notebook = _notebook_cell()
     return ClusterState(
         name=name,
         backend=backend_name,
@@ -36,6 +37,8 @@ def initial_state(name: str, backend_name: str, run_dir: Path, tasks: list[Task]
         workers=[new_worker_state(run_dir, settings, i, t) for i, t in enumerate(tasks)],
         kernel_pid=os.getpid(),
         kernel_id=_kernel_id(),
+        cell_id=cell_id,
+        notebook=notebook,
     )
 
 
@@ -92,6 +95,22 @@ def backend_for(spec: LaunchSpec) -> Backend:
 
         return RayBackend.from_spec(spec)
     return LocalBackend(isolation=spec.isolation)
+
+
+def _notebook_cell() -> tuple[str, str]:
+    """(cell id, notebook path) of the notebook cell running now: the id JupyterLab and Notebook 7 send in the
+    execute request's metadata (``cellId``), and the notebook's path as Jupyter's server gave it to the kernel at
+    its start (``JPY_SESSION_NAME``). The sidebar runs that cell again after a kernel restart stopped the run.
+    Empty strings outside a notebook."""
+    try:
+        from IPython import get_ipython
+
+        parent = getattr(get_ipython(), "parent_header", None) or {}
+    except Exception:
+        parent = {}
+    metadata = parent.get("metadata") if isinstance(parent, dict) else None
+    cell_id = metadata.get("cellId") if isinstance(metadata, dict) else None
+    return cell_id if isinstance(cell_id, str) else "", os.environ.get("JPY_SESSION_NAME", "")
 
 
 def _kernel_id() -> str:

@@ -152,6 +152,7 @@ class RunLoop:
         for participant in self.participants:
             participant.drop_counts(counts)
         data["dropped"] = counts
+        data["isolation"] = isolation_fact(self.backend)  # namespace, or off and why (backends/isolation.py)
         for participant in self.participants:
             data = participant.snapshot_part(data)
         return data
@@ -338,7 +339,8 @@ class RunLoop:
         self._last_state_write = time.monotonic()
         with self.lock:
             data = state_file_data(self.snapshot(), self._worker_group.handles, self.run_id)
-        data["isolation"] = isolation_fact(self.backend)  # namespace, or off and why (backends/isolation.py)
+        if self.state.cell_id or self.state.notebook:  # the cell the sidebar runs again after a kernel restart
+            data["cell_id"], data["notebook"] = self.state.cell_id, self.state.notebook
         if self.detached:  # its kernel_pid is the supervisor process's (liveness.py)
             data["detached"] = True
         try:

@@ -71,6 +71,14 @@ def reap_leftovers(root: str | os.PathLike | None = None, kill_grace: float = KI
     return reaped
 
 
+def reaped_text(names: list[str]) -> str:
+    """What the kernel says of the runs it reaped at load, in the words every view uses for them (KERNEL_GONE)."""
+    if len(names) == 1:
+        return f"run {names[0]} {KERNEL_GONE}; `%workers attach {names[0]}` shows what it did"
+    return (f"runs {', '.join(names)} {KERNEL_GONE.replace('its kernel', 'their kernels', 1)}; `%workers attach NAME` "
+            "shows what one did")
+
+
 def scan_at_load(root: str | os.PathLike | None = None) -> threading.Thread:
     """Reap the leftovers of dead kernels in the background (called when the extension loads)."""
     root = run_root(root)
@@ -82,8 +90,7 @@ def scan_at_load(root: str | os.PathLike | None = None) -> threading.Thread:
             log.warning("nbworkers: leftover scan of %s failed: %s", root, error)
             return
         if names:
-            log.warning("nbworkers: reaped %d run(s) left by dead kernels: %s (`%%workers attach NAME` shows one)",
-                        len(names), ", ".join(names))
+            log.warning("nbworkers: %s", reaped_text(names))
 
     thread = threading.Thread(target=scan, name="nbworkers-leftover-scan", daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, cast, overload
 
-from nbworkers.magics.run.core.statuses import ENDED, KERNEL_GONE, RECORDED_ENDS
+from nbworkers.magics.run.core.statuses import ENDED, KERNEL_GONE, RECORDED_ENDS, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, restart_requested, state_mtime, stop_requested
 from nbworkers.magics.rundir.liveness import LOST, effective_status, kernel_alive, leftover_processes
 from nbworkers.magics.shapes import ClusterSnapshot, RunProgress, RunRow
@@ -82,6 +82,8 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
     }
     if status == LOST and not state.get("error"):
         liveness["error"] = KERNEL_GONE  # its workers are being stopped; the reaper records the same words
+    if status == LOST:  # and its workers read as the reaper records them (stopped), not as the dead kernel left them
+        workers = [w if w.get("status") in ENDED else {**w, "status": WorkerStatus.STOPPED.value} for w in workers]
     if full:
         data = dict(state)
         data.update(liveness)
@@ -111,6 +113,8 @@ def describe(run_dir: Path, state: dict[str, Any] | None = None, full: bool = Fa
         "steps_per_sec": _steps_per_sec(workers),
         "session": state.get("session") if isinstance(state.get("session"), dict) else None,
         "isolation": state.get("isolation") if isinstance(state.get("isolation"), dict) else None,
+        "cell_id": str(state.get("cell_id") or ""),
+        "notebook": str(state.get("notebook") or ""),
     })
 
 

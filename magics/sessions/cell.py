@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import Any
 
+from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
@@ -40,8 +41,9 @@ class SessionCell:
         self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
-        # what the views call it: "cell 3" for a user's cell; nbworkers' own (``%workers restore``) by what it does
-        self.label = label or f"cell {record.number}"
+        # what the views call it: "cell 3" for a user's cell (the core's number for it: nbworkers' own cells use up
+        # none); nbworkers' own (``%workers restore``) by what it does
+        self.label = label or record.title
         self.name = f"{session.name} {self.label}"
         self.submitted = time.time()
         self.started: float | None = None  # wall times, for the views
@@ -100,7 +102,7 @@ class SessionCell:
             return self._snapshot()
 
     def _snapshot(self) -> ClusterSnapshot:
-        first_line = self.label if self.label != f"cell {self.number}" else next(
+        first_line = self.label if self.record.shown is None else next(
             (line.strip() for line in self.code.splitlines() if line.strip()), "")
         end = self.ended or time.time()
         queued = self.record.state == CellState.QUEUED  # says "queued", not "starting": it waits for others
@@ -124,11 +126,12 @@ class SessionCell:
             "generation": self.session.state.generation,
             "run_dir": self.session.state.run_dir,
             "dropped": {},
+            "isolation": isolation_fact(self.session.backend),  # the session's (backends/isolation.py)
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
             "workers": workers,
-            "session": {"name": self.session.name, "cell": self.number, "label": self.label, "state": self.state,
-                        "cells": len(self.session.cells), "running": first_line[:120],
+            "session": {"name": self.session.name, "cell": self.record.shown or self.number, "label": self.label,
+                        "state": self.state, "cells": self.session.user_cells, "running": first_line[:120],
                         "live_cells": self.session.live_cells(), "echoed": self.echoed},
         }
 
@@ -196,7 +199,7 @@ class SessionCell:
         return True
 
     def failure_text(self) -> str:
-        return f"session {self.session.name!r} cell {self.number} failed: {self.error}"
+        return f"session {self.session.name!r} {self.label} failed: {self.error}"
 
     def __repr__(self) -> str:
         return f"<SessionCell {self.name!r}: {self.state}>"

@@ -10,6 +10,11 @@ reads it (one at a time, under ``lock``), so nothing accumulates between pulls b
 for the relay (``run/sockets.py``), libzmq queues a message whole before its first frame can be read: that
 queue only the user's own processes (ipc) or the run's authenticated nodes (CurveZMQ) can fill.
 Frames are received without copying (``recv(copy=False)``); ``session_data.unpack`` checks them.
+
+On ``--backend ray`` each node's key speaks for its own worker only, as on the relay and the command socket
+(``relay_curve.speaks_for``): ``receive`` keeps the sender's ZAP ``User-Id`` (its public key) and ``sent_by(N)``
+says whether the message came with worker N's key; ``pull`` drops a reply for worker N that did not (counted in
+``dropped`` and ``forged``), so one authorised node cannot answer a pull for another worker.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class DataChannel:
         self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: replies by shared memory
         self.lock = threading.Lock()  # one pull at a time reads the socket
         self.dropped = 0
+        self.forged = 0  # replies dropped for coming with another worker's key (also in ``dropped``)
+        self.last_sender = ""  # the ZAP User-Id of the last message ``receive`` returned ("" without CurveZMQ)
         self._gen: int | None = None  # the generation of the last pull
 
     def receive(self, timeout_s: float) -> list[Any] | None:
@@ -50,6 +57,7 @@ class DataChannel:
         frames: list[Any] = []
         count = size = 0
         frame = self._socket.recv(zmq.NOBLOCK, copy=False)
+        self.last_sender = sockets.sender_of(frame)
         while True:
             count += 1
             size += len(frame)
@@ -66,6 +74,11 @@ class DataChannel:
             self.dropped += 1
             return None
         return frames
+
+    def sent_by(self, worker: int) -> bool:
+        """Did the last message ``receive`` returned come with ``worker``'s key? (Always, without CurveZMQ: a
+        local session's socket is a Unix socket only the user's processes can open.)"""
+        return self.curve is None or self.curve.speaks_for(self.last_sender, worker)
 
     def close(self) -> None:
         """After the pending pulls were failed: their reader lets go of ``lock`` within one poll."""

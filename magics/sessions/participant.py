@@ -139,7 +139,7 @@ class SessionParticipant:
         """A new cell, queued (lock held); an idle session starts it now, not at the loop's next round. ``label``:
         what the views call a cell nbworkers runs itself ("restore"); a user's is "cell N"."""
         number = len(self.cells) + 1
-        actions = self.core.handle(ev.Submitted(number, timeout, self.group()))
+        actions = self.core.handle(ev.Submitted(number, timeout, self.group(), label))
         cell = SessionCell(self.session, self.core.record(number), code, display, label)
         self.cells.append(cell)
         self.loop.dirty = True
@@ -163,7 +163,7 @@ class SessionParticipant:
                     cell = self.cells[action.cell - 1]
                     cell.begin()
                     self._send("run", cell=action.cell, code=cell.code, display=cell.display,
-                               display_max_bytes=self.settings.display_max_bytes)
+                               display_max_bytes=self.settings.display_max_bytes, title=cell.label)
                 case ev.SendPause():
                     self._send("pause", workers=list(action.workers), cell=action.cell)
                 case ev.SendResume():

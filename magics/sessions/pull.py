@@ -8,7 +8,8 @@ session's large reply comes in a shared-memory file named after the request inst
 unlinked, mapped read-only; the arrays are views of the mapping). A reply that
 is unsigned, for another request, over ``pull_max_bytes``, whose data does not match its MAC, that holds a
 pickle or an object array raises ``PullError`` or is dropped and counted (``DataChannel.dropped``); nothing is
-executed.
+executed. On ``--backend ray`` a reply that did not come with the asked worker's CurveZMQ key is dropped before it
+is unpacked (``DataChannel.sent_by``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ def _receive(session, data, request: PullRequest, timeout: float) -> Any:
             raise PullError(f"no reply from worker {request.worker} in {timeout:g} s (setting pull_timeout)")
         frames = data.receive(min(remaining, 0.2))
         if frames is None:
+            continue
+        if not data.sent_by(request.worker):  # another node's key (``--backend ray``): not this worker's reply
+            data.dropped += 1
+            data.forged += 1
             continue
         try:
             kind, content, blobs = session.unpack_reply(frames, data.open_reply if data.shm is not None else None)

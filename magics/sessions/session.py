@@ -155,7 +155,8 @@ class Session:
     # ------------------------------------------------------------------------------ user-facing
     @property
     def cells(self) -> list[SessionCell]:
-        """Every cell submitted to this run of the session, in order (cell N is ``cells[N - 1]``)."""
+        """Every cell submitted to this run of the session, in order, a `%workers restore` too (``cells[N - 1]`` is
+        the Nth submitted; ``cell.label`` is what the views call it: "cell 3", "restore")."""
         return self._part.cells
 
     @property
@@ -188,6 +189,11 @@ class Session:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
             return self._part.submit(code, timeout, display, label)
+
+    @property
+    def user_cells(self) -> int:
+        """How many cells the user ran in this session (a ``%workers restore`` is not one of them)."""
+        return self._part.core.user_cells
 
     def live_cells(self) -> str:
         """The cells whose state the current processes hold ("cells 1-8"): what a restart loses."""

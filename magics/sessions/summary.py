@@ -17,7 +17,7 @@ from nbworkers.magics.shapes import ClusterSnapshot
 def session_summary(name: str, core: SessionCore) -> dict[str, Any]:
     """``snapshot["session"]``: the shape the sidebar (labextension/src/api.ts ``ISessionSummary``) reads."""
     return {
-        "name": name, "cells": len(core.records), "state": "busy" if core.busy else "idle",
+        "name": name, "cells": core.user_cells, "state": "busy" if core.busy else "idle",
         "cell": core.current, "queued": len(core.queue), "alive_from": core.alive_from, "lost": core.lost_note,
         "saved": core.saved.summary(name) if core.saved is not None else "",
     }

@@ -53,7 +53,7 @@ CARD_FIELDS = (
 )  # fmt: skip
 CLUSTER_FIELDS = (
     "name", "backend", "status", "error", "started", "ended", "wall_time", "restarts", "restart_causes",
-    "restart_history", "generation", "run_dir", "elastic",
+    "restart_history", "generation", "run_dir", "elastic", "isolation",
 )  # fmt: skip
 ACTIONS = ("stop", "restart")
 PICK_ACTION = "log"  # the compact view's worker picker: {"action": "log", "worker": i} sends that worker's log too

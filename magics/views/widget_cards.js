@@ -43,6 +43,12 @@ function fmtNumber(value) {
   return String(Number(value.toPrecision(4)));
 }
 
+// steps/s as the text views and the sidebar show it, one decimal ("9.7"): the widget's rows and overview do not
+// flicker in the third digit every second
+function fmtRate(value) {
+  return typeof value === "number" && isFinite(value) ? value.toFixed(1) : String(value);
+}
+
 function fmtDuration(seconds) {
   if (typeof seconds !== "number" || !isFinite(seconds) || seconds < 0) return "-";
   if (seconds < 60) return `${seconds.toFixed(1)} s`;
@@ -140,7 +146,7 @@ function renderCard(w) {
   }
 
   const foot = [];
-  if (typeof w.steps_per_sec === "number") foot.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
+  if (typeof w.steps_per_sec === "number") foot.push(`${fmtRate(w.steps_per_sec)} steps/s`);
   foot.push(`restarts ${w.restarts || 0}`);
   if (exitText(w)) foot.push(exitText(w));
   card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
@@ -189,7 +195,7 @@ function renderOverview(workers, compact) {
   const rates = workers.map((w) => w.steps_per_sec).filter((r) => typeof r === "number");
   const facts = [];
   if (fractions.length) facts.push(`progress ${rangeText(fractions, (f) => `${Math.round(f * 100)}`)} %`);
-  if (rates.length) facts.push(`${rangeText(rates, fmtNumber)} steps/s`);
+  if (rates.length) facts.push(`${rangeText(rates, fmtRate)} steps/s`);
   const restarts = workers.reduce((n, w) => n + (w.restarts || 0), 0);
   if (restarts) facts.push(`${restarts} worker restart${restarts === 1 ? "" : "s"}`);
   line.append(h("span", { class: "nbw-overview-facts", text: facts.join(" · ") }));
@@ -205,7 +211,7 @@ function renderOverview(workers, compact) {
 
 function workerTip(w) {
   const parts = [workerName(w), STATUS_LABELS[w.status] || w.status, progressWords(w)];
-  if (typeof w.steps_per_sec === "number") parts.push(`${fmtNumber(w.steps_per_sec)} steps/s`);
+  if (typeof w.steps_per_sec === "number") parts.push(`${fmtRate(w.steps_per_sec)} steps/s`);
   if (w.restarts) parts.push(`restarts ${w.restarts}`);
   return parts.filter(Boolean).join(" · ");
 }
@@ -244,7 +250,7 @@ function renderRows(workers, compact, flagged, picked, onPick) {
       h("td", { class: "nbw-row-name" }, flagged.has(w.index) ? h("span", { class: "nbw-flag", title: "errors or warnings in its log", text: "⚠ " }) : "", workerName(w)),
       status,
       h("td", {}, h("div", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: progressWords(w) }))),
-      h("td", { class: "nbw-num", text: typeof w.steps_per_sec === "number" ? fmtNumber(w.steps_per_sec) : "" }),
+      h("td", { class: "nbw-num", text: typeof w.steps_per_sec === "number" ? fmtRate(w.steps_per_sec) : "" }),
       h("td", { class: "nbw-num", text: String(w.restarts || 0) }),
       h("td", { class: "nbw-row-metrics", text: own }),
     );

@@ -22,16 +22,29 @@ function describeRestart(r) {
   return `${r.kind || "restart"} (${r.cause || ""})${sized}, ${resumeText(r.resumed_from)}`;
 }
 
+// The run's isolation, from its snapshot (state.json's `isolation`, magics/backends/isolation.py): the header's
+// badge, "isolation: namespace" or "isolation: off", why as its tooltip (with Ray's TLS for a Ray run); null for a
+// run that recorded none (an older nbworkers).
+function isolationBadge(fact) {
+  if (!fact || !fact.mode) return null;
+  const why = fact.mode === "namespace"
+    ? "The run's workers are in a private network namespace: only they reach their TensorFlow ports."
+    : `Not isolated: ${fact.reason || "no reason recorded"}.`;
+  const tls = fact.ray_tls ? ` Ray's TLS: ${fact.ray_tls}.` : "";
+  return { text: `isolation: ${fact.mode}`, title: `${why}${tls}`, mode: fact.mode };
+}
+
 // `view`: the state render() shares with its parts (widget.js). Returns the header's nodes and what the view calls.
 function headerPart(view) {
   const { model, local, root } = view;
   const title = h("span", { class: "nbw-title" });
   const headBadge = h("span");
   const meta = h("span", { class: "nbw-meta" });
+  const isolation = h("span", { class: "nbw-isolation" });
   const notice = h("span", { class: "nbw-notice" });
   const stopButton = h("button", { class: "nbw-button nbw-stop", type: "button", text: "Stop", title: "Stop every worker" });
   const restartButton = h("button", { class: "nbw-button nbw-restart", type: "button", text: "Restart", title: "Restart the whole group" });
-  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
+  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, isolation, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
   // the error: its short list (what failed, what is kept, what to run), then the traceback once, never scrolled
   const errorText = h("div", { class: "nbw-error-text" });
   const errorTraceback = h("pre", { class: "nbw-traceback" });
@@ -69,6 +82,11 @@ function headerPart(view) {
     const history = c.restart_history || [];
     if (history.length) parts.push(`last restart: ${describeRestart(history[history.length - 1])}`);
     meta.textContent = parts.join(" · ");
+    const iso = isolationBadge(c.isolation);
+    isolation.style.display = iso ? "" : "none";
+    isolation.textContent = iso ? iso.text : "";
+    isolation.title = iso ? iso.title : "";
+    isolation.dataset.mode = iso ? iso.mode : "";
     const done = DONE.has(c.status);
     stopButton.disabled = done || local.pending === "stop" || !!local.detached;
     restartButton.disabled = local.pending === "restart" || !!local.detached; // after a run, Restart runs it again

@@ -97,8 +97,9 @@ function panelsPart(view) {
       requestAnimationFrame(() => (logPre.scrollTop = logPre.scrollHeight)); // first render: not laid out yet
     }
     const w = workers[local.logWorker];
-    const hidden = w && w.log_hidden ? ` · ${w.log_hidden} TensorFlow start-up lines hidden (TF_CPP_MIN_LOG_LEVEL)` : "";
-    logPath.textContent = w && w.log_path ? `last ${lines.length} lines shown${hidden} · full log: ${w.log_path}` : "";
+    const count = (n, what) => `${n} ${what}${n === 1 ? "" : "s"}`;
+    const hidden = w && w.log_hidden ? ` · ${count(w.log_hidden, "TensorFlow start-up line")} hidden (TF_CPP_MIN_LOG_LEVEL)` : "";
+    logPath.textContent = w && w.log_path ? `last ${count(lines.length, "line")} shown${hidden} · full log: ${w.log_path}` : "";
   }
 
   function renderPicker(workers, data) {

@@ -1,7 +1,8 @@
 """``%%worker --detach`` (magics/run/detach/supervisor.py): a run whose loop lives in a supervisor process of its own trains on
 after its kernel's ``kill -9``; a second kernel gets a live handle on it, sees it advance, stops it with
-``%workers stop NAME``, and nothing of it is left (hosts, workers, the supervisor). Without --detach a run ends
-with its kernel: test_worker_magic.py::test_killing_the_kernel_takes_its_workers_along."""
+``%workers stop NAME``, and nothing of it is left (hosts, workers, the supervisor). A detached session
+(magics/sessions/detach/) keeps cell 1's state after its kernel's ``kill -9``, and a new kernel's cells run in it.
+Without --detach a run ends with its kernel: test_worker_magic.py::test_killing_the_kernel_takes_its_workers_along."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 import psutil
 from cells import worker_cell
 from conftest import Kernel, processes_of_run_root, wait_until
+
+from nbworkers.magics.rundir.listing import describe
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TICKS = """\
@@ -30,8 +33,6 @@ def _ticks(run_root, name: str) -> int:
 
 
 def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kernel, kernel_env, run_root, tmp_path):
-    refused = kernel.run("%%worker --detach --session s1\nprint(1)\n")
-    assert "not supported yet" in refused.stderr and not list(run_root.iterdir())  # a UsageError
     assert not kernel.run("cfg = {'tag': 'pushed-' + 'ok'}").error
     started = kernel.run(worker_cell("-n 2 --detach --name far --push cfg", TICKS))
     assert not started.error, started.error
@@ -65,5 +66,73 @@ def test_detached_run_outlives_a_killed_kernel_and_another_kernel_stops_it(kerne
         assert wait_until(lambda: not supervisor.is_running() or supervisor.status() == psutil.STATUS_ZOMBIE, 20)
         assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), "the run left processes"
     finally:
+        if supervisor.is_running():
+            supervisor.kill()  # the test saw it start (its cmdline checked above)
+
+
+CELL_1 = """\
+%%worker -n 2 --session s --detach --block
+import tensorflow as tf
+x = 41
+v = tf.Variable(3.0)
+print("CELL 1 DONE")
+"""
+
+
+def _second_kernel(tmp_path, kernel_env) -> Kernel:
+    return Kernel(tmp_path / "notebook", kernel_env,
+                  kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+
+
+def test_detached_session_keeps_its_state_for_a_new_kernel(kernel, kernel_env, run_root, tmp_path):
+    """Kernel A starts session s detached (cell 1: x and a tf.Variable) and is killed; the session lives on and is
+    listed with its cells; kernel B's cells run in it (output, value, error, pull), `%workers stop s` ends it and
+    nothing is left. A detached session whose supervisor dies takes its workers along (session t)."""
+    started = kernel.run("%%worker -n 1 --session t --detach\ny = 1")  # returns at once: starts meanwhile
+    assert not started.error, started.text
+    first = kernel.run(CELL_1, timeout=240)
+    assert not first.error and "CELL 1 DONE" in first.stdout, first.text
+    state = json.loads((run_root / "s" / "state.json").read_text())
+    supervisor = psutil.Process(state["kernel_pid"])
+    assert state.get("detached") is True and supervisor.pid != kernel.pid
+    assert "nbworkers.magics.sessions.detach.supervisor" in " ".join(supervisor.cmdline())
+    second = None
+    try:
+        os.kill(kernel.pid, signal.SIGKILL)
+        assert wait_until(lambda: not psutil.pid_exists(kernel.pid)
+                          or psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE, 20)
+        def listed() -> dict:  # what the REST API and the sidebar show (state.json is written every second)
+            return describe(run_root / "s", full=True) or {}
+
+        assert wait_until(lambda: listed()["status"] == "running" and listed()["session"]["cells"] == 1, 10), listed()
+        assert supervisor.is_running() and len(processes_of_run_root(run_root / "s")) >= 2
+
+        second = _second_kernel(tmp_path, kernel_env)
+        assert not second.run("%load_ext nbworkers\nimport nbworkers").error
+        ran = second.run('%%worker --session s --block\nprint("X", x + 1)\nfloat(v.numpy())', timeout=120)
+        assert not ran.error, ran.text
+        assert "X 42" in ran.stdout and ran.displays[-1]["text/plain"] == "3.0", ran.text
+        failed = second.run("%%worker --session s --block\nraise KeyError('from a detached session')")
+        assert failed.status == "error" and "RunFailed" in failed.error and "KeyError" in failed.error, failed.text
+        assert second.value("nbworkers.session('s').pull('x')") == 42 - 1
+        assert second.value("nbworkers.session('s').pull('tf.stack([v, v * 2])').tolist()") == [3.0, 6.0]
+        assert wait_until(lambda: listed()["session"]["cells"] == 3, 10), listed()
+
+        assert second.value("nbworkers.session('t').pull('y')") == 1  # after its cell 1, which kernel A submitted
+        lone = psutil.Process(json.loads((run_root / "t" / "state.json").read_text())["kernel_pid"])
+        lone.kill()  # its supervisor dies: its worker ends with it
+        assert wait_until(lambda: not processes_of_run_root(run_root / "t", zygotes=True), 30), "t left processes"
+
+        channel = json.loads((run_root / "s" / "session-client.json").read_text())["socket"]
+        stopped = second.run("%workers stop s")
+        assert not stopped.error, stopped.text
+        assert second.value("nbworkers.get_cluster('s').done") is True
+        assert json.loads((run_root / "s" / "state.json").read_text())["status"] in ("stopped", "failed")
+        assert not os.path.exists(channel) and not (run_root / "s" / "session-client.json").exists()
+        assert wait_until(lambda: not supervisor.is_running() or supervisor.status() == psutil.STATUS_ZOMBIE, 20)
+        assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 20), "the session left processes"
+    finally:
+        if second is not None:
+            second.shutdown()
         if supervisor.is_running():
             supervisor.kill()  # the test saw it start (its cmdline checked above)

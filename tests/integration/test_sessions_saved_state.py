@@ -119,6 +119,8 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
         assert kept == k.value("kept_before") and kept[1] == 0.25, (worker, kept)
         assert k.value(equal.format(OPTIMIZER_STATE.format(worker=worker), "opt_before")), worker
     assert not k.run(CUSTOM_TRAIN).error  # the restored optimizer steps on from where it was
+    # the restore used up no cell number: this one is the user's next, in its view and its tracebacks' file name
+    assert k.value(f"{session}.cells[-1].label") == f"cell {number + 4}"
     assert k.value(f"{session}.pull('int(opt.iterations.numpy())')") == 10
     trained = k.run(TRAIN)  # the restored model trains on: collectives work in the new processes
     assert not trained.error, trained.text

@@ -2,7 +2,8 @@
 
 JupyterLab: two notebooks, each with its own kernel running a cluster (workers that report a step every 50 ms,
 no TensorFlow), both listed in the sidebar with live progress; Stop, Restart, Log, Attach and Remove from the
-sidebar (the stopped run's own widget says stopped; Restart runs it again). Notebook 7: the sidebar shows in
+sidebar (the stopped run's own widget says stopped; Restart runs it again); after a kernel restart stopped a run,
+its Restart runs the cell that started it again in the notebook's new kernel. Notebook 7: the sidebar shows in
 its left area.
 """
 
@@ -112,6 +113,13 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
             wait_row(page, name, "r.dataset.status === 'running' && Number(r.dataset.step) > 0")
             assert notebook in page.inner_text(f"{row(name)} .nbw-sb-where")  # each run's own kernel
             assert "2/2 workers alive" in page.inner_text(f"{row(name)} .nbw-sb-workers")
+            # the run's isolation (state.json's), a badge with why as its tooltip, in the row and the widget's header
+            mode = json.loads((lab.run_root / name / "state.json").read_text())["isolation"]["mode"]
+            assert page.inner_text(f"{row(name)} .nbw-sb-isolation").strip() == mode
+            assert "isolated" in (page.get_attribute(f"{row(name)} .nbw-sb-isolation", "title") or "")
+            header = page.evaluate(f"(path) => ({PANEL_JS})(path).node.querySelector('.nbw-isolation').textContent",
+                                   notebook)
+            assert header == f"isolation: {mode}"
         # live: the steps go on without a reload, and the tab's caption shows the running runs' progress
         before = page.get_attribute(row("beta"), "data-progress")
         wait_row(page, "beta", f"r.dataset.progress && r.dataset.progress !== {before!r}", 30_000)
@@ -176,8 +184,18 @@ def test_sidebar_lists_both_kernels_runs_live_and_acts_on_them(lab):
         wait_row(page, "beta", "r.querySelector('.nbw-sb-status').textContent === 'stopped' && "
                  "r.querySelector('.nbw-sb-where').textContent.includes('beta.ipynb (kernel restarted)')", STOP_TIMEOUT_MS)
         assert page.inner_text(f"{row('beta')} .nbw-sb-message").strip() == KERNEL_GONE
-        assert "run the cell again" in (page.get_attribute(f"{row('beta')} .nbw-sb-restart", "title") or "")
-        wait_row(page, "beta", "r.textContent.includes('0/2 workers alive')", STOP_TIMEOUT_MS)
+        # its Restart offers to run the cell that started it again, in the notebook's new kernel (the run recorded
+        # the cell's id); once its workers are gone
+        wait_row(page, "beta", "r.textContent.includes('0/2 workers alive') && "
+                 "!r.querySelector('.nbw-sb-restart').disabled", STOP_TIMEOUT_MS)
+        assert page.inner_text(f"{row('beta')} .nbw-sb-restart").strip() == "Run again"
+        assert "again in beta.ipynb" in (page.get_attribute(f"{row('beta')} .nbw-sb-restart", "title") or "")
+        page.click(f"{row('beta')} .nbw-sb-restart")
+        wait_row(page, "beta", "r.dataset.status === 'running' && Number(r.dataset.step) > 0 && "
+                 "r.querySelector('.nbw-sb-where').textContent.startsWith('beta.ipynb ·')")
+        page.wait_for_function(f"(path) => ({WIDGET_STATUS_JS})(path) === 'running'", arg="beta.ipynb")
+        page.click(f"{row('beta')} .nbw-sb-stop")
+        wait_row(page, "beta", "r.dataset.status === 'stopped'", STOP_TIMEOUT_MS)
         assert not page.console_errors or all("nbworkers" not in e for e in page.console_errors), page.console_errors
 
 

@@ -28,7 +28,8 @@ const percent = (f) => `${Math.round(f * 100)}`;
 const out = {
   one: rangeText([0.041, 0.044, 0.043], percent),
   two: rangeText([0.041, 0.074], percent),
-  rates: rangeText([2.0, 2.0], fmtNumber),
+  rates: rangeText([2.0, 2.0], fmtRate),
+  jitter: rangeText([9.669, 9.882], fmtRate),
   ids: [nextViewId(), nextViewId(), nextViewId()],
 };
 const run = (status, epoch) => ({ status, workers: [{ index: 0, epoch, epochs_total: 5, step: 50, steps_total: 100 }] });
@@ -48,8 +49,18 @@ console.log(JSON.stringify(out));
 """
 
 
-def run_node(*parts: str) -> dict:
-    source = "\n".join((VIEWS / part).read_text(encoding="utf-8") for part in parts) + HARNESS
+ISOLATION_HARNESS = r"""
+console.log(JSON.stringify({
+  namespace: isolationBadge({ mode: "namespace" }),
+  off: isolationBadge({ mode: "off", reason: "isolation is off for this run (--isolation off / the isolation setting)" }),
+  ray: isolationBadge({ mode: "off", reason: "Ray nodes: ...", ray_tls: "on" }),
+  none: [isolationBadge(undefined), isolationBadge(null), isolationBadge({})],
+}));
+"""
+
+
+def run_node(*parts: str, harness: str = HARNESS) -> dict:
+    source = "\n".join((VIEWS / part).read_text(encoding="utf-8") for part in parts) + harness
     done = subprocess.run([NODE, "--input-type=module", "-"], input=source, capture_output=True, text=True,
                           timeout=30, check=False)
     assert done.returncode == 0, done.stderr
@@ -58,9 +69,21 @@ def run_node(*parts: str) -> dict:
 
 def test_ranges_ids_and_the_tab_title():
     out = run_node("widget_cards.js", "widget_title.js")
-    assert out["one"] == "4" and out["two"] == "4–7" and out["rates"] == "2"
+    assert out["one"] == "4" and out["two"] == "4–7" and out["rates"] == "2.0"
+    assert out["jitter"] == "9.7–9.9"  # steps/s as the text views show them: no third digit flickering
     assert len(set(out["ids"])) == 3
     assert out["mine"] == "[ep 2/5 · 30%] nb.ipynb - JupyterLab"  # not the hidden notebook's ep 4
     assert out["two_here"] == "[ep 3/5 · 50% +1] nb.ipynb - JupyterLab"  # the newest of the two
     assert out["scrolled_away"] == out["two_here"]
     assert out["ended"] == "nb.ipynb - JupyterLab"
+
+
+def test_the_headers_isolation_badge_and_its_tooltip():
+    """The run's isolation (state.json's, in the snapshot): "isolation: namespace" or "isolation: off", why as the
+    tooltip, with Ray's TLS on a Ray run; nothing for a run that recorded none. (The browser tests see the badge.)"""
+    out = run_node("widget_cards.js", "widget_title.js", "widget_header.js", harness=ISOLATION_HARNESS)
+    assert out["namespace"]["text"] == "isolation: namespace" and "private network namespace" in out["namespace"]["title"]
+    assert out["off"]["text"] == "isolation: off"
+    assert out["off"]["title"] == "Not isolated: isolation is off for this run (--isolation off / the isolation setting)."
+    assert out["ray"]["title"].endswith("Ray's TLS: on.") and out["ray"]["mode"] == "off"
+    assert out["none"] == [None, None, None]

@@ -17,7 +17,7 @@ def _run(name: str, done: bool = False):
 
 
 def _session(name: str, *cells_done: bool):
-    cells = [SimpleNamespace(number=i + 1, done=done) for i, done in enumerate(cells_done)]
+    cells = [SimpleNamespace(number=i + 1, label=f"cell {i + 1}", done=done) for i, done in enumerate(cells_done)]
     return SimpleNamespace(name=name, done=False, cells=cells)
 
 

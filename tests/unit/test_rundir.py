@@ -141,8 +141,20 @@ def test_a_lost_run_reads_stopped_with_the_reapers_words(tmp_path):
 
     run_dir = tmp_path / "gone"
     run_dir.mkdir()
-    rundir.write_state(run_dir, {"status": "running", "kernel_pid": 2 ** 22 + 7, "workers": [{"status": "running"}]})
+    rundir.write_state(run_dir, {"status": "running", "kernel_pid": 2 ** 22 + 7,
+                                 "workers": [{"status": "running"}, {"status": "failed"}]})
     row = describe(run_dir)
     assert row and row["status"] == "lost" and row["error"] == KERNEL_GONE
+    # its workers read as the reaper records them, not "running" as the dead kernel left them (%workers attach)
+    assert row["worker_status"] == ["stopped", "failed"]
+    assert [w["status"] for w in describe(run_dir, full=True)["workers"]] == ["stopped", "failed"]
     text = render_text({**describe(run_dir, full=True), "name": "gone"})
     assert f"Why: {KERNEL_GONE}" in text and "Error" not in text, text
+
+
+def test_the_runs_reaped_at_load_are_told_in_the_words_every_view_uses():
+    from nbworkers.magics.rundir.leftovers import reaped_text
+    from nbworkers.protocol.statuses import KERNEL_GONE
+
+    assert reaped_text(["plain"]) == f"run plain {KERNEL_GONE}; `%workers attach plain` shows what it did"
+    assert reaped_text(["a", "b"]).startswith("runs a, b stopped because their kernels restarted or died: run the cell")

@@ -232,6 +232,56 @@ def test_one_nodes_key_cannot_speak_for_another_worker():
         relay.close()
 
 
+def test_one_nodes_key_cannot_answer_a_pull_for_another_worker():
+    """A session's data socket is tied to worker indices too: node A's key sending a signed reply for worker 1's
+    pull is dropped before it is unpacked (counted as forged); worker 1's own reply is taken."""
+    from types import SimpleNamespace
+
+    import zmq
+
+    from nbworkers.magics.run.relay import RelayReceiver
+    from nbworkers.magics.sessions.data import DataChannel
+    from nbworkers.magics.sessions.pull import PullError, PullRequest, _receive
+    from nbworkers.protocol import session_data, session_values
+    from nbworkers.protocol.relay_curve import client_keypair
+
+    key = wire.new_key()
+    relay = RelayReceiver(key, "127.0.0.1", curve=True)
+    node_a, node_b = client_keypair(), client_keypair()
+    relay.allow_client(node_a[0], 0)
+    relay.allow_client(node_b[0], 1)
+    data = DataChannel("127.0.0.1", curve=relay.curve)
+    session = SimpleNamespace(unpack_reply=lambda frames, _open: session_data.unpack(frames, key, 1 << 20))
+    request = PullRequest("r1", 1, 0)
+    context = zmq.Context()
+    pushes = {}
+    for name, keys in (("A", node_a), ("B", node_b)):
+        push = pushes[name] = context.socket(zmq.PUSH)
+        push.curve_serverkey, push.curve_publickey, push.curve_secretkey = (
+            relay.server_public_key.encode(), keys[0].encode(), keys[1].encode())
+        push.connect(data.address)
+
+    def reply(value: str) -> list:
+        tree, blobs = session_values.encode(value)
+        content = {"request": "r1", "worker": 1, "gen": 0, "value": tree}
+        return session_data.pack(key, wire.Signer(key), "pull", content, blobs)
+
+    try:
+        pushes["A"].send_multipart(reply("forged by node A"))  # signed with the run's key, but A's CURVE key
+        with pytest.raises(PullError, match="no reply from worker 1"):
+            _receive(session, data, request, 3)
+        assert data.forged == 1 and data.dropped == 1
+        pushes["B"].send_multipart(reply("from worker 1"))
+        assert _receive(session, data, request, 5) == "from worker 1"
+        assert data.forged == 1
+    finally:
+        for push in pushes.values():
+            push.close(0)
+        context.term()
+        data.close()
+        relay.close()
+
+
 def test_the_channels_bind_the_address_the_nodes_use_and_bound_the_handshake():
     import zmq
 

@@ -61,15 +61,17 @@ def a_restored_session_cell(restarts: int = 1) -> SessionCell:
     state = SimpleNamespace(workers=procs, backend="local", restarts=restarts, generation=restarts, run_dir="/r",
                             kernel_pid=1, kernel_id="k")
     session = SimpleNamespace(name="s", state=state, settings=SimpleNamespace(log_tail_lines=50), cells=[None] * 6,
-                              lock=threading.RLock(), live_cells=lambda: "cells 6")
+                              user_cells=5, lock=threading.RLock(), live_cells=lambda: "cells 5",
+                              backend=SimpleNamespace(name="local", isolation_fact=lambda: {"mode": "namespace"}))
     from nbworkers.magics.sessions.session import RESTORE_CELL, RESTORE_LABEL
-    return SessionCell(session, CellRecord(6), RESTORE_CELL, label=RESTORE_LABEL)
+    return SessionCell(session, CellRecord(6, label=RESTORE_LABEL), RESTORE_CELL, label=RESTORE_LABEL)
 
 
 def test_a_restore_is_titled_restore_not_a_user_cell_and_its_cards_count_the_sessions_restarts():
     snapshot = a_restored_session_cell().snapshot()
     info = snapshot["session"]
     assert info["label"] == "restore" and info["running"] == "restore" and "__import__" not in str(info)
-    assert snapshot["name"] == "s restore"
+    assert snapshot["name"] == "s restore" and info["cells"] == 5  # the user's cells: the restore is not one
+    assert snapshot["isolation"] == {"mode": "namespace"}  # the session's: the cell's widget shows it in its header
     assert snapshot["restarts"] == 1 and [w["restarts"] for w in snapshot["workers"]] == [1, 1]  # header = cards
     assert a_cell().name == "s cell 1"

@@ -50,7 +50,7 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     run_dir.mkdir()
     data = dict(_state(run_dir).snapshot())
     data.update(hostname="here", host_pids=[1, 2], worker_pgids=[], run_id="r1",  # what the supervisor adds
-                isolation={"mode": "off", "reason": "test"})
+                isolation={"mode": "off", "reason": "test"}, cell_id="c-1", notebook="/home/u/nb.ipynb")
     for worker in data["workers"]:
         worker.pop("history")
     write_state(run_dir, data)
@@ -66,6 +66,8 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     assert [row["name"] for row in rows] == ["run"]
     assert set(rows[0]) == _declared(shapes.RunRow)
     assert rows[0]["isolation"] == {"mode": "off", "reason": "test"}
+    # the cell that started it and its notebook: the sidebar runs that cell again after a kernel restart
+    assert (rows[0]["cell_id"], rows[0]["notebook"]) == ("c-1", "/home/u/nb.ipynb")
 
     from nbworkers.magics.notebook.attach import AttachedCluster
 

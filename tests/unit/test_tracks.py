@@ -5,10 +5,12 @@ the tests marked so and refuses to run where nbworkers is not this venv's instal
 
 from __future__ import annotations
 
+import re
 import sysconfig
 from pathlib import Path
 
 import pytest
+from tracks import MODULE_TRACKS, TRACKS, paths
 
 import nbworkers
 
@@ -66,14 +68,25 @@ def test_each_test_is_in_one_run(suite, option, runs):
     assert len(recorded.getcalls("pytest_deselected")) == (1 if option else 0)
 
 
-def test_the_process_modules_have_a_run_of_their_own(pytester):
+def test_the_process_fault_and_distlib_modules_have_runs_of_their_own(pytester):
     pytester.makeconftest(TESTS_CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    browser: b\n")
     pytester.makepyfile(test_fault_soak="def test_kills():\n    pass\n",
+                        test_zygote="def test_forks():\n    pass\n",
+                        test_keras3_fit="def test_fits():\n    pass\n",
                         test_other="import pytest\n\ndef test_plain():\n    pass\n\n"
                                    "@pytest.mark.browser\ndef test_page():\n    pass\n")
-    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=processes")) == ["test_kills"]
+    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=faults")) == ["test_kills"]
+    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=processes")) == ["test_forks"]
+    assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=distlib")) == ["test_fits"]
     assert passed(pytester.inline_run("-p", "no:cacheprovider", "--track=main")) == ["test_plain"]
+
+
+def test_make_test_queues_every_run_once():
+    script = (Path(__file__).resolve().parents[2] / "tools" / "test_suite.sh").read_text()
+    queue = re.search(r"^QUEUE=\(([^)]*)\)", script, re.M)
+    assert queue, "tools/test_suite.sh has no QUEUE=(...) line"
+    assert sorted(queue.group(1).split()) == sorted(["unit", *TRACKS])
 
 
 def test_an_unknown_track_is_refused(suite):
@@ -89,3 +102,11 @@ def test_installed_refuses_a_checkouts_nbworkers(suite):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--track=installed tests the installed package, but nbworkers was imported "
                                  "from*not from this venv's site-packages*make test-installed*"])
+
+
+def test_a_run_of_modules_collects_only_their_files_and_they_exist():
+    root = Path(__file__).resolve().parents[2]
+    for track, modules in MODULE_TRACKS.items():
+        assert paths(track) == sorted(f"tests/integration/{name}" for name in modules)
+        assert all((root / path).is_file() for path in paths(track)), f"{track}: a module in tests/tracks.py is gone"
+    assert paths("main") == paths("ray") == ["tests/integration"]

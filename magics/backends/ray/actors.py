@@ -39,9 +39,7 @@ def kill_actor(ray, actor) -> None:
 
 def remove_placement_group(ray, group) -> None:
     try:
-        from ray.util.placement_group import remove_placement_group
-
-        remove_placement_group(group)
+        ray.util.remove_placement_group(group)
     except Exception:
         pass
 

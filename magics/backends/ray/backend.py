@@ -12,9 +12,12 @@ When the worker's node does not see the kernel's files (no shared file system), 
 variables are copied to the node, the log is written there and copied back, a chunk every
 ``log_mirror_interval`` seconds, into the kernel's run directory (where ``%workers logs`` reads it).
 
-Once a worker group is gone, ``close()`` releases every actor (``ray.kill``) and then the placement group.
-The actors belong to the kernel, the Ray driver: if the kernel dies, even by ``kill -9``, Ray kills them, and
-each host, seeing its stdin close, stops its worker.
+Once a worker group is gone with every actor alive and idle, the group (its placement group and actors) goes
+to the kernel's pool (``pool.py``): the next run of the same shape takes it and starts its hosts through those
+live actors at once (``RaySettings.pool_idle_timeout``; 0: every group is released, ``ray.kill`` of its actors,
+then the placement group, as one whose actor died is). The actors belong to the kernel, the Ray driver: if the
+kernel dies, even by ``kill -9``, Ray kills them, pooled or not, and each host, seeing its stdin close, stops its
+worker.
 
 Ray is imported only when this backend is used; the kernel stays free of TensorFlow.
 """
@@ -25,17 +28,14 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass, field
+import threading
 from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.backends.ray.actors import (
-    actor_class,
-    actor_failure,
     first_line,
     kill_actor,
-    remove_placement_group,
     restore_sigterm,
     sigterm_handler,
 )
@@ -55,9 +55,13 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
     import_ray,
     split_address,
 )
-from nbworkers.magics.backends.ray.node import ACTOR_ENV, NbworkersWorkerHost, log_probe
+from nbworkers.magics.backends.ray.groups import Group, let_go, new_group, pooled_group
+from nbworkers.magics.backends.ray.node import NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
+from nbworkers.magics.backends.ray.pool import actor_pool
+from nbworkers.magics.backends.ray.pool_core import Shape
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
+from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.backends.zygotes import why_not_forked
 from nbworkers.magics.launch.environment import worker_env
@@ -71,18 +75,7 @@ ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors'
 # The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
 # the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
 WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
-
-
-@dataclass
-class _Group:
-    """One placement group and its actors: one launch generation of a cluster's workers."""
-
-    placement_group: Any
-    actors: list[Any]
-    where: list[dict[str, Any]]
-    open: set[int] = field(default_factory=set)
-    zygotes: list[tuple[str | None, str]] | None = None  # per worker: its node's zygote socket, or why not
-    zygotes_asked: Asked | None = None  # the nodes' zygotes asked for as soon as Ray placed the group
+_connect_lock = threading.Lock()  # ray.init once, from the first cell or the prewarm at %load_ext (prewarm.py)
 
 
 class RayBackend:
@@ -104,7 +97,7 @@ class RayBackend:
         self.cluster_name = cluster_name
         self.grace = current_settings().stop_grace if grace is None else grace
         self.settings = settings or ray_settings()
-        self._group: _Group | None = None
+        self._group: Group | None = None
         self._generation = 0
         self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
         self.python = ""  # the workers' interpreter (--python; "" = each node's own)
@@ -112,6 +105,7 @@ class RayBackend:
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
         self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
+        self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (tls.py), known once the workers are placed
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
@@ -126,6 +120,10 @@ class RayBackend:
     # ------------------------------------------------------------------ connection
     def _connect(self):
         ray = import_ray()
+        with _connect_lock:
+            return self._connected(ray)
+
+    def _connected(self, ray):
         if ray.is_initialized():
             self._check_same_cluster(ray)
             return ray
@@ -175,74 +173,40 @@ class RayBackend:
 
     def isolation_fact(self) -> dict[str, str]:
         """What ``state.json`` and ``%workers`` say (``backends/isolation.py``): Ray workers use their nodes'
-        networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model)."""
-        return {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
+        networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model); and
+        ``ray_tls``, whether Ray's own transport is encrypted (tls.py), once the workers are placed."""
+        fact = {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
                                          "its node, unauthenticated; the relay is CurveZMQ"}
+        return {**fact, "ray_tls": self.ray_tls} if self.ray_tls else fact
 
     # ------------------------------------------------------------------ placement
     def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
         """Place one actor per task; each worker's TensorFlow address (its node's IP, a port free there) and
-        GPUs (those Ray assigned, or ``-1``)."""
+        GPUs (those Ray assigned, or ``-1``). An idle group of the same shape in the kernel's pool is taken first."""
         ray = self._connect()
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         self._release_group()
         gpus = self.gpus_per_worker if gpus_per_worker is None else (gpus_per_worker or 0)
-        bundle = {"CPU": self.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
-        strategy = "STRICT_SPREAD" if self.spread else "PACK"
-        count = len(tasks)
-        group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
-        try:
-            ray.get(group.ready(), timeout=self.settings.placement_timeout)
-        except Exception as error:
-            remove_placement_group(ray, group)
-            raise RayBackendError(self._placement_failure(ray, count, bundle, strategy, error)) from None
-        asked = self._ask_zygotes(ray, group)  # their actors and imports start beside the worker hosts' actors
-        remote = actor_class(ray)
-        actors = []
-        try:
-            for i in range(count):
-                actors.append(remote.options(
-                    num_cpus=self.cpus_per_worker, num_gpus=gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        placement_group=group, placement_group_bundle_index=i,
-                        placement_group_capture_child_tasks=False),
-                ).remote())
-            where = ray.get([a.where.remote() for a in actors], timeout=self.settings.actor_start_timeout)
-        except Exception as error:
-            self._group = _Group(group, actors, [])
-            self._release_group()
-            raise RayBackendError(actor_failure(error, self.settings.actor_start_timeout)) from None
-        self._group = _Group(group, actors, where, open=set(range(count)), zygotes_asked=asked)
-        for index, w in enumerate(where):  # each node's key speaks for its own worker only (relay_curve.py)
+        shape = Shape(len(tasks), self.cpus_per_worker, gpus, self.spread)
+        group = (pooled_group(ray, shape, self.settings, self._ask_zygotes)
+                 or new_group(ray, shape, self.settings, self._ask_zygotes))
+        for index, w in enumerate(group.where):  # each node's key speaks for its own worker only (relay_curve.py)
             if self._relay is not None and w.get("relay_client_key"):
                 self._relay.allow_client(w["relay_client_key"], index)
+        self._group = group
         self._generation += 1
-        self.placements = where
-        return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1") for w in where]
+        self.placements = group.where
+        self.ray_tls = ray_tls_fact(os.environ, group.where)  # the kernel's and every node's environment
+        say_once(self.ray_tls)  # on, or plain text and what to do: once per kernel, in the cell (tls.py)
+        return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1")
+                for w in group.where]
 
     def capacity(self) -> int:
         """How many workers Ray could place now, this run's own group included (an elastic run's size): capacity.py."""
         ray = self._connect()
         held = [w.get("node_id", "") for w in (self._group.where if self._group else [])]
+        held += actor_pool().held_nodes()  # idle groups of this kernel's pool give way to a new group
         return placeable(ray.nodes(), dict(ray.available_resources()), held, self.cpus_per_worker,
                          self.gpus_per_worker, self.spread)
-
-    def _placement_failure(self, ray, count: int, bundle: dict[str, float], strategy: str, error: Exception) -> str:
-        want = " and ".join(f"{v:g} {k}" for k, v in bundle.items())
-        try:
-            nodes = [n for n in ray.nodes() if n.get("Alive")]
-            total = ray.cluster_resources()
-            free = ray.available_resources()
-            have = (f"the cluster has {len(nodes)} node(s), {free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs"
-                    f" and {free.get('GPU', 0):g} of {total.get('GPU', 0):g} GPUs free")
-        except Exception:
-            have = "the cluster's resources could not be read"
-        spread = " on separate nodes (--spread)" if strategy == "STRICT_SPREAD" else ""
-        return (f"Ray could not place {count} workers with {want} each{spread} within"
-                f" {self.settings.placement_timeout:g} s; {have}. Use fewer workers, lower --cpus-per-worker /"
-                f" --gpus-per-worker{', drop --spread' if spread else ''}, or add nodes. Nothing was started.")
 
     # ------------------------------------------------------------------ launch
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
@@ -291,7 +255,7 @@ class RayBackend:
         try:
             started = ray.get(actor.start.remote(request), timeout=self.settings.call_timeout)
         except Exception as error:
-            self._release_group()
+            self._release_group()  # not to the pool: that actor may be broken
             raise RayBackendError(
                 f"worker {index} could not be started on Ray node {group.where[index]['ip']}: {first_line(error)}"
             ) from None
@@ -323,21 +287,21 @@ class RayBackend:
                         " nothing there")
         return files, ""
 
-    def _ask_zygotes(self, ray: Any, group: Any) -> Asked | None:
+    def _ask_zygotes(self, ray: Any, node_ids: list[str] | None) -> Asked | None:
         """Every placed node's zygote, asked for before the workers' environments exist: what a launch forwards to
         the nodes but its per-run variables (the zygotes' key leaves them out; ``launch`` checks that it matches)."""
         if not current_settings().zygote or self.scan is None or why_not_forked("", "", self.scan) is not None:
             return None
-        try:
-            from ray.util import placement_group_table
-
-            node_ids = list(placement_group_table(group)["bundles_to_node_id"].values())
-        except Exception:  # the launch asks then
+        if node_ids is None:  # the launch asks then
             return None
-        python = "" if not self.python or self.python == sys.executable else self.python
-        forwarded = self._worker_variables(worker_env(os.environ, self.extra_env, "", "-1", {}))
-        self._zygotes_asked = node_zygotes().ask(ray, node_ids, python, forwarded, only_worth_it=True)
+        self._zygotes_asked = node_zygotes().ask(ray, node_ids, *self.zygote_request(), only_worth_it=True)
         return self._zygotes_asked
+
+    def zygote_request(self) -> tuple[str, dict[str, str]]:
+        """(interpreter, forwarded import-time environment) of the zygotes this backend's runs fork from: "" for
+        each node's own interpreter, and the kernel's variables a launch forwards but its per-run ones."""
+        python = "" if not self.python or self.python == sys.executable else self.python
+        return python, self._worker_variables(worker_env(os.environ, self.extra_env, "", "-1", {}))
 
     def close(self) -> None:
         """The run ended: the zygotes its nodes had none of start now, for the next launches there."""
@@ -359,27 +323,26 @@ class RayBackend:
 
     # ------------------------------------------------------------------ release
     def release_actor(self, proc: RayWorkerProcess) -> None:
-        """Kill the worker's actor; the last one of its group also removes the placement group."""
+        """The worker's host is gone: with the last one of its group, the group goes to the pool when every actor
+        is alive and idle (``proc.reusable``), else its actors are killed and its placement group removed."""
         group = self._group
         if group is None or proc.actor not in group.actors:
             kill_actor(proc._ray, proc.actor)
             return
-        index = group.actors.index(proc.actor)
-        kill_actor(proc._ray, proc.actor)
-        group.open.discard(index)
+        group.reusable = group.reusable and proc.reusable
+        group.open.discard(group.actors.index(proc.actor))
         if not group.open:
-            self._release_group()
+            self._release_group(to_pool=group.reusable)
 
-    def _release_group(self) -> None:
-        """Kill every actor of the current group (their hosts stop their workers) and remove its placement group."""
+    def _release_group(self, to_pool: bool = False) -> None:
+        """The current group: to the pool (``to_pool``, its actors idle), or its actors killed (their hosts stop their
+        workers) and its placement group removed."""
         group, self._group = self._group, None
         if group is None:
             return
         import ray
 
-        for actor in group.actors:
-            kill_actor(ray, actor)
-        remove_placement_group(ray, group.placement_group)
+        let_go(ray, group, to_pool, self.settings)
 
 
 # ---------------------------------------------------------------------------------------- helpers

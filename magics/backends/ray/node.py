@@ -28,6 +28,7 @@ from typing import Any
 
 from nbworkers.host.command import ZYGOTE_MODULE, host_command
 from nbworkers.magics.backends.ray import state_copy
+from nbworkers.magics.backends.ray.tls import tls_of
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
@@ -120,6 +121,7 @@ class NbworkersWorkerHost:
         self._run_id = ""
         self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
         self._own_run_dir: Path | None = None  # the node's run directory, when it does not share the kernel's
+        self._launch = 0  # launches hosted so far: a pooled actor hosts one run's worker after another (pool.py)
 
     # ------------------------------------------------------------------ placement
     def where(self) -> dict[str, Any]:
@@ -140,6 +142,7 @@ class NbworkersWorkerHost:
             "actor_pid": os.getpid(),
             "python": sys.executable,
             "version": installed_version(),  # this node's
+            "ray_tls": list(tls_of(os.environ)),  # does this node's Ray run with TLS (the raylet's environment)
         }
 
     # ------------------------------------------------------------------ the worker
@@ -201,7 +204,8 @@ class NbworkersWorkerHost:
             self._own_run_dir = None if shared else run_dir
             self._worker_pgid, self._forked = None, None
             self._run_id = request["env"].get(RUN_ID_ENV, "")
-            return {"shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
+            self._launch += 1
+            return {"launch": self._launch, "shared": shared, "log": str(log_path), "offset": 0 if shared else offset,
                     "host_pid": self._host.pid, "cwd": cwd, "python": python, "cwd_refused": cwd_note if unsafe else ""}
 
     @staticmethod
@@ -227,9 +231,12 @@ class NbworkersWorkerHost:
             raise RuntimeError("no worker was started")
         return host.wait()
 
-    def tell(self, command: str) -> None:
-        """``stop`` (INT, TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks)."""
+    def tell(self, command: str, launch: int | None = None) -> None:
+        """``stop`` (INT, TERM, grace, KILL the worker group) or ``stacks`` (the worker dumps its Python stacks);
+        ``launch``: only if that launch is still the one hosted (a call that came late is for a run that ended)."""
         host = self._host
+        if launch is not None and launch != self._launch:
+            return
         if host is None or host.stdin is None or host.poll() is not None:
             return
         try:
@@ -275,10 +282,10 @@ class NbworkersWorkerHost:
                 pass
         return self._worker_pgid
 
-    def kill(self) -> None:
-        """SIGKILL the host's and the worker's process groups, now."""
+    def kill(self, launch: int | None = None) -> None:
+        """SIGKILL the host's and the worker's process groups, now (``launch``: as for ``tell``)."""
         host = self._host
-        if host is None:
+        if host is None or (launch is not None and launch != self._launch):
             return
         worker_group = self._worker_group()
         if worker_group:

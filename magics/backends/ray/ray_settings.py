@@ -35,6 +35,15 @@ class RaySettings(Configurable):
     unavailable_retry_interval = Float(
         0.5, help="Seconds between asks of an actor Ray calls unavailable, until Ray says whether it (or its node)"
         " died or it answers again.").tag(config=True)
+    pool_idle_timeout = Float(
+        600.0, help="Seconds a finished run's placement group and worker-host actors are kept, idle, for the next run "
+        "of the same shape (workers, CPUs and GPUs each, --spread), which then starts its workers through those live "
+        "actors (forked from each node's zygote); they hold their CPUs/GPUs meanwhile, and give way to a run of "
+        "another shape or a placement group waiting for resources. 0: off (every run places its group anew)."
+    ).tag(config=True)
+    pool_check_interval = Float(
+        5.0, help="Seconds between the idle groups' looks at the cluster: a placement group waiting for resources "
+        "makes them let theirs go.").tag(config=True)
     relay_host = Unicode(
         "", help="Address the workers use to reach the kernel's relay (default: the kernel node's Ray address)."
     ).tag(config=True)

@@ -75,6 +75,8 @@ class RayWorkerProcess:
         self._last_check = 0.0
         self._sent: list[Any] = []  # fire-and-forget calls, collected so that their errors are not reported
         self._closed = False
+        self._launch = started.get("launch")  # the actor's launch this worker is (pooled actors host many in turn)
+        self.reusable = False  # closed with the actor alive and its host reaped: the actor may host the next run
 
     # The cluster records the pid a worker reports (``hello``) here and hands these to the state file as
     # process groups to kill from the kernel's machine. A pid on another machine must never be used so.
@@ -148,8 +150,9 @@ class RayWorkerProcess:
         return self.poll() is None
 
     def _send(self, method: str, *args: Any) -> None:
+        """A call for this worker alone: the actor ignores it once it hosts another launch (it came late)."""
         if self._code is None and not self._closed:
-            self._sent.append(getattr(self.actor, method).remote(*args))
+            self._sent.append(getattr(self.actor, method).remote(*args, launch=self._launch))
 
     def request_stop(self) -> None:
         """Ask the host to stop the worker group (INT, TERM, grace, KILL); returns at once."""
@@ -170,10 +173,11 @@ class RayWorkerProcess:
         self._closed = True
         ray = self._ray
         try:
-            ray.get(self.actor.release.remote(self._backend.grace),
-                    timeout=self._backend.grace + self._settings.call_timeout)
-        except Exception:
-            pass  # the actor is gone already: its host saw its stdin close and stopped the worker
+            released = ray.get(self.actor.release.remote(self._backend.grace),
+                               timeout=self._backend.grace + self._settings.call_timeout)
+        except Exception:  # the actor is gone already: its host saw its stdin close and stopped the worker
+            released = False
+        self.reusable = released is True
         self._mirror_rest()
         self._copy_state_back()
         self._forget_sent()

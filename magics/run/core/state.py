@@ -133,6 +133,8 @@ class ClusterState:
     generation: int = 0
     kernel_pid: int | None = None
     kernel_id: str = ""
+    cell_id: str = ""  # the notebook cell that started the run (its execute request's cellId); "": not known
+    notebook: str = ""  # that notebook's path, as the server gave it to the kernel (JPY_SESSION_NAME); "": none
 
     # elastic (--min-workers): {"min": M, "max": N}, the bounds of the group's size; None: a fixed size
     elastic: dict[str, int] | None = None

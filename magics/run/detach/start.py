@@ -36,8 +36,9 @@ class DetachFailed(RuntimeError):
 
 
 def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.executable,
-                   spawn: Callable[..., Any] = subprocess.Popen) -> Path:
-    """Start ``spec``'s run in a supervisor process of its own; its run directory once it runs.
+                   spawn: Callable[..., Any] = subprocess.Popen, module: str = SUPERVISOR_MODULE) -> Path:
+    """Start ``spec``'s run in a supervisor process of its own (``module``: a plain run's, or a detached
+    session's, magics/sessions/detach/supervisor.py); its run directory once it runs.
 
     ``LaunchError``: the launch was refused (nothing left behind, as for a run in the kernel)."""
     if spec.backend != "local":
@@ -49,7 +50,7 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
     env = dict(os.environ)
     env[wire.ENV_RUN_DIR] = str(rundir.path_for(spec.name, config.run_root))  # procs/strays.py finds it by this
     process = spawn(  # our own module, this interpreter (unit tests: a fake)
-        [python, "-m", SUPERVISOR_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [python, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=env,
     )
     assert process.stdin is not None and process.stdout is not None

@@ -69,12 +69,12 @@ def serve(request: DetachRequest, make_loop: Callable[[DetachRequest], Detachabl
         loop.detached = True
         loop.start()
     except LaunchError as error:  # refused before anything ran: the kernel shows it as a usage error
-        _answer(answer, {"ok": False, "launch_error": True, "error": str(error)})
+        answer_kernel(answer, {"ok": False, "launch_error": True, "error": str(error)})
         return 2
     except BaseException:
-        _answer(answer, {"ok": False, "launch_error": False, "error": traceback.format_exc()})
+        answer_kernel(answer, {"ok": False, "launch_error": False, "error": traceback.format_exc()})
         return 1
-    _answer(answer, {"ok": True, "run_dir": str(loop.run_dir), "pid": os.getpid()})
+    answer_kernel(answer, {"ok": True, "run_dir": str(loop.run_dir), "pid": os.getpid()})
     on_started(loop)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         try:
@@ -86,7 +86,7 @@ def serve(request: DetachRequest, make_loop: Callable[[DetachRequest], Detachabl
     return 0
 
 
-def _answer(stream: IO[str], data: dict[str, Any]) -> None:
+def answer_kernel(stream: IO[str], data: dict[str, Any]) -> None:
     try:
         stream.write(json.dumps(data) + "\n")
         stream.flush()
@@ -106,7 +106,7 @@ def _real_loop(request: DetachRequest) -> DetachableLoop:
     return loop
 
 
-def _quiet_outputs(loop: DetachableLoop) -> None:
+def quiet_outputs(loop: DetachableLoop) -> None:
     """After the answer: stdout to /dev/null, stderr to the run directory's supervisor.log (0600)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -116,15 +116,21 @@ def _quiet_outputs(loop: DetachableLoop) -> None:
     os.close(log)
 
 
-def main() -> int:
+def run_supervisor(make_loop: Callable[[DetachRequest], DetachableLoop]) -> int:
+    """The process's work: the request from stdin, ``serve`` with ``make_loop`` (a plain run's loop, or a detached
+    session's: magics/sessions/detach/supervisor.py)."""
     try:
         request = pickle.load(sys.stdin.buffer)  # the kernel that started this process wrote it
     except Exception:
         request = None
     if not isinstance(request, DetachRequest):
-        _answer(sys.stdout, {"ok": False, "launch_error": False, "error": "expected a DetachRequest on stdin"})
+        answer_kernel(sys.stdout, {"ok": False, "launch_error": False, "error": "expected a DetachRequest on stdin"})
         return 2
-    return serve(request, _real_loop, sys.stdout, _quiet_outputs)
+    return serve(request, make_loop, sys.stdout, quiet_outputs)
+
+
+def main() -> int:
+    return run_supervisor(_real_loop)
 
 
 if __name__ == "__main__":  # run as the package's module, so that the pickled DetachRequest is this class

@@ -69,8 +69,19 @@ class SessionCore:
     def live_cells(self) -> str:
         """The cells whose state the current processes hold ("cells 3-8", "cell 3", "no cell"): what a restart of
         them loses (the Restart button's confirmation and the note after it say so)."""
-        ran = [c.number for c in self.records if c.number >= self.alive_from and c.started_at is not None]
+        ran = [c.shown for c in self.records
+               if c.number >= self.alive_from and c.started_at is not None and c.shown is not None]
         return f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
+
+    @property
+    def user_cells(self) -> int:
+        """How many cells the user submitted (nbworkers' own, such as a restore, are not counted)."""
+        return sum(1 for c in self.records if c.shown is not None)
+
+    def rerun(self, cell: CellRecord) -> str:
+        """What to run to run ``cell`` again: "session cell 3", or the ``%workers`` line that ran nbworkers' own
+        cell (its label is that action: ``%workers restore NAME``)."""
+        return f"session cell {cell.shown}" if cell.shown is not None else f"`%workers {cell.label} {self.name}`"
 
     @property
     def busy(self) -> bool:
@@ -89,7 +100,8 @@ class SessionCore:
             case ev.Submitted():
                 if event.cell != len(self.records) + 1:
                     raise ValueError(f"cell {event.cell} submitted after {len(self.records)} cells")
-                self.records.append(CellRecord(event.cell, event.timeout))
+                shown = None if event.label else self.user_cells + 1
+                self.records.append(CellRecord(event.cell, event.timeout, shown=shown, label=event.label))
                 self.queue.append(event.cell)
                 return self._dispatch(event.group)
             case ev.Tick():
@@ -176,13 +188,13 @@ class SessionCore:
         peers_late = cell.first_error_at is not None and now - cell.first_error_at >= timings.peer_grace
         if peers_late and cell.aborted_at is None:
             cell.aborted_at = now
-            reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in cell {cell.number}"
+            reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in {cell.title}"
             actions.append(ev.SendAbort(cell.number, running, reason))
         elif cell.aborted_at is not None and now - cell.aborted_at >= timings.abort_grace:
-            actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} after an abort", group,
+            actions += self._ask_restart(f"{_workers(running)} did not end {cell.title} after an abort", group,
                                          Outcome(CellState.FAILED, self.error_text(cell)))
         elif cell.interrupted_at is not None and now - cell.interrupted_at >= timings.interrupt_grace:
-            actions += self._ask_restart(f"{_workers(running)} did not end cell {cell.number} "
+            actions += self._ask_restart(f"{_workers(running)} did not end {cell.title} "
                                          f"{timings.interrupt_grace:g} s after Stop (stuck in a collective)", group,
                                          Outcome(CellState.STOPPED))
         return actions
@@ -235,7 +247,7 @@ class SessionCore:
                 return self._ask_restart(f"worker {cell.first_error_worker} failed while {_workers(aborted)} "
                                          "waited in a collective, which had to be aborted", group,
                                          Outcome(CellState.FAILED, error, failed))
-            return self._conclude(cell, CellState.FAILED, with_notes(error, [nothing_lost(cell.number,
+            return self._conclude(cell, CellState.FAILED, with_notes(error, [nothing_lost(self.rerun(cell),
                                                                                          self.live_cells())]), failed)
         if CellEnd.INTERRUPTED in statuses.values():
             actions = self._conclude(cell, CellState.FAILED if cell.timed_out else CellState.STOPPED,
@@ -274,7 +286,7 @@ class SessionCore:
             self.current = None
         actions: list[ev.Action] = [ev.CellConcluded(cell.number, state)]
         if state == CellState.FAILED and self.queue:
-            actions += self._cancel_queue(f"not run: cell {cell.number} failed")
+            actions += self._cancel_queue(f"not run: {cell.title} failed")
         return actions
 
     def _conclude_current(self, state: CellState, error: str, failed: tuple[int, ...] = ()) -> list[ev.Action]:
@@ -326,7 +338,8 @@ class SessionCore:
             return [ev.SaveFinished()] if held else [ev.RestartLosingState(reason)]
         holder = min(savers, default=restart_save.NO_HOLDER)  # worker 0 when it can save now
         self._saving = Saving(self.clock(), reason, held, set(running))
-        self._save = SavedState(cell.number, savers, wait=self.timings().save_wait, holder=holder, gone=gone)
+        self._save = SavedState(cell.title, savers, wait=self.timings().save_wait, holder=holder, gone=gone,
+                                shown={c.number: c.shown for c in self.records})
         actions: list[ev.Action] = [ev.SendAbort(cell.number, running, reason)] if running else []
         return actions + ([ev.SendSave(cell.number, savers, holder)] if savers else [])
 

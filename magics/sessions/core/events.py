@@ -68,11 +68,15 @@ class WorkerSave:
 # ----------------------------------------------------------------------------------------------- events
 @dataclass(frozen=True)
 class Submitted:
-    """A cell was submitted (numbered from 1, in order); it runs after the cells before it."""
+    """A cell was submitted (numbered from 1, in order, nbworkers' own cells too: the number the workers and the
+    session's ``cells`` go by); it runs after the cells before it. The user's cells have numbers of their own
+    (``CellRecord.shown``), which nbworkers' own cells do not use up."""
 
     cell: int
     timeout: float | None  # --timeout of the cell, seconds; None: none
     group: Group
+    # a cell nbworkers runs itself (``%workers restore``: "restore"): called so, and not numbered as a user's cell
+    label: str = ""
 
 
 @dataclass(frozen=True)

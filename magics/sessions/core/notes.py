@@ -21,7 +21,8 @@ def with_notes(error: str, notes: Iterable[str]) -> str:
     return "\n".join(part for part in (head.rstrip(), *items, traceback.rstrip()) if part)
 
 
-def nothing_lost(cell: int, live_cells: str) -> str:
-    """The notes of a failed cell whose processes did not restart: every variable is as it was."""
+def nothing_lost(rerun: str, live_cells: str) -> str:
+    """The notes of a failed cell whose processes did not restart: every variable is as it was. ``rerun``: what
+    runs the cell again ("session cell 3")."""
     return (f"nothing was lost: no process restarted, the variables of {live_cells} are kept\n"
-            f"- run: session cell {cell} again once it is fixed")
+            f"- run: {rerun} again once it is fixed")

@@ -34,8 +34,10 @@ class SessionTimings:
 class CellRecord:
     """What the core knows about one cell (times are the core's clock)."""
 
-    number: int
+    number: int  # every submitted cell's, in order: what the workers and the session's ``cells`` go by
     timeout: float | None = None
+    shown: int | None = None  # the user's cell number ("cell 3"); None: a cell nbworkers runs itself
+    label: str = ""  # such a cell's name ("restore")
     state: CellState = CellState.QUEUED
     error: str = ""
     failed_workers: tuple[int, ...] = ()
@@ -51,3 +53,8 @@ class CellRecord:
     aborted_at: float | None = None
     ends: dict[int, WorkerEnd] = field(default_factory=dict)  # worker -> its ``cell end``
     closed_logs: set[int] = field(default_factory=set)  # workers whose end marker line arrived
+
+    @property
+    def title(self) -> str:
+        """What every message calls the cell: "cell 3", or nbworkers' own cell by what it does ("restore")."""
+        return self.label or f"cell {self.shown if self.shown is not None else self.number}"

@@ -24,13 +24,15 @@ class SavedState:
     """The answers to one ``save``: ``asked`` the workers that got it, ``reports`` worker -> its answer,
     ``wait`` the seconds the session waited for them (for the note of those that did not answer)."""
 
-    cell: int
+    cell: str  # the cell the save came after, as messages call it ("cell 3", "restore")
     asked: tuple[int, ...]
     reports: dict[int, WorkerSave] = field(default_factory=dict)
     wait: float = 0.0
     holder: int = 0  # the worker asked to save the models, optimizers and variables (worker 0 unless it is gone)
     gone: tuple[int, ...] = ()  # workers whose process was gone (killed): their own state is lost
     not_ended: tuple[int, ...] = ()  # workers told to end the cell that did not within the wait: not saved
+    # the workers' cell numbers (every submitted cell's) -> the user's ("cell 3"); None: a cell nbworkers ran itself
+    shown: dict[int, int | None] = field(default_factory=dict)
 
     @property
     def unanswered(self) -> tuple[int, ...]:
@@ -64,7 +66,9 @@ class SavedState:
     def built_in(self) -> dict[str, int]:
         """name -> the session cell that last bound it (the holder's: the one that saved the trackables)."""
         report = self.reports.get(self.holder)
-        return dict(report.built_in) if report else {}
+        found = dict(report.built_in) if report else {}
+        numbers = {name: self.shown.get(cell, cell) for name, cell in found.items()}
+        return {name: cell for name, cell in numbers.items() if cell is not None}
 
     def cells_to_run(self) -> str:
         """"session cell 1 (it built model, opt)", "session cells 1 and 3 (1 built model; 3 built opt)", or
@@ -135,7 +139,7 @@ class SavedState:
     def summary(self, session: str) -> str:
         """One line for ``%workers``: what is waiting for ``%workers restore``."""
         rebuilt = [name for name, _, _ in self.rebuilt()]
-        text = f"{session}: saved before the restart after cell {self.cell}: "
+        text = f"{session}: saved before the restart after {self.cell}: "
         text += ", ".join(rebuilt) if rebuilt else "no model or variable"
         if rebuilt:
             text += f" (run {self.cells_to_run()} again; or after them `%workers restore {session}`)"

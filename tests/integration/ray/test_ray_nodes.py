@@ -22,6 +22,8 @@ from ray_helpers import (
     MULTI_NODE_IPS,
     RUN_TIMEOUT,
     WORKERS_UP_TIMEOUT,
+    only_pooled_actors_left,
+    pooled_actor_pids,
 )
 
 from nbworkers.host.command import ZYGOTE_MODULE
@@ -86,23 +88,29 @@ FORK_CELL = worker_cell("-n 3 --backend ray --address {address} --spread --name 
 
 def test_one_zygote_per_node_forks_the_workers_of_warm_runs(kernel, run_root, ray_cluster):
     """One worker per node: the cold run spawns each (a new zygote's import beside the worker's own saves nothing)
-    and every node's zygote starts when it ends; the warm run forks, each node's worker from that node's zygote;
-    the kernel's kill -9 ends them all."""
+    and every node's zygote starts when it ends; its actors and placement group are kept, idle; the warm run
+    starts its workers through those same actors, each forked from its node's zygote; the kernel's kill -9 ends them
+    all, the idle actors too."""
     cold = kernel.run(FORK_CELL.format(address=ray_cluster.address, name="zcold"), timeout=WORKERS_UP_TIMEOUT)
     assert not cold.error, cold.text
     texts = [(run_root / "zcold" / f"worker-{i}.log").read_text() for i in range(3)]
     assert all("this node has no zygote yet" in text for text in texts), texts
+    cold_actors = [p["actor_pid"] for p in placements(kernel, "zcold")]
+    assert set(cold_actors) == pooled_actor_pids(kernel)  # idle, kept for the next run of this shape
     warm = kernel.run(FORK_CELL.format(address=ray_cluster.address, name="zwarm"), timeout=WORKERS_UP_TIMEOUT)
     assert not warm.error, warm.text
     nodes = [p["node_id"] for p in placements(kernel, "zwarm")]
+    assert [p["actor_pid"] for p in placements(kernel, "zwarm")] == cold_actors  # the same live actors
     texts = [(run_root / "zwarm" / f"worker-{i}.log").read_text() for i in range(3)]
     parents = [re.search(r"forked from zygote (\d+)", text) for text in texts]
     assert all(parents), texts
     forked_by = {node: int(found.group(1)) for node, found in zip(nodes, parents)}
     assert len(set(forked_by.values())) == 3, forked_by  # each node's worker from that node's own zygote
     assert set(forked_by.values()) == node_zygote_pids(run_root)
-    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the zygotes' actors on every node
+    assert wait_until(lambda: only_pooled_actors_left(kernel, ray_cluster, 3), ACTORS_GONE_TIMEOUT)  # idle again
+    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the zygotes' and the idle workers' actors
     assert wait_until(lambda: not node_zygote_pids(run_root), ACTORS_GONE_TIMEOUT), node_zygote_pids(run_root)
+    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
 
 
 # Elastic: three workers, one per node, at least two. Generation 0 holds after epoch 1 until the test kills worker
@@ -182,7 +190,8 @@ def test_an_elastic_group_shrinks_after_a_node_loss_and_grows_back_when_a_node_r
     assert "node lost" in texts[2], texts[2]
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
-    assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
+    assert wait_until(lambda: only_pooled_actors_left(kernel, ray_cluster, 3), ACTORS_GONE_TIMEOUT), \
+        (ray_cluster.actor_processes(), pooled_actor_pids(kernel))
 
 
 def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(kernel, ray_cluster):

@@ -43,11 +43,32 @@ for curve in [(channel.curve.public_key, *client_keypair()), None]:  # a key nob
     strangers.append(sock)
 time.sleep(3)
 answered = [bool(s.poll(1000)) for s in strangers]
+# the data socket (pull replies): the same strangers, and a key allowed as worker 1 forging worker 0's reply
+from nbworkers.protocol import session_data, session_values
+data = session.data_channel
+data_refused, data_forged = data.curve.keys.refused, data.forged
+tree, blobs = session_values.encode("forged")
+forged = session_data.pack(session._part.loop.key, wire.Signer(session._part.loop.key), "pull",
+                           {"request": "forged", "worker": 0, "gen": session.state.generation, "value": tree}, blobs)
+other_node = client_keypair()
+data.curve.allow(other_node[0], 1)
+for curve in [(channel.curve.public_key, *client_keypair()), None, (channel.curve.public_key, *other_node)]:
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (k.encode() for k in curve)
+    sock.connect(data.address)
+    sock.send_multipart(forged)
+    strangers.append(sock)
+time.sleep(2)
+pulled = session.pull("built_in_cell", worker=0)  # reads the forged reply first: dropped, counted
 facts = {"endpoint": channel._socket.getsockopt(zmq.LAST_ENDPOINT).decode(), "address": channel.address,
          "relay_address": session.relay.address, "same_keys": channel.curve.keys is session.relay.curve.keys,
          "same_server_key": channel.curve.public_key == session.relay.server_public_key,
          "peers_kept": dict(channel._peers) == peers, "newly_refused": channel.curve.keys.refused - refused,
-         "answered": answered}
+         "answered": answered, "data_bound": data._socket.getsockopt(zmq.LAST_ENDPOINT).decode() == data.address,
+         "data_newly_refused": data.curve.keys.refused - data_refused, "data_forged": data.forged - data_forged,
+         "pulled": pulled}
 for s in strangers:
     s.close()
 """
@@ -119,7 +140,7 @@ def test_stop_interrupts_a_long_fit_and_the_next_cell_runs(ray_kernel):
     assert k.value("nbworkers.session('rs').restarts") == 0
 
 
-def test_the_command_socket_on_ray_refuses_a_client_without_an_allowed_curve_key(ray_kernel):
+def test_the_command_and_data_sockets_on_ray_refuse_strangers_and_other_workers_keys(ray_kernel):
     k = ray_kernel
     ran = k.run(STRANGER)
     assert not ran.error, ran.text
@@ -131,6 +152,9 @@ def test_the_command_socket_on_ray_refuses_a_client_without_an_allowed_curve_key
     # the stranger's key went through the allow-list and was refused; neither stranger was taken for worker 0
     assert facts["newly_refused"] >= 1 and facts["peers_kept"] and facts["answered"] == [False, False], facts
     assert k.value("nbworkers.session('rs').pull('built_in_cell')") == 1  # the session still answers
+    # the data socket: bound there too; strangers refused; worker 1's key cannot answer worker 0's pull
+    assert facts["data_bound"] and facts["data_newly_refused"] >= 1, facts
+    assert facts["data_forged"] == 1 and facts["pulled"] == 1, facts
 
 
 def test_kill_9_of_a_ray_worker_restarts_the_group(ray_kernel):
