@@ -51,7 +51,7 @@ def _first_step(kernel, cell: str, paths: list[Path], wait_first_steps, timeout:
 
 def _runs(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, pool: bool, tag: str,
           wait_first_steps, log) -> dict:
-    if pool:  # prewarmed at %load_ext: Ray connected, every node's zygote started (backends/ray/prewarm.py)
+    if pool:  # prewarmed at %load_ext: Ray connected, every node's zygote started (backends/ray/groups/prewarm.py)
         kernel_env = {"RAY_ADDRESS": address, "TF_USE_LEGACY_KERAS": "1", "NBWORKERS_ZYGOTE_PREWARM": "1"}
     else:
         kernel_env = {"NBWORKERS_ZYGOTE_PREWARM": "0"}

@@ -33,7 +33,7 @@ def load_ipython_extension(ipython) -> None:
                       "Set NBWORKERS_ZYGOTE_PREWARM=0 to skip this.", stacklevel=2)
     import os
 
-    if os.environ.get("RAY_ADDRESS"):  # and each Ray node's zygote (backends/ray/prewarm.py), in the background
-        from nbworkers.magics.backends.ray.prewarm import prewarm_nodes
+    if os.environ.get("RAY_ADDRESS"):  # and each Ray node's zygote (backends/ray/groups/prewarm.py), in the background
+        from nbworkers.magics.backends.ray.groups.prewarm import prewarm_nodes
 
         prewarm_nodes(os.environ["RAY_ADDRESS"])

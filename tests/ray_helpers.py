@@ -216,8 +216,8 @@ class RayTestCluster:
 
 
 def pooled_actor_pids(kernel) -> set[int]:
-    """The pids of the actors the test kernel keeps idle for warm runs (magics/backends/ray/pool.py)."""
-    return set(kernel.value("sorted(__import__('nbworkers.magics.backends.ray.pool', fromlist=['_'])"
+    """The pids of the actors the test kernel keeps idle for warm runs (magics/backends/ray/groups/pool.py)."""
+    return set(kernel.value("sorted(__import__('nbworkers.magics.backends.ray.groups.pool', fromlist=['_'])"
                             ".actor_pool().idle_actor_pids())"))
 
 

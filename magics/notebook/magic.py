@@ -282,8 +282,8 @@ def _tensorboard(name: str) -> None:
 
 
 def _release_idle_ray_groups() -> int:
-    """`%workers stop --all` lets the idle Ray worker groups kept for warm runs go too (backends/ray/pool.py)."""
-    from nbworkers.magics.backends.ray.pool import drain_if_used  # imports no Ray
+    """`%workers stop --all` lets the idle Ray worker groups kept for warm runs go too (backends/ray/groups/pool.py)."""
+    from nbworkers.magics.backends.ray.groups.pool import drain_if_used  # imports no Ray
 
     return drain_if_used()
 

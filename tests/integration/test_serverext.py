@@ -21,8 +21,8 @@ import pytest
 from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.rundir import leftovers
 from nbworkers.magics.rundir.liveness import LOST
-from nbworkers.protocol.statuses import KERNEL_GONE
 from nbworkers.procs.ownership import started_since_boot
+from nbworkers.protocol.statuses import KERNEL_GONE
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]

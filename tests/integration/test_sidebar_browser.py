@@ -28,6 +28,7 @@ from browser_helpers import (
     write_notebook,
 )
 from browser_helpers import sidebar_row as row
+
 from nbworkers.protocol.statuses import KERNEL_GONE
 
 pytestmark = [pytest.mark.browser, pytest.mark.installed]  # the sidebar as pip installs it (make test-installed)

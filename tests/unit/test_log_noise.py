@@ -4,8 +4,15 @@ really write."""
 
 from __future__ import annotations
 
-from nbworkers.magics.run.noise import (DEFAULT_LEVEL, OWN_LINES, NoiseFilter, is_noise, is_own_line, launch_line,
-                                        shown_log)
+from nbworkers.magics.run.noise import (
+    DEFAULT_LEVEL,
+    OWN_LINES,
+    NoiseFilter,
+    is_noise,
+    is_own_line,
+    launch_line,
+    shown_log,
+)
 from nbworkers.protocol import session_wire
 
 CONFIG = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}'

@@ -1,4 +1,4 @@
-"""The Ray backend's pool carried out (magics/backends/ray/pool.py, groups.py): idle groups given back, taken by a
+"""The Ray backend's pool carried out (magics/backends/ray/groups/pool.py, groups/place.py): idle groups given back, taken by a
 run of their shape with their actors asked again where they are, and let go (actors killed, placement group
 removed). Ray is faked: its calls are recorded, nothing starts."""
 
@@ -8,11 +8,11 @@ import types
 
 import pytest
 
-import nbworkers.magics.backends.ray.pool as pool_module
+import nbworkers.magics.backends.ray.groups.pool as pool_module
 from nbworkers.kernel_driver import wait_until
-from nbworkers.magics.backends.ray import groups
-from nbworkers.magics.backends.ray.pool import ActorPool, PooledGroup, drain_if_used
-from nbworkers.magics.backends.ray.pool_core import Shape
+from nbworkers.magics.backends.ray.groups import place as groups
+from nbworkers.magics.backends.ray.groups.core import Shape
+from nbworkers.magics.backends.ray.groups.pool import ActorPool, PooledGroup, drain_if_used
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
 
 

@@ -1,9 +1,9 @@
-"""The Ray backend's pool of idle worker groups, its decisions alone (magics/backends/ray/pool_core.py), on a fake
+"""The Ray backend's pool of idle worker groups, its decisions alone (magics/backends/ray/groups/core.py), on a fake
 clock: which group a run takes, and when idle groups go."""
 
 from __future__ import annotations
 
-from nbworkers.magics.backends.ray.pool_core import PoolCore, Shape
+from nbworkers.magics.backends.ray.groups.core import PoolCore, Shape
 
 
 class Clock:

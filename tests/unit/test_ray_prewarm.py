@@ -1,11 +1,11 @@
-"""Prewarm on Ray (magics/backends/ray/prewarm.py): which nodes get a zygote at ``%load_ext`` with ``RAY_ADDRESS`` set,
+"""Prewarm on Ray (magics/backends/ray/groups/prewarm.py): which nodes get a zygote at ``%load_ext`` with ``RAY_ADDRESS`` set,
 with which key, and when it is off. Ray itself is faked: no process starts here."""
 
 from __future__ import annotations
 
 import nbworkers.magics.backends.ray.node_zygotes as node_zygotes_module
 import nbworkers.magics.settings as settings_module
-from nbworkers.magics.backends.ray import prewarm
+from nbworkers.magics.backends.ray.groups import prewarm
 from nbworkers.magics.backends.ray.backend import RayBackend
 from nbworkers.magics.settings import WorkerSettings
 

@@ -5,6 +5,7 @@ Notebook 7 send in the execute request's metadata, and the notebook's path the s
 from __future__ import annotations
 
 import IPython
+
 from nbworkers.magics.run import group_launch
 
 

@@ -13,7 +13,7 @@ variables are copied to the node, the log is written there and copied back, a ch
 ``log_mirror_interval`` seconds, into the kernel's run directory (where ``%workers logs`` reads it).
 
 Once a worker group is gone with every actor alive and idle, the group (its placement group and actors) goes
-to the kernel's pool (``pool.py``): the next run of the same shape takes it and starts its hosts through those
+to the kernel's pool (``groups/pool.py``): the next run of the same shape takes it and starts its hosts through those
 live actors at once (``RaySettings.pool_idle_timeout``; 0: every group is released, ``ray.kill`` of its actors,
 then the placement group, as one whose actor died is). The actors belong to the kernel, the Ray driver: if the
 kernel dies, even by ``kill -9``, Ray kills them, pooled or not, and each host, seeing its stdin close, stops its
@@ -55,11 +55,11 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
     import_ray,
     split_address,
 )
-from nbworkers.magics.backends.ray.groups import Group, let_go, new_group, pooled_group
+from nbworkers.magics.backends.ray.groups.core import Shape
+from nbworkers.magics.backends.ray.groups.place import Group, let_go, new_group, pooled_group
+from nbworkers.magics.backends.ray.groups.pool import actor_pool
 from nbworkers.magics.backends.ray.node import NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
-from nbworkers.magics.backends.ray.pool import actor_pool
-from nbworkers.magics.backends.ray.pool_core import Shape
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
@@ -75,7 +75,7 @@ ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors'
 # The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
 # the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
 WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
-_connect_lock = threading.Lock()  # ray.init once, from the first cell or the prewarm at %load_ext (prewarm.py)
+_connect_lock = threading.Lock()  # ray.init once, from the first cell or the prewarm at %load_ext (groups/prewarm.py)
 
 
 class RayBackend:

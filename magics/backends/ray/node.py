@@ -121,7 +121,7 @@ class NbworkersWorkerHost:
         self._run_id = ""
         self._relay_keys: tuple[str, str] | None = None  # this node's CurveZMQ client keypair (relay_curve.py)
         self._own_run_dir: Path | None = None  # the node's run directory, when it does not share the kernel's
-        self._launch = 0  # launches hosted so far: a pooled actor hosts one run's worker after another (pool.py)
+        self._launch = 0  # launches hosted so far: a pooled actor hosts one run's worker after another (groups/pool.py)
 
     # ------------------------------------------------------------------ placement
     def where(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbworkers.magics.backends.ray.actors import kill_actor, remove_placement_group
-from nbworkers.magics.backends.ray.pool_core import PoolCore, Shape
+from nbworkers.magics.backends.ray.groups.core import PoolCore, Shape
 
 WAITING_STATES = ("PENDING", "RESCHEDULING")  # a placement group waiting for resources (ray's placement_group_table)
 

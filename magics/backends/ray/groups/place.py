@@ -15,10 +15,10 @@ from typing import Any
 
 from nbworkers.magics.backends.ray.actors import actor_class, actor_failure
 from nbworkers.magics.backends.ray.checks import RayBackendError
+from nbworkers.magics.backends.ray.groups.core import Shape
+from nbworkers.magics.backends.ray.groups.pool import PooledGroup, actor_pool
 from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.ray.node_zygotes import Asked
-from nbworkers.magics.backends.ray.pool import PooledGroup, actor_pool
-from nbworkers.magics.backends.ray.pool_core import Shape
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
 
 AskZygotes = Callable[[Any, "list[str] | None"], "Asked | None"]  # (ray, node of each bundle) -> the zygotes asked
