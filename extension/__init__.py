@@ -35,7 +35,7 @@ def get_cluster(name: str):
     """The cluster handle of that name started by this kernel, or a detached run's (``%%worker --detach``) started
     by any kernel: a live handle (``.snapshot() .stop() .restart() .wait() .logs()``) read from its run directory."""
     from nbworkers.magics.notebook import registry
-    from nbworkers.magics.notebook.detach import detached_run
+    from nbworkers.magics.notebook.remote.detach import detached_run
 
     try:
         return registry.get(name)
@@ -50,7 +50,7 @@ def session(name: str):
     """The interactive session of that name (``%%worker -n 2 --session NAME``): ``.pull(expression, worker=0)``,
     ``.stop()``, ``.interrupt()``, ``.logs()``, ``.wait()``, ``.cells``."""
     from nbworkers.magics.notebook import registry
-    from nbworkers.magics.notebook.detached_session import DetachedSession, detached_session
+    from nbworkers.magics.notebook.remote.detached_session import DetachedSession, detached_session
     from nbworkers.magics.sessions.session import Session
 
     cluster: Any

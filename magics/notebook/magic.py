@@ -12,9 +12,9 @@ from IPython.display import display
 from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
-from nbworkers.magics.notebook.detach import detached_run, run_detached, workers_attach
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.parse import build_spec
+from nbworkers.magics.notebook.remote.detach import detached_run, run_detached, workers_attach
 from nbworkers.magics.notebook.session_magic import (
     restore_session,
     run_session_cell,
@@ -124,7 +124,7 @@ class WorkerMagics(Magics):
             user_ns = self.shell.user_ns if self.shell is not None else {}
             spec = build_spec(args, cell, user_ns, taken=registry.names(), running=_running_names())
             if args.detach if args.detach is not None else settings().detach:
-                return run_detached(spec, block=args.block)  # magics/notebook/detach.py
+                return run_detached(spec, block=args.block)  # magics/notebook/remote/detach.py
             cluster = Cluster(spec)
             cluster.start()  # raises before anything runs, or leaves nothing behind
             registry.add(cluster)

@@ -25,8 +25,8 @@ from IPython.core.error import UsageError
 from nbworkers.magics.errors import CellStopped, LaunchError, RunFailed
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.notebook import idle_interrupt, registry
-from nbworkers.magics.notebook.detached_session import detached_session, start_detached_session
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
+from nbworkers.magics.notebook.remote.detached_session import detached_session, start_detached_session
 from nbworkers.magics.sessions.detach.client import SessionRefused
 from nbworkers.magics.sessions.session import Session, SessionEnded
 from nbworkers.magics.settings import settings

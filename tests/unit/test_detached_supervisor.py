@@ -17,7 +17,7 @@ import pytest
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
-from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
+from nbworkers.magics.notebook.remote.attach import AttachedCluster, DetachedCluster, attach
 from nbworkers.magics.run.detach import start as detach_start
 from nbworkers.magics.run.detach.supervisor import DetachRequest, serve, settings_values
 from nbworkers.magics.rundir.layout import restart_requested, write_state

@@ -1,4 +1,4 @@
-"""The kernel's handle on a detached session (magics/notebook/detached_session.py): found by name from its
+"""The kernel's handle on a detached session (magics/notebook/remote/detached_session.py): found by name from its
 state.json, its cells, pulls and pushes through the session's channel, served here by a fake session
 (test_sessions_detach.py's) over a real Unix socket; no process."""
 
@@ -12,7 +12,7 @@ import pytest
 from detach_fakes import FakeSession
 
 from nbworkers.magics.notebook import registry
-from nbworkers.magics.notebook.detached_session import DetachedSession, detached_session
+from nbworkers.magics.notebook.remote.detached_session import DetachedSession, detached_session
 from nbworkers.magics.rundir.layout import write_state
 from nbworkers.magics.sessions.detach.handlers import handle
 from nbworkers.magics.sessions.detach.server import SessionServer

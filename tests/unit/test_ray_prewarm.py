@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import nbworkers.magics.backends.ray.node_zygotes as node_zygotes_module
 import nbworkers.magics.settings as settings_module
-from nbworkers.magics.backends.ray.groups import prewarm
 from nbworkers.magics.backends.ray.backend import RayBackend
+from nbworkers.magics.backends.ray.groups import prewarm
 from nbworkers.magics.settings import WorkerSettings
 
 NODES = [

@@ -69,7 +69,7 @@ def test_state_file_rest_api_and_attach_read_the_same_shape(tmp_path):
     # the cell that started it and its notebook: the sidebar runs that cell again after a kernel restart
     assert (rows[0]["cell_id"], rows[0]["notebook"]) == ("c-1", "/home/u/nb.ipynb")
 
-    from nbworkers.magics.notebook.attach import AttachedCluster
+    from nbworkers.magics.notebook.remote.attach import AttachedCluster
 
     attached = AttachedCluster(run_dir).snapshot()
     assert set(attached) <= _declared(shapes.ClusterSnapshot) and attached["attached"] is True

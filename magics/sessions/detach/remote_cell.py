@@ -26,7 +26,7 @@ LOST = "lost"  # the cell's state when its session's supervisor could no longer 
 
 
 class CellOwner(Protocol):
-    """The kernel's handle on the detached session (``notebook/detached_session.py``; a fake in the unit tests)."""
+    """The kernel's handle on the detached session (``notebook/remote/detached_session.py``; faked in unit tests)."""
 
     name: str
     client: SessionClient

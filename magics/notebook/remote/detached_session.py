@@ -19,7 +19,7 @@ from typing import Any
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.notebook import registry
-from nbworkers.magics.notebook.attach import DetachedCluster
+from nbworkers.magics.notebook.remote.attach import DetachedCluster
 from nbworkers.magics.run.detach.start import start_detached
 from nbworkers.magics.rundir.layout import RunNotFound, read_state, request_restart, run_dir_of
 from nbworkers.magics.sessions.detach.client import SessionClient, SessionRefused

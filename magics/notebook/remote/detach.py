@@ -14,9 +14,9 @@ from typing import Any
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.notebook import registry
-from nbworkers.magics.notebook.attach import AttachedCluster, DetachedCluster, attach
-from nbworkers.magics.notebook.attach import workers_attach as attach_read_only
-from nbworkers.magics.notebook.detached_session import detached_session
+from nbworkers.magics.notebook.remote.attach import AttachedCluster, DetachedCluster, attach
+from nbworkers.magics.notebook.remote.attach import workers_attach as attach_read_only
+from nbworkers.magics.notebook.remote.detached_session import detached_session
 from nbworkers.magics.run.detach.start import start_detached
 from nbworkers.magics.rundir.layout import RunNotFound
 from nbworkers.magics.settings import settings
