@@ -26,7 +26,6 @@ expression) and its MIME bundle sent as the cell's result; ``display(...)`` and 
 
 from __future__ import annotations
 
-import ast
 import linecache
 import os
 import queue
@@ -42,6 +41,7 @@ from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context
 from nbworkers.distlib.saved_state.rebuild import Bindings, RestoreOnRebuild
 from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker.rich.cell_code import split_last_expression, user_traceback
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import env_settings, session_data, session_shm, session_wire, wire
 
@@ -189,7 +189,7 @@ class SessionWorker:
         try:
             self.in_cell = True
             self.bindings.before(self.namespace)
-            body, last = _split_last_expression(code, filename)
+            body, last = split_last_expression(code, filename)
             exec(body, self.namespace)
             if last is not None:
                 value = eval(last, self.namespace)
@@ -200,10 +200,10 @@ class SessionWorker:
                 self.rebuilds.restore_rebuilt(self.bindings.after(self.namespace, cell))
         except KeyboardInterrupt:
             self.in_cell = False
-            status, error, text = "interrupted", "KeyboardInterrupt", _user_traceback(filename)
+            status, error, text = "interrupted", "KeyboardInterrupt", user_traceback(filename)
         except BaseException as exc:  # SystemExit included: the session goes on
             self.in_cell = False
-            status, text = "error", _user_traceback(filename)
+            status, text = "error", user_traceback(filename)
             error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500] if str(exc) else type(exc).__name__
         finally:
             self.in_cell = False
@@ -369,26 +369,6 @@ def _put_back_saved_values(worker: SessionWorker) -> None:
     except Exception:
         print("nbworkers: the values saved before the restart could not be put back:", file=sys.stderr)
         traceback.print_exc()
-
-
-def _split_last_expression(code: str, filename: str):
-    """The cell compiled as a body, plus its last statement compiled apart when it is an expression."""
-    tree = ast.parse(code, filename, "exec")
-    last = None
-    final = tree.body[-1] if tree.body else None
-    if isinstance(final, ast.Expr):
-        tree.body.pop()
-        last = compile(ast.Expression(final.value), filename, "eval")
-    return compile(tree, filename, "exec"), last
-
-
-def _user_traceback(filename: str) -> str:
-    """The current exception's traceback from the cell's own frames on."""
-    kind, error, tb = sys.exc_info()
-    start = tb
-    while start is not None and start.tb_frame.f_code.co_filename != filename:
-        start = start.tb_next
-    return "".join(traceback.format_exception(kind, error, start if start is not None else tb))
 
 
 def main(module: types.ModuleType) -> int:

@@ -13,138 +13,35 @@ import types
 
 import numpy as np
 import pytest
+from saved_state_fakes import (
+    KINDS,
+    Metric,
+    Model,
+    Module,
+    Optimizer,
+    Variable,
+    as_worker,
+    fake_checkpoints_on,
+    private_run_dir,
+    rebuilt_namespace,
+    trained_namespace,
+)
 
 from nbworkers.distlib.saved_state import namespace as session_state
 from nbworkers.distlib.saved_state import plan, rebuild
 from nbworkers.distlib.saved_state.namespace import Kinds, NoSavedState, StateNotRestored
-from nbworkers.protocol import env_settings, session_wire
+from nbworkers.protocol import session_wire
 from nbworkers.protocol.private.dirs import UnsafeDirectory
-
-
-class Variable:
-    """A variable: numpy(), assign(), shape (as tf.Variable and keras.Variable)."""
-
-    def __init__(self, value):
-        self.value = np.array(value, dtype="float32")
-
-    @property
-    def shape(self):
-        return self.value.shape
-
-    @property
-    def dtype(self):
-        return self.value.dtype
-
-    def numpy(self):
-        return self.value.copy()
-
-    def assign(self, value):
-        assert np.shape(value) == self.value.shape
-        self.value = np.array(value, dtype="float32")
-
-
-class Optimizer:
-    """Slots made by build(), as Keras 3 optimizers make them on the first step (``built``, and the variables they
-    are for in ``_trainable_variables``, as compat/keras3_optimizer reads them)."""
-
-    def __init__(self):
-        self.iterations = Variable(0.0)
-        self.slots: list[Variable] = []
-        self.built = False
-        self._trainable_variables: list[Variable] = []
-
-    @property
-    def variables(self):
-        return [self.iterations, *self.slots]
-
-    def build(self, variables):
-        self.slots = [Variable(np.zeros(v.shape)) for v in variables]
-        self.built, self._trainable_variables = True, list(variables)
-
-
-class Model:
-    def __init__(self, units: int = 3, seed: float = 0.0):
-        self.weights = [Variable(np.full((2, units), seed)), Variable(np.full((units,), seed))]
-        self.trainable_variables = self.weights
-        self.optimizer = Optimizer()
-
-
-class Module:
-    """Stands for a tf.Module / tf.train.Checkpoint: its variables."""
-
-    def __init__(self, value: float = 0.0):
-        self.variables = [Variable(value)]
-
-
-class Metric(Module):
-    """Stands for a Keras 3 metric: not trackable itself, its variables are checkpointed."""
-
-
-KINDS = Kinds(models=(Model,), variables=(Variable,), checkpointables=(Module, Optimizer), holders=(Metric,))
-
-
-def state_of(obj) -> list:
-    if isinstance(obj, Variable):
-        return [obj]
-    if isinstance(obj, Model):
-        return obj.weights + obj.optimizer.variables
-    return list(obj.variables) if not isinstance(obj, list) else obj
 
 
 @pytest.fixture(autouse=True)
 def fake_checkpoints(monkeypatch):
-    """TensorFlow's checkpoint write and read, on the stand-ins: one .npz of each object's variables in order."""
-    from nbworkers.distlib.saved_state import objects as saved_objects
-
-    def write(objects, prefix):
-        arrays = {f"{key}.{i}": v.numpy() for key, obj in objects.items() for i, v in enumerate(state_of(obj))}
-        np.savez(prefix + ".data-00000-of-00001.npz", **arrays)
-        return len(arrays)
-
-    def read(objects, prefix):
-        with np.load(prefix + ".data-00000-of-00001.npz") as saved:
-            for key, obj in objects.items():
-                values = [saved[f"{key}.{i}"] for i in range(sum(1 for k in saved.files if k.startswith(key + ".")))]
-                variables = state_of(obj)
-                if [v.shape for v in variables] != [a.shape for a in values]:
-                    raise ValueError(f"{key}: not as saved")
-                for variable, value in zip(variables, values):
-                    variable.assign(value)
-
-    monkeypatch.setattr(saved_objects, "checkpoint_write", write)
-    monkeypatch.setattr(saved_objects, "checkpoint_read", read)
-
-
-def trained_namespace() -> dict:
-    model = Model(seed=1.5)
-    model.optimizer.build(model.trainable_variables)
-    model.optimizer.iterations.assign(42.0)
-    for slot in model.optimizer.slots:
-        slot.assign(np.full(slot.shape, 0.25))
-    net = Model(seed=2.0)
-    adam = Optimizer()  # a standalone optimizer, built for net's variables by a custom training step
-    adam.build(net.trainable_variables)
-    adam.iterations.assign(7.0)
-    adam.slots[0].assign(np.full((2, 3), 0.5))
-    return {"np": np, "helper": lambda: 1, "Model": Model, "_hidden": 3, "model": model, "scale": Variable(2.0),
-            "x": np.arange(6, dtype="float32").reshape(3, 2), "epochs": 7, "config": {"lr": 0.01, "tags": ["a"]},
-            "shape": (2, 3), "objects": np.array([object()]), "history": object(), "rate": np.float32(0.5),
-            "net": net, "adam": adam, "loss": Metric(0.75), "pair": (net, np.ones(2), "tag"),
-            "batches": [np.zeros(2), {"y": np.ones(1)}], "stream": (i for i in range(3)),
-            "by_number": {1: np.zeros(1)}}
+    fake_checkpoints_on(monkeypatch)
 
 
 @pytest.fixture
 def run_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "train"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv(env_settings.RUN_DIR.name, str(folder))
-    return folder
-
-
-def as_worker(monkeypatch, worker: int, generation: int) -> None:
-    monkeypatch.setenv(env_settings.WORKER.name, str(worker))
-    monkeypatch.setenv(env_settings.GENERATION.name, str(generation))
+    return private_run_dir(tmp_path, monkeypatch)
 
 
 def test_a_namespace_is_sorted_into_what_is_saved_and_what_is_left_out_and_why():
@@ -247,13 +144,6 @@ def test_new_processes_put_the_values_back_by_themselves_each_worker_its_own(run
     assert session_state.restore_values_after_restart(later, str(run_dir), 3, 0) == [] and later == {}
 
 
-def rebuilt_namespace() -> dict:
-    """What re-running the cells that built them makes: fresh objects, optimizers not built yet."""
-    net = Model()
-    return {"model": Model(), "scale": Variable(0.0), "x": None, "net": net, "adam": Optimizer(), "loss": Metric(),
-            "pair": (net, np.zeros(2), "other")}
-
-
 def test_restore_reads_the_saved_state_into_rebuilt_objects_on_every_worker(run_dir, monkeypatch, capsys):
     session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
     session_state.save_namespace({"x": np.ones(3)}, run_dir, 1, 1, 2**20, KINDS)
@@ -318,55 +208,6 @@ def test_restore_names_what_it_could_not_put_back_and_what_to_do(run_dir, monkey
     assert "nothing: was not saved" in message
     assert "pair: (checkpoint) ValueError: here it is a list of another shape than the saved one" in message
     assert "loss: (checkpoint) ValueError: here its leaf0 is a ndarray, saved was a checkpoint" in message
-
-
-def test_each_cell_records_the_names_it_bound():
-    bindings = rebuild.Bindings()
-    namespace: dict = {"a": 1}
-    bindings.before(namespace)
-    namespace.update(model=Model(), opt=Optimizer())
-    assert bindings.after(namespace, 1) == ["model", "opt"]
-    bindings.before(namespace)
-    namespace["model"].weights.append(Variable(1.0))  # changed in place: not bound again
-    namespace["x"], namespace["_hidden"] = 3, 4
-    assert bindings.after(namespace, 2) == ["x"]
-    bindings.before(namespace)
-    namespace["model"] = Model()
-    bindings.after(namespace, 3)
-    assert bindings.built_in == {"model": 3, "opt": 1, "x": 2}
-
-
-def test_saved_objects_come_back_when_a_cell_rebuilds_them_once_each(run_dir, monkeypatch, capsys):
-    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
-    session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
-    as_worker(monkeypatch, 0, 2)
-    assert rebuild.RestoreOnRebuild({}, str(run_dir), 3).waiting == set()  # not right after the save
-    assert rebuild.RestoreOnRebuild({}, str(run_dir), 2, enabled=False).waiting == set()  # turned off
-    namespace = rebuilt_namespace()
-    rebuilds = rebuild.RestoreOnRebuild(namespace, str(run_dir), 2)
-    assert rebuilds.waiting == {"model", "scale", "net", "adam", "loss", "pair"}
-    assert rebuilds.restore_rebuilt(["model", "x"]) == {"model": "2 weights + 3 optimizer variables"}
-    assert namespace["model"].optimizer.iterations.value == 42.0 and "net" in rebuilds.waiting
-    namespace["model"] = Model()
-    assert rebuilds.restore_rebuilt(["model"]) == {}  # once: a later rebuild starts afresh
-    namespace["scale"] = Variable(np.zeros(4))
-    assert rebuilds.restore_rebuilt(["scale"]) == {}
-    assert "scale: (variable) ValueError" in capsys.readouterr().err and "scale" not in rebuilds.waiting
-
-
-def test_a_standalone_optimizer_rebuilt_before_its_model_waits_for_it(run_dir, monkeypatch):
-    monkeypatch.setattr(session_state, "loaded_kinds", lambda: KINDS)
-    session_state.save_namespace(trained_namespace(), run_dir, 1, 0, 2**20, KINDS)
-    as_worker(monkeypatch, 0, 2)
-    namespace: dict = {"adam": Optimizer()}
-    rebuilds = rebuild.RestoreOnRebuild(namespace, str(run_dir), 2)
-    assert rebuilds.needs["adam"] == {"net"} and rebuilds.needs["model"] == set()
-    assert rebuilds.restore_rebuilt(["adam"]) == {}  # net is not rebuilt yet: adam waits
-    namespace["net"] = Model()
-    assert rebuilds.restore_rebuilt(["net"]) == {"net": "2 weights + 1 optimizer variables",
-                                                 "adam": "Optimizer read (iterations 7)"}
-    assert namespace["adam"].slots[0].value.tolist() == [[0.5] * 3] * 2 and rebuilds.waiting == {
-        "model", "scale", "loss", "pair"}
 
 
 def test_an_unfinished_save_is_never_read(run_dir, monkeypatch):

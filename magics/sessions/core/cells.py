@@ -32,14 +32,14 @@ read at once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import assert_never
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core import restart_save
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
-from nbworkers.magics.sessions.core.notes import nothing_lost, with_notes
+from nbworkers.magics.sessions.core.notes import error_text, nothing_lost, stop_note, with_notes, workers_text
 from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
 from nbworkers.magics.sessions.core.restart_save import Outcome, Saving
 from nbworkers.magics.sessions.core.saved_state import SavedState
@@ -191,10 +191,10 @@ class SessionCore:
             reason = f"worker {cell.first_error_worker} of session {self.name!r} failed in {cell.title}"
             actions.append(ev.SendAbort(cell.number, running, reason))
         elif cell.aborted_at is not None and now - cell.aborted_at >= timings.abort_grace:
-            actions += self._ask_restart(f"{_workers(running)} did not end {cell.title} after an abort", group,
-                                         Outcome(CellState.FAILED, self.error_text(cell)))
+            actions += self._ask_restart(f"{workers_text(running)} did not end {cell.title} after an abort", group,
+                                         Outcome(CellState.FAILED, error_text(cell)))
         elif cell.interrupted_at is not None and now - cell.interrupted_at >= timings.interrupt_grace:
-            actions += self._ask_restart(f"{_workers(running)} did not end {cell.title} "
+            actions += self._ask_restart(f"{workers_text(running)} did not end {cell.title} "
                                          f"{timings.interrupt_grace:g} s after Stop (stuck in a collective)", group,
                                          Outcome(CellState.STOPPED))
         return actions
@@ -241,40 +241,22 @@ class SessionCore:
         aborted = [w for w, end in cell.ends.items() if end.aborted]
         statuses = {w: end.status for w, end in cell.ends.items()}
         if CellEnd.ERROR in statuses.values():
-            error = self.error_text(cell)
+            error = error_text(cell)
             failed = tuple(sorted(w for w, s in statuses.items() if s == CellEnd.ERROR))
             if aborted:
-                return self._ask_restart(f"worker {cell.first_error_worker} failed while {_workers(aborted)} "
+                return self._ask_restart(f"worker {cell.first_error_worker} failed while {workers_text(aborted)} "
                                          "waited in a collective, which had to be aborted", group,
                                          Outcome(CellState.FAILED, error, failed))
             return self._conclude(cell, CellState.FAILED, with_notes(error, [nothing_lost(self.rerun(cell),
                                                                                          self.live_cells())]), failed)
         if CellEnd.INTERRUPTED in statuses.values():
             actions = self._conclude(cell, CellState.FAILED if cell.timed_out else CellState.STOPPED,
-                                     cell.error or self.stop_note(cell))
+                                     cell.error or stop_note(cell))
             if aborted:
                 actions += self._ask_restart("collectives were aborted while stopping the cell", group,
                                              Outcome(CellState.STOPPED), cell)
             return actions
         return self._conclude(cell, CellState.FINISHED)
-
-    @staticmethod
-    def stop_note(cell: CellRecord) -> str:
-        """What a Stop did, as the cell shows it: "stopped by you at step N", N the last step a stopped worker
-        reported (they stop at the same one); the traceback stays in the workers' logs."""
-        steps = [end.step for end in cell.ends.values() if end.status == CellEnd.INTERRUPTED and end.step is not None]
-        return f"stopped by you at step {max(steps)}" if steps else "stopped by you"
-
-    def error_text(self, cell: CellRecord) -> str:
-        """A failed cell's error: the first failing worker's message and traceback, and who was interrupted."""
-        worker = cell.first_error_worker
-        end = cell.ends.get(worker) if worker is not None else None
-        if end is None:
-            return cell.error or "failed"
-        others = [w for w, e in cell.ends.items() if w != worker and e.status != CellEnd.OK]
-        interrupted = [f"{_workers(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it"]
-        return with_notes(f"worker {worker}: {end.error or 'error'}\n{end.traceback or ''}", interrupted if others
-                          else [])
 
     # ------------------------------------------------------------------------------------- transitions
     def _conclude(self, cell: CellRecord, state: CellState, error: str = "",
@@ -403,7 +385,3 @@ class SessionCore:
     def _stale(self, cell: int, worker: int) -> ev.DropStale:
         return ev.DropStale(f"cell {cell} message from worker {worker}")
 
-
-def _workers(items: Iterable[int]) -> str:
-    items = list(items)
-    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from nbworkers.magics.run.core.statuses import CellEnd
+from nbworkers.magics.sessions.core.records import CellRecord
+
 TRACEBACK_START = "Traceback (most recent call last):"  # the widget splits the error there too (widget_cards.js)
 _TRACEBACK_LINE = re.compile(r"^Traceback\b", re.M)  # where a worker's traceback starts in an error
 
@@ -26,3 +29,28 @@ def nothing_lost(rerun: str, live_cells: str) -> str:
     runs the cell again ("session cell 3")."""
     return (f"nothing was lost: no process restarted, the variables of {live_cells} are kept\n"
             f"- run: {rerun} again once it is fixed")
+
+
+def stop_note(cell: CellRecord) -> str:
+    """What a Stop did, as the cell shows it: "stopped by you at step N", N the last step a stopped worker
+    reported (they stop at the same one); the traceback stays in the workers' logs."""
+    steps = [end.step for end in cell.ends.values() if end.status == CellEnd.INTERRUPTED and end.step is not None]
+    return f"stopped by you at step {max(steps)}" if steps else "stopped by you"
+
+
+def error_text(cell: CellRecord) -> str:
+    """A failed cell's error: the first failing worker's message and traceback, and who was interrupted."""
+    worker = cell.first_error_worker
+    end = cell.ends.get(worker) if worker is not None else None
+    if end is None:
+        return cell.error or "failed"
+    others = [w for w, e in cell.ends.items() if w != worker and e.status != CellEnd.OK]
+    interrupted = [f"{workers_text(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it"]
+    return with_notes(f"worker {worker}: {end.error or 'error'}\n{end.traceback or ''}", interrupted if others
+                      else [])
+
+
+def workers_text(items: Iterable[int]) -> str:
+    """"worker 1" or "workers 0, 2"."""
+    items = list(items)
+    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)

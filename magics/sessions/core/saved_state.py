@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbworkers.magics.sessions.core.events import WorkerSave
+from nbworkers.magics.sessions.core.notes import workers_text
 
 TF_KINDS = ("model", "variable", "checkpoint")  # worker 0's, restored into rebuilt objects by %workers restore
 KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": ""}  # a checkpoint's detail names it
@@ -122,14 +123,15 @@ class SavedState:
         found = [f"worker {w} could not save: {r.error}" for w, r in sorted(self.reports.items()) if r.error]
         late = self.unanswered
         if late:
-            found.append(f"{_workers(late)} did not answer the save within {self.wait:g} s: "
+            found.append(f"{workers_text(late)} did not answer the save within {self.wait:g} s: "
                          f"{'its' if len(late) == 1 else 'their'} state is gone")
         if self.not_ended:
-            found.append(f"{_workers(self.not_ended)} did not end the cell after the abort (session_abort_grace), so "
+            found.append(f"{workers_text(self.not_ended)} did not end the cell after the abort "
+                         "(session_abort_grace), so "
                          f"{'it' if len(self.not_ended) == 1 else 'they'} could not save: "
                          f"{'its' if len(self.not_ended) == 1 else 'their'} state is gone")
         if self.gone:
-            found.append(f"{_workers(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
+            found.append(f"{workers_text(self.gone)} {'was' if len(self.gone) == 1 else 'were'} gone before the save "
                          f"(killed): {'its' if len(self.gone) == 1 else 'their'} own arrays and values are lost")
         if self.holder > 0 and 0 not in self.gone and 0 not in self.asked:
             found.append(f"worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
@@ -158,6 +160,3 @@ def _kind_detail(kind: str, detail: str) -> str:
 def _them(entries: list[tuple[str, str, str]]) -> str:
     return "it" if len(entries) == 1 else "them"
 
-
-def _workers(items: tuple[int, ...]) -> str:
-    return ("worker " if len(items) == 1 else "workers ") + ", ".join(str(i) for i in items)
