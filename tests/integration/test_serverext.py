@@ -126,15 +126,24 @@ def server(tmp_path_factory):
         )
     try:
         info_file = Path(env["JUPYTER_RUNTIME_DIR"]) / f"jpserver-{proc.pid}.json"
-        assert wait_until(lambda: info_file.is_file() or proc.poll() is not None, SERVER_START_TIMEOUT), log.read_text()
+        # the server writes its runtime file in place: it can be there and still empty (seen in CI under load)
+        assert wait_until(lambda: _port(info_file) or proc.poll() is not None, SERVER_START_TIMEOUT), log.read_text()
         assert proc.poll() is None, log.read_text()
-        port = json.loads(info_file.read_text())["port"]
+        port = _port(info_file)
         srv = Server(port=port, proc=proc, run_root=run_root, root_dir=root_dir, log=log)
         assert wait_until(lambda: _answers(srv), SERVER_START_TIMEOUT), log.read_text()
         yield srv
     finally:
         _kill_tree(proc.pid, run_root)
         proc.wait(timeout=30)
+
+
+def _port(info_file: Path) -> int | None:
+    """The port in the server's runtime file, once the file is there and whole."""
+    try:
+        return json.loads(info_file.read_text())["port"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _answers(srv) -> bool:

@@ -64,5 +64,5 @@ def say_once(fact: str) -> None:
                 "on the cluster's network can read them. Start every Ray node and this kernel with RAY_USE_TLS=1 "
                 "and RAY_TLS_SERVER_CERT, RAY_TLS_SERVER_KEY, RAY_TLS_CA_CERT (docs/ray.md, \"Ray with TLS\"), or "
                 "keep the cluster on a private network. (Said once per kernel; `%workers` shows each run's.)")
-        log.warning("%s", text)
+        log.info("%s", text)  # info: a warning would reach the cell a second time through logging's last resort
     print(text, file=sys.stderr, flush=True)

@@ -40,7 +40,7 @@ def logs(kernel, name: str) -> str:
 
 
 def placements(kernel, name: str) -> list[dict]:
-    return kernel.value(f"[{{k: p[k] for k in ('ip', 'port', 'node_id')}}"
+    return kernel.value(f"[{{k: p[k] for k in ('ip', 'port', 'node_id', 'actor_pid')}}"
                         f" for p in nbworkers.get_cluster({name!r}).backend.placements]")
 
 
