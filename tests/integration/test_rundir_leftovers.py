@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from nbworkers.kernel_driver import KernelDriver, wait_until
-from nbworkers.magics.notebook import attach
+from nbworkers.magics.notebook.remote import attach
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.rundir import leftovers, liveness
 from nbworkers.magics.rundir import listing as run_listing
@@ -295,7 +295,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         out, error = second.run_text(
             # the kernel's scan at load (``leftovers.scan_at_load``) reaps it: nothing else does
             "import time\n"
-            "from nbworkers.magics.notebook import attach\nfrom nbworkers.magics.rundir import leftovers, layout as rundir\n"
+            "from nbworkers.magics.notebook.remote import attach\nfrom nbworkers.magics.rundir import leftovers, layout as rundir\n"
             "deadline = time.monotonic() + 30\n"
             "while leftovers.find_leftovers() and time.monotonic() < deadline:\n"
             "    time.sleep(0.1)\n"
