@@ -68,7 +68,7 @@ demo: setup
 	$(PY) -m nbworkers.demo
 
 # The unit tests, then the integration tests as the runs of tests/tracks.py, taken from one queue (longest first) by
-# four lanes at once (tools/test_suite.sh; TEST_LANES=N changes the number); .venv-installed is made beside them for
+# three lanes at once, after unit and ray alone (tools/test_suite.sh; TEST_LANES=N changes the number); .venv-installed is made beside them for
 # the last run, the tests marked `installed`. Every run goes on when one before it failed; the last line adds them
 # up; the exit status is non-zero when any run failed. build/test-logs/timeline.txt says when each ran (kept in
 # ~/.cache/nbworkers/ci-logs/ when CI=true).

@@ -1,7 +1,7 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
-`make test` runs ``unit`` (tests/unit) and the integration runs below from one queue, unit first, then longest
-first, taken by four lanes at once: most tests wait (for a kernel, a worker's import, a grace period, a browser), so
+`make test` runs ``unit`` (tests/unit), then ``ray`` alone, then the integration runs below from one queue, longest
+first, taken by three lanes at once (tools/test_suite.sh; ALONE_FIRST=0 queues unit and ray too): most tests wait (for a kernel, a worker's import, a grace period, a browser), so
 several lanes keep two cores busier than one, and a lane that finishes a run takes the next (the lanes stay balanced
 whatever the machine's speed; nothing runs twice). The runs: ``beside``, the browser tests and the tutorial
 notebooks; ``main``, the rest on ``.venv`` (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption,
@@ -14,7 +14,9 @@ tests start (again) must register with its head within Ray's fixed 30 s and its 
 priority. Measured before the split (2026-11-27, `.ci/run` on a fresh clone, 21.1 min in all: set-up ~2, unit 0.3,
 ray 5.8 alone, then processes 13.0 | main 12.8 | beside 9.6 + installed 3.2). A trial of this layout (2026-11-28, a
 fresh clone, `.ci/run`, while other suites loaded the machine to a load of 14-27 on its 2 cores) ran ray beside the
-other lanes in 27 min, all 19 passed; the figures of a quiet run are still to be measured.
+other lanes in 27 min, all 19 passed; on a quiet machine (2026-11-28), four lanes with ray among them took 25.5 min
+in all and three tests that depend on timing failed there (a watchdog stack dump, a custom loop's kill -9 point, the
+32-worker page), so ray runs alone first again, the other runs in three lanes, as when the official CI passed.
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from one
-# queue by LANES lanes at once (default 4; TEST_LANES=N): most integration tests wait (for a kernel, a worker's
+# queue by LANES lanes at once (default 3; TEST_LANES=N; unit and ray first, alone: ALONE_FIRST): most integration tests wait (for a kernel, a worker's
 # import, a grace period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run
 # takes the next one in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed`
 # (the tests marked so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make
@@ -16,9 +16,17 @@ set -u
 cd "$(dirname "$0")/.."
 VENV_PY=.venv/bin/python
 LOGS=build/test-logs
-LANES=${TEST_LANES:-4}
-# unit (tests/unit, seconds) first, then the integration runs of tests/tracks.py, longest first (its figures)
-QUEUE=(unit beside main faults ray processes distlib installed)
+LANES=${TEST_LANES:-3}
+# unit (tests/unit, seconds) and ray (the Ray tests) first, one after the other, alone; then the other integration
+# runs of tests/tracks.py, longest first, from the queue (ALONE_FIRST=0 puts unit and ray in the queue too)
+if [ "${ALONE_FIRST:-1}" = 1 ]; then
+  FIRST=(unit ray)
+  QUEUE=(beside main faults processes distlib installed)
+else
+  FIRST=()
+  QUEUE=(unit beside main faults ray processes distlib installed)
+fi
+RUNS=("${FIRST[@]}" "${QUEUE[@]}")
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code "$LOGS"/*.txt "$LOGS"/queue*
 eval "extra=(${PYTEST_ARGS:-})"
@@ -79,6 +87,7 @@ lane() {
   while name=$(next_run) && [ -n "$name" ]; do run "$name" "$1"; done
 }
 
+for name in "${FIRST[@]}"; do run "$name" 0; done
 ( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1; echo $? > "$LOGS/installed-env.code"
   note "installed-venv made (exit $(cat "$LOGS/installed-env.code"))" > /dev/null ) &
 lanes=()
@@ -87,19 +96,19 @@ wait "${lanes[@]}"
 wait
 note "suite ended"
 
-for name in "${QUEUE[@]}"; do
+for name in "${RUNS[@]}"; do
   echo "=== $name (also in $LOGS/$name.log) ==="
   cat "$LOGS/$name.log" 2>/dev/null
 done
 cat "$LOGS/timeline.txt"
 
 status=0
-for name in "${QUEUE[@]}"; do
+for name in "${RUNS[@]}"; do
   code=$(cat "$LOGS/$name.code" 2>/dev/null || echo 1)
   [ "$code" -eq 0 ] || [ "$code" -eq 5 ] || { echo "run '$name' failed (pytest exit $code)"; status=1; }
 done
 reports=()
-for name in "${QUEUE[@]}"; do reports+=("$LOGS/$name.xml"); done
+for name in "${RUNS[@]}"; do reports+=("$LOGS/$name.xml"); done
 "$VENV_PY" tools/suite_summary.py "${reports[@]}" || status=1
 
 if [ "${CI:-}" = true ]; then  # keep this run's logs for the next developer on this machine (the last 5)

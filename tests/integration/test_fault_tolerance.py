@@ -223,7 +223,9 @@ def test_custom_loop_survives_kill_9_and_resumes_at_the_saved_step(kernel, run_r
         starts = [(e, s) for g, e, s in markers(worker_log(run_root, name, i), "START") if g == 1]
         assert starts == [chief_saves[-1]], (starts, chief_saves)
         assert starts[0][0] == 1 and starts[0][1] >= 3, starts  # mid-epoch 2, not its start: at the saved step
-    assert entry["resumed_from"] == {"epoch": starts[0][0] + 1, "step": starts[0][1] + 1}, entry
+    epoch, done = starts[0]  # 0-based epoch, steps done in it; a save after its last step resumes the next epoch
+    after = {"epoch": epoch + 2, "step": 1} if done == 9 else {"epoch": epoch + 1, "step": done + 1}  # 9: STEPS
+    assert entry["resumed_from"] == after, entry
     assert_same_final_weights(run_root, name)
     assert not processes_of_run_root(run_root)
 
