@@ -33,7 +33,11 @@ def test_a_plain_python_session_keeps_state_queues_cells_and_cancels_after_a_fai
         assert session.snapshot()["session"]["state"] == "idle"
         from nbworkers.magics.rundir.listing import describe  # what the REST API and the sidebar read: state.json
 
-        assert wait_until(lambda: ((describe(session.run_dir) or {}).get("session") or {}).get("cells") == 5, 30)
+        def written() -> dict:
+            return (describe(session.run_dir) or {}).get("session") or {}
+
+        # state.json is written as the loop goes: once with the fifth cell running, then idle (under load, apart)
+        assert wait_until(lambda: written().get("cells") == 5 and written().get("state") == "idle", 30), written()
         row = describe(session.run_dir)
         assert row is not None and row["session"]["cells"] == 5 and row["session"]["state"] == "idle"
         slow = session.submit("import time\ntime.sleep(60)", timeout=0.5)  # --timeout: interrupted, failed
