@@ -24,6 +24,16 @@ import { sameNotebook } from './format';
 export const COMMAND_OPEN = 'nbworkers:open-sidebar';
 const LOAD_EXTENSION = "get_ipython().extension_manager.load_extension('nbworkers')";
 
+/** The notebook's kernel, once ready, with nbworkers loaded in it (silently): where the sidebar's cells run. */
+async function loadInKernel(panel: NotebookPanel): Promise<void> {
+  await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    throw new Error(`${panel.context.path} has no kernel: start one first`);
+  }
+  await kernel.requestExecute({ code: LOAD_EXTENSION, silent: true, store_history: false }).done;
+}
+
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16">
 <g class="jp-icon3" fill="#616161"><rect x="1" y="2" width="14" height="3" rx="1"/>
 <rect x="1" y="6.5" width="10" height="3" rx="1"/><rect x="1" y="11" width="6" height="3" rx="1"/></g></svg>`;
@@ -67,12 +77,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!panel) {
         throw new Error('open a notebook first: the cell goes into the current notebook');
       }
-      await panel.sessionContext.ready;
-      const kernel = panel.sessionContext.session?.kernel;
-      if (!kernel) {
-        throw new Error(`${panel.context.path} has no kernel: start one first`);
-      }
-      await kernel.requestExecute({ code: LOAD_EXTENSION, silent: true, store_history: false }).done;
+      await loadInKernel(panel);
       const notebook = panel.content;
       NotebookActions.insertBelow(notebook);
       const cell = notebook.activeCell;
@@ -131,12 +136,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         throw new Error(found);
       }
       const { panel, index } = found;
-      await panel.sessionContext.ready;
-      const kernel = panel.sessionContext.session?.kernel;
-      if (!kernel) {
-        throw new Error(`${panel.context.path} has no kernel: start one first`);
-      }
-      await kernel.requestExecute({ code: LOAD_EXTENSION, silent: true, store_history: false }).done;
+      await loadInKernel(panel);
       const notebook = panel.content;
       notebook.deselectAll();
       notebook.activeCellIndex = index;
