@@ -37,6 +37,17 @@ stamp() { date -u +%H:%M:%S; }
 note() { echo "$(stamp) $*" | tee -a "$LOGS/timeline.txt"; }
 [ -n "${NBWORKERS_SETUP_START:-}" ] && echo "$NBWORKERS_SETUP_START set-up started (.ci/run)" >> "$LOGS/timeline.txt"
 note "suite started, $LANES lanes; $(uptime)"
+# cpu.txt: every 10 s, the share of the machine's CPU time spent busy, and stolen by the hypervisor (a virtual
+# machine's "steal"): where the suite left cores unused, or had them taken
+( trap 'kill $! 2>/dev/null; exit 0' TERM  # its sleep too
+  cpu() { local u n s i w q sq st; read -r _ u n s i w q sq st _ < /proc/stat; echo $((u + n + s + q + sq)) "$st" $((i + w)); }
+  last=($(cpu))
+  while sleep 10 & wait $!; do
+    now=($(cpu)); d=($((now[0] - last[0])) $((now[1] - last[1])) $((now[2] - last[2]))); last=("${now[@]}")
+    all=$((d[0] + d[1] + d[2])); [ "$all" -gt 0 ] || continue
+    echo "$(stamp) cpu busy $((100 * d[0] / all))% steal $((100 * d[1] / all))%"
+  done ) > "$LOGS/cpu.txt" &
+CPU_SAMPLER=$!
 
 # .venv-installed's own pytest script, not `python -m pytest`, which would put the checkout's root (its folders
 # distlib/, magics/...) first on sys.path; --track=installed refuses to run on anything but the installed package.
@@ -93,6 +104,7 @@ for name in "${FIRST[@]}"; do run "$name" 0; done
 lanes=()
 for n in $(seq 1 "$LANES"); do lane "$n" & lanes+=($!); done
 wait "${lanes[@]}"
+kill "$CPU_SAMPLER" 2>/dev/null
 wait
 note "suite ended"
 

@@ -186,7 +186,9 @@ def test_sigterm_preemption_saves_at_the_next_step_and_the_group_resumes_there(k
     saved = [re.findall(r"preemption checkpoint at epoch (\d+), step (\d+)", log) for log in logs]
     assert saved[0] and saved[0] == saved[1], saved  # the same step on both workers
     epoch, step = (int(v) for v in saved[0][-1])
-    assert epoch == 2 and step >= 3, saved  # 1-based epoch: mid-epoch, not the last epoch boundary
+    # 1-based epoch: after the step the signal came at, not back at the last epoch boundary; a signal that lands
+    # after epoch 2's last step (the snapshot lags under load) saves at epoch 3's start
+    assert (epoch == 2 and step >= 3) or (epoch, step) == (3, 0), saved
     for log in logs:
         gen1 = [(e, b) for g, e, b in markers(log, "BATCH") if g == 1]
         assert gen1[0] == (epoch - 1, step), gen1  # resumed at the saved step, nothing redone
