@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,9 @@ class RunMarker:
     started: float | None
     run_dir: str = ""
     recorded: frozenset[tuple[int, float]] = frozenset()
+    # the run's start in seconds since boot (``boot_clock``), when the marker is made on this machine: compared with
+    # a process's ``started_since_boot``, which a step of the wall clock does not move (``started`` is wall time)
+    started_boot: float | None = None
 
     @classmethod
     def from_state(cls, state: dict, run_dir: Path | None) -> "RunMarker":
@@ -74,6 +78,11 @@ def recorded_pairs(values: Any) -> frozenset[tuple[int, float]]:
                 and value[0] > 1 and isinstance(value[1], (int, float)) and not isinstance(value[1], bool)):
             pairs.add((value[0], float(value[1])))
     return frozenset(pairs)
+
+
+def boot_clock() -> float:
+    """Seconds since boot now, on the clock ``started_since_boot`` reads (CLOCK_BOOTTIME: never stepped)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def started_since_boot(pid: int) -> float:
@@ -130,7 +139,10 @@ def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = Fa
         return False
     if not carries_marker(env, marker):
         return False
-    if marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
+    if marker.started_boot is not None:  # made on this machine: boot-relative, whatever the wall clock did since
+        if since_boot < marker.started_boot - CREATE_TIME_SLACK:
+            return False  # older than the run: not one of its processes
+    elif marker.started is not None and created < marker.started - CREATE_TIME_SLACK:
         return False  # older than the run: not one of its processes, whatever a state file records
     return is_recorded(proc.pid, since_boot, marker) or in_group_of_ours
 

@@ -1,22 +1,21 @@
 """Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
 
-`make test` runs ``unit`` (tests/unit), then ``ray`` alone, then the integration runs below from one queue, longest
-first, taken by three lanes at once (tools/test_suite.sh; ALONE_FIRST=0 queues unit and ray too): most tests wait (for a kernel, a worker's import, a grace period, a browser), so
-several lanes keep two cores busier than one, and a lane that finishes a run takes the next (the lanes stay balanced
-whatever the machine's speed; nothing runs twice). The runs: ``beside``, the browser tests and the tutorial
-notebooks; ``main``, the rest on ``.venv`` (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption,
-the watchdog, restart policies); ``ray``, the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES:
-launches, zygotes, roles, stops, detached runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the
-workers); last ``installed``, the tests marked ``installed`` on ``.venv-installed`` (the wheel users get, installed
-non-editable; made beside the other runs from the start). The Ray tests used to run alone, first: a Ray node the
-tests start (again) must register with its head within Ray's fixed 30 s and its raylet's agents must start within
-~15 s, which they missed beside other tests; tests/ray_cli.py now starts the nodes patiently and at a higher
-priority. Measured before the split (2026-11-27, `.ci/run` on a fresh clone, 21.1 min in all: set-up ~2, unit 0.3,
-ray 5.8 alone, then processes 13.0 | main 12.8 | beside 9.6 + installed 3.2). A trial of this layout (2026-11-28, a
-fresh clone, `.ci/run`, while other suites loaded the machine to a load of 14-27 on its 2 cores) ran ray beside the
-other lanes in 27 min, all 19 passed; on a quiet machine (2026-11-28), four lanes with ray among them took 25.5 min
-in all and three tests that depend on timing failed there (a watchdog stack dump, a custom loop's kill -9 point, the
-32-worker page), so ray runs alone first again, the other runs in three lanes, as when the official CI passed.
+Each test is in one track: ``beside``, the browser tests and the tutorial notebooks; ``main``, the rest on ``.venv``
+(the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption, the watchdog, restart policies); ``ray``,
+the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES: launches, zygotes, roles, stops, detached
+runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the workers); ``installed``, the tests marked
+``installed`` on ``.venv-installed`` (the wheel users get, installed non-editable). `make test` runs each track as
+one pytest run, or the long ones as two (SPLIT_TRACKS: ``main-1`` and ``main-2``...), and ``unit`` (tests/unit),
+taken from one queue by three lanes (tools/test_suite.sh says how: ``ray`` first in lane 0, one lane beside it).
+
+History, for whoever tunes this next. The Ray tests used to run alone, first: a Ray node the tests start (again)
+must register with its head within Ray's fixed 30 s and its raylet's agents must start within ~15 s, which they
+missed beside other tests; tests/ray_cli.py now starts the nodes patiently and at a higher priority. Measured
+(`.ci/run` on fresh clones): 2026-11-27, 21.1 min in all (ray 5.8 alone, then three lanes of 13 min); 2026-11-28,
+four lanes with ray among them: 25.5 min, and three tests that depend on timing failed; the official CI of
+2026-11-28 02:23 (ray alone 8.2 min, then three lanes of 15 min): 25.5 min. cpu.txt then showed the CPU ~73% busy
+while ray ran alone and ~96% in the three lanes: the suite is CPU-bound, so the layout fills the Ray run's idle
+share with one lane and splits the long tracks so that the lanes end together.
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
 refuses to run where nbworkers is not the venv's installed package); without it pytest runs every test it
@@ -44,6 +43,15 @@ DISTLIB_MODULES = frozenset({
 MODULE_TRACKS = {"processes": PROCESS_MODULES, "faults": FAULT_MODULES, "distlib": DISTLIB_MODULES}
 INTEGRATION_DIR = "tests/integration"
 TRACK_OPTION = "--track"
+# Tracks `make test` runs in two parts, so that the lanes' last runs end together (a lane's runs are whole pytest
+# runs): "<track>-1", the track's tests in these modules, and "<track>-2", its tests in every other module. Each part
+# holds about half the track's time (2026-11-28, official CI: main 652 s, beside 627 s, faults 519 s of tests).
+SPLIT_TRACKS = {
+    "main": frozenset({"test_serverext.py", "test_sessions.py", "test_lint.py", "test_trust_headless.py",
+                       "test_packaging.py", "test_kernelspec.py", "test_sidebar_packaging.py"}),
+    "beside": frozenset({"test_tutorials.py", "test_browser_widget.py", "test_browser_widget_many.py"}),
+    "faults": frozenset({"test_fault_tolerance.py"}),
+}
 
 
 def track_of(item: pytest.Item) -> str:
@@ -77,7 +85,29 @@ def paths(track: str) -> list[str]:
     return [f"{INTEGRATION_DIR}/{name}" for name in sorted(modules)] if modules else [INTEGRATION_DIR]
 
 
-if __name__ == "__main__":  # tools/test_suite.sh: python tests/tracks.py NAME prints what to collect for NAME
+def runs() -> list[str]:
+    """Every integration run of `make test`: a track, or each part of a split one (``SPLIT_TRACKS``)."""
+    return [name for track in TRACKS for name in ((f"{track}-1", f"{track}-2") if track in SPLIT_TRACKS else (track,))]
+
+
+def run_args(run: str) -> list[str]:
+    """pytest's arguments for one of ``runs()``: what to collect, what to leave out, and the track to keep."""
+    track, _, part = run.partition("-")
+    if run not in runs():
+        raise ValueError(f"no run {run!r} in make test: one of {', '.join(runs())}")
+    collected = paths(track)
+    if part:
+        mine = sorted(f"{INTEGRATION_DIR}/{name}" for name in SPLIT_TRACKS[track])
+        if part == "1":
+            collected = [path for path in mine if path in collected] if track in MODULE_TRACKS else mine
+        elif track in MODULE_TRACKS:
+            collected = [path for path in collected if path not in mine]
+        else:
+            collected = [*collected, *(f"--ignore={path}" for path in mine)]
+    return [*collected, f"{TRACK_OPTION}={track}"]
+
+
+if __name__ == "__main__":  # tools/test_suite.sh: python tests/tracks.py RUN prints pytest's arguments for RUN
     import sys
 
-    print(" ".join(paths(sys.argv[1])))
+    print(" ".join(run_args(sys.argv[1])))

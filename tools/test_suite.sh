@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
 # `make test` after its set-up: the unit tests and the runs of tests/tracks.py (the integration tests), taken from one
-# queue by LANES lanes at once (default 3; TEST_LANES=N; unit and ray first, alone: ALONE_FIRST): most integration tests wait (for a kernel, a worker's
-# import, a grace period, a browser), so several lanes keep two cores busier than one. A lane that finishes a run
-# takes the next one in QUEUE (longest first), so the lanes stay balanced whatever the machine's speed. `installed`
-# (the tests marked so, on .venv-installed, the wheel users get) comes last: .venv-installed is made (make
-# installed-venv) beside the other runs from the start, and the lane that takes `installed` waits for it. Each run
-# prints into build/test-logs/<run>.log (shown at the end, in QUEUE's order) and writes <run>.xml (JUnit) and
-# <run>.code (pytest's exit code); timeline.txt has each run's start and end (UTC) and its lane; ps-<run>.txt the
-# machine's load and processes when it started. With CI=true the whole folder is kept in
-# $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs; NBWORKERS_CI_LOGS names another folder): where an
-# official run spent its time. Every run goes on when one before it failed. The last line adds them up
-# (tools/suite_summary.py); the exit status is non-zero when any run failed (pytest's 5, nothing selected, is not a
-# failure). PYTEST_ARGS (from make) goes to every run, e.g. PYTEST_ARGS='-m "not slow"' or '-x'.
+# queue by LANES lanes at once (default 3; TEST_LANES=N). The machine's CPU is what limits the suite (cpu.txt: ~96%
+# busy with three lanes), so the layout's job is to keep both cores busy and the lanes' last runs ending together:
+# - lane 0 runs the Ray tests first (FIRST), alone among the Ray tests: one simulated cluster at a time;
+# - BESIDE_RAY lanes (default 1) take from the queue from the start, beside them (a Ray run alone left ~27% of the
+#   CPU idle: its nodes start and wait for health checks);
+# - the other lanes start when the Ray tests end; every lane takes the next run of QUEUE when its run ends (unit and
+#   distlib first, for the lane beside Ray, then the longest first; the long tracks come in two parts,
+#   tests/tracks.py SPLIT_TRACKS), so the lanes stay balanced whatever the machine's speed.
+# ALONE_FIRST=0 puts ray in the queue too, every lane starting at once. `installed` (the tests marked so, on
+# .venv-installed, the wheel users get) comes last: .venv-installed is made (make installed-venv) from the start,
+# and the lane that takes `installed` waits for it. Each run prints into build/test-logs/<run>.log (shown at the end,
+# in RUNS' order) and writes <run>.xml (JUnit) and <run>.code (pytest's exit code); timeline.txt has each run's start
+# and end (UTC) and its lane; ps-<run>.txt the machine's load and processes when it started; cpu.txt the CPU's use
+# every 10 s. With CI=true the whole folder is kept in $HOME/.cache/nbworkers/ci-logs/<UTC start>/ (the last 5 runs;
+# NBWORKERS_CI_LOGS names another folder): where an official run spent its time. Every run goes on when one before
+# it failed. The last line adds them up (tools/suite_summary.py); the exit status is non-zero when any run failed
+# (pytest's 5, nothing selected, is not a failure). PYTEST_ARGS (from make) goes to every run, e.g.
+# PYTEST_ARGS='-m "not slow"' or '-x'.
 set -u
 cd "$(dirname "$0")/.."
 VENV_PY=.venv/bin/python
 LOGS=build/test-logs
 LANES=${TEST_LANES:-3}
-# unit (tests/unit, seconds) and ray (the Ray tests) first, one after the other, alone; then the other integration
-# runs of tests/tracks.py, longest first, from the queue (ALONE_FIRST=0 puts unit and ray in the queue too)
+BESIDE_RAY=${BESIDE_RAY:-1}
 if [ "${ALONE_FIRST:-1}" = 1 ]; then
-  FIRST=(unit ray)
-  QUEUE=(beside main faults processes distlib installed)
+  FIRST=(ray)
+  QUEUE=(unit distlib processes faults-1 main-2 beside-2 main-1 beside-1 installed faults-2)
 else
   FIRST=()
-  QUEUE=(unit beside main faults ray processes distlib installed)
+  QUEUE=(unit ray distlib processes faults-1 main-2 beside-2 main-1 beside-1 installed faults-2)
 fi
+[ "$BESIDE_RAY" -lt "$LANES" ] && [ ${#FIRST[@]} -gt 0 ] || BESIDE_RAY=$((LANES - 1))  # at most every other lane
 RUNS=("${FIRST[@]}" "${QUEUE[@]}")
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.xml "$LOGS"/*.log "$LOGS"/*.code "$LOGS"/*.txt "$LOGS"/queue*
@@ -51,7 +57,7 @@ CPU_SAMPLER=$!
 
 # .venv-installed's own pytest script, not `python -m pytest`, which would put the checkout's root (its folders
 # distlib/, magics/...) first on sys.path; --track=installed refuses to run on anything but the installed package.
-INSTALLED_PYTEST=(.venv-installed/bin/pytest -p no:cacheprovider --rootdir="$PWD" tests/integration --track=installed)
+INSTALLED_PYTEST=(.venv-installed/bin/pytest -p no:cacheprovider --rootdir="$PWD" $("$VENV_PY" tests/tracks.py installed))
 # test_packaging.py checks the wheel `make test` built (its set-up) instead of building one of its own.
 WHEEL=$(ls dist/nbworkers-*-py3-none-any.whl 2>/dev/null | head -1)
 export NBWORKERS_WHEEL=${WHEEL:+$PWD/$WHEEL}
@@ -62,7 +68,7 @@ run() {
   { echo "=== $name: lane $lane, $(date -u)"; uptime; ps -eo pid,ppid,ni,pcpu,rss,etime,args --sort=-pcpu | cut -c1-220
   } > "$LOGS/ps-$name.txt"
   note "start $name (lane $lane)"
-  local cmd=("$VENV_PY" -m pytest $("$VENV_PY" tests/tracks.py "$name") --track="$name")
+  local cmd=("$VENV_PY" -m pytest $("$VENV_PY" tests/tracks.py "$name"))
   if [ "$name" = unit ]; then
     cmd=("$VENV_PY" -m pytest tests/unit)
   elif [ "$name" = installed ]; then
@@ -98,11 +104,19 @@ lane() {
   while name=$(next_run) && [ -n "$name" ]; do run "$name" "$1"; done
 }
 
-for name in "${FIRST[@]}"; do run "$name" 0; done
 ( make --no-print-directory installed-venv > "$LOGS/installed-env.log" 2>&1; echo $? > "$LOGS/installed-env.code"
   note "installed-venv made (exit $(cat "$LOGS/installed-env.code"))" > /dev/null ) &
+# lane 0: FIRST, then the queue; once FIRST is done, the lanes that waited for it
+first_then_queue() {
+  for name in "${FIRST[@]}"; do run "$name" 0; done
+  local later=()
+  for n in $(seq $((BESIDE_RAY + 1)) $((LANES - 1))); do lane "$n" & later+=($!); done
+  lane 0
+  [ ${#later[@]} -eq 0 ] || wait "${later[@]}"
+}
 lanes=()
-for n in $(seq 1 "$LANES"); do lane "$n" & lanes+=($!); done
+first_then_queue & lanes+=($!)
+for n in $(seq 1 "$BESIDE_RAY"); do lane "$n" & lanes+=($!); done
 wait "${lanes[@]}"
 kill "$CPU_SAMPLER" 2>/dev/null
 wait

@@ -34,7 +34,7 @@ from nbworkers.magics.launch.ports import pick_free_ports
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import Placement
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
-from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, record_of, started_since_boot
+from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, boot_clock, record_of, started_since_boot
 from nbworkers.protocol.private.files import open_own
 
 
@@ -188,7 +188,7 @@ class LocalBackend:
 
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path,
                grace: float, role: str = "worker") -> WorkerProcess:
-        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "")
+        marker = RunMarker(env.get(RUN_ID_ENV, ""), time.time(), "", started_boot=boot_clock())
         if self._namespace is not None:
             env = {**env, **self._namespace.env()}
         proc = self._launch_forked(index, python, env, cwd, log_path, grace, role)  # zygotes.py

@@ -20,6 +20,7 @@ import psutil
 import pytest
 import zmq
 
+from nbworkers.kernel_driver import wait_until
 from nbworkers.procs.ownership import started_since_boot
 from nbworkers.protocol import wire
 from nbworkers.protocol.private import dirs as private_dirs
@@ -151,8 +152,17 @@ def test_an_oversized_message_is_cut_at_the_socket_and_a_big_multipart_one_dropp
 
 # ---------------------------------------------------------------------------------------------- 4. kill only ours
 def sleeper(env: dict[str, str] | None = None) -> subprocess.Popen:
-    """An unrelated process of this user, in a session (and process group) of its own."""
-    return subprocess.Popen(["sleep", "600"], start_new_session=True, env={**os.environ, **(env or {})})
+    """An unrelated process of this user, in a session (and process group) of its own, once its environment can be
+    read: Popen returns when the child's exec closed its close-on-exec pipe, before the kernel has set up the new
+    program's environment, and /proc/PID/environ reads empty until then (1 in 15 here under load)."""
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True, env={**os.environ, **(env or {})})
+
+    def readable() -> bool:
+        seen = psutil.Process(proc.pid).environ()
+        return bool(seen) and all(seen.get(key) == value for key, value in (env or {}).items())
+
+    assert wait_until(readable, 10, interval=0.001)
+    return proc
 
 
 def dead_pid() -> int:
@@ -204,13 +214,15 @@ def test_a_pid_a_worker_reports_is_only_signalled_when_it_is_ours(tmp_path):
     """A compromised worker's hello names another process (or the host's pid is reused): _kill_all spares it."""
     from nbworkers.magics.backends.local import WorkerProcess
     from nbworkers.procs.kill import kill_groups
-    from nbworkers.procs.ownership import RunMarker
+    from nbworkers.procs.ownership import RunMarker, boot_clock
 
     victim = sleeper()
     host = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE, start_new_session=True)
     host.wait()
     try:
-        proc = WorkerProcess(index=0, host=host, log_path=tmp_path / "log", marker=RunMarker("run-x", time.time() - 1))
+        # as the kernel makes it (local.py), the wall clock stepped back 100 s since: the boot clock still says ours
+        marker = RunMarker("run-x", time.time() + 100, started_boot=boot_clock() - 1)
+        proc = WorkerProcess(index=0, host=host, log_path=tmp_path / "log", marker=marker)
         proc.note_worker(victim.pid)  # not the host's child, not a zygote's: named, never recorded
         proc.kill()
         assert kill_groups([0, 1, -1, victim.pid], RunMarker("run-x", None)) == 0

@@ -11,6 +11,7 @@ import pytest
 import nbworkers.magics.backends.ray.groups.pool as pool_module
 from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.backends.ray.groups import place as groups
+from nbworkers.magics.backends.ray.groups import spares
 from nbworkers.magics.backends.ray.groups.core import Shape
 from nbworkers.magics.backends.ray.groups.pool import ActorPool, PooledGroup, drain_if_used
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
@@ -143,3 +144,74 @@ def test_an_idle_group_goes_after_its_idle_time_or_when_a_placement_group_waits(
     ray.waiting.append("another driver's group")
     assert wait_until(lambda: ray.removed == ["expiring", "waited-on"], 10, interval=0.02)
     assert wait_until(lambda: pool._thread is None, 10, interval=0.02)  # nothing idle: the timer thread ended
+
+
+class FakePlacementGroup:
+    def __init__(self, name: str):
+        self.name = name
+
+    def ready(self):
+        return lambda: True  # a "ref": placed at once
+
+
+@pytest.fixture
+def placed(monkeypatch):
+    """new_group on fakes: placement groups named pg1, pg2...; bundle actors pid 500+; the bundles' nodes given."""
+    made = {"groups": [], "actors": [], "spares": [], "nodes": ["node-a", "node-b"]}
+
+    def placement_group(bundles, strategy):
+        made["groups"].append(FakePlacementGroup(f"pg{len(made['groups']) + 1}"))
+        return made["groups"][-1]
+
+    def bundle_actor(ray, shape, group, index):
+        made["actors"].append(FakeActor(500 + len(made["actors"]), made["nodes"][index]))
+        return made["actors"][-1]
+
+    def new_spare(ray, node_id):
+        made["spares"].append(FakeActor(900 + len(made["spares"]), node_id))
+        return made["spares"][-1]
+
+    monkeypatch.setattr(groups, "_placement_group", placement_group)
+    monkeypatch.setattr(groups, "_bundle_actor", bundle_actor)
+    monkeypatch.setattr(groups, "bundle_nodes", lambda group: list(made["nodes"]))
+    monkeypatch.setattr(spares, "_new_spare", new_spare)
+    return made
+
+
+def test_spare_hosts_stand_in_for_a_new_groups_actors_one_per_node(pool, placed):
+    ray = FakeRay(free_cpus=4.0)
+    settings = RaySettings(pool_idle_timeout=60)
+    assert spares.make_spares(ray, ["node-a", "node-b", "node-a"], settings) == 2
+    assert spares.make_spares(ray, ["node-a"], settings) == 0  # one spare a node
+    group = groups.new_group(ray, SHAPE, settings, lambda r, nodes: nodes)
+    assert group.actors == placed["spares"] and placed["actors"] == [] and group.spares_taken
+    assert [w["node_id"] for w in group.where] == ["node-a", "node-b"] and group.zygotes_asked == ["node-a", "node-b"]
+    assert pool.count_spares() == 0 and pool.held_nodes() == []
+    # packed on one node with one spare there: the spare and an actor of the bundle's own
+    spares.make_spares(ray, ["node-a"], settings)
+    placed["nodes"] = ["node-a", "node-a"]
+    packed = groups.new_group(ray, Shape(workers=2, cpus=1.0), settings, lambda r, nodes: None)
+    assert packed.actors == [placed["spares"][2], placed["actors"][0]]
+
+
+def test_no_spare_stands_in_where_it_would_differ_and_none_is_made_with_the_pool_off(pool, placed):
+    ray = FakeRay(free_cpus=8.0)
+    settings = RaySettings(pool_idle_timeout=60)
+    spares.make_spares(ray, ["node-a", "node-b"], settings)
+    for shape in (Shape(workers=2, cpus=1.0, gpus=1), Shape(workers=2, cpus=2.0)):  # GPUs, OMP_NUM_THREADS
+        group = groups.new_group(ray, shape, settings, lambda r, nodes: None)
+        assert not group.spares_taken and all(a.pid >= 500 and a.pid < 900 for a in group.actors)
+    assert pool.count_spares() == 2
+    assert drain_if_used() == 2 and ray.killed == placed["spares"]  # %workers stop --all, the kernel's exit
+    assert spares.make_spares(ray, ["node-a"], RaySettings(pool_idle_timeout=0)) == 0
+
+
+def test_a_dead_spare_lets_every_spare_go_and_the_group_is_placed_again_with_actors_of_its_own(pool, placed):
+    ray = FakeRay(free_cpus=4.0)
+    settings = RaySettings(pool_idle_timeout=60)
+    spares.make_spares(ray, ["node-a", "node-b", "node-c"], settings)
+    placed["spares"][1].dead = True  # its node went away
+    group = groups.new_group(ray, SHAPE, settings, lambda r, nodes: None)
+    assert group.actors == placed["actors"] and not group.spares_taken and group.placement_group.name == "pg2"
+    assert ray.removed == [placed["groups"][0]] and set(ray.killed) == set(placed["spares"])
+    assert pool.count_spares() == 0

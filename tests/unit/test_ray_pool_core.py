@@ -3,7 +3,7 @@ clock: which group a run takes, and when idle groups go."""
 
 from __future__ import annotations
 
-from nbworkers.magics.backends.ray.groups.core import PoolCore, Shape
+from nbworkers.magics.backends.ray.groups.core import SPARE, PoolCore, Shape
 
 
 class Clock:
@@ -91,3 +91,20 @@ def test_at_most_max_idle_groups_are_kept_the_oldest_goes():
     assert pool.give_back(TWO_PACKED, 3, ("a", "b"), keep_for=60) == [1]
     assert pool.groups() == [2, 3]
     assert pool.drain() == [2, 3] and len(pool) == 0 and pool.next_due() is None
+
+
+def test_spare_hosts_are_taken_by_node_hold_nothing_and_expire_like_groups():
+    clock = Clock()
+    pool: PoolCore[str] = PoolCore(clock, max_idle=1)
+    pool.give_back(SPARE, "spare-a", ("a",), keep_for=60)
+    pool.give_back(SPARE, "spare-b", ("b",), keep_for=30)
+    assert pool.give_back(TWO_PACKED, "group", ("a", "a"), keep_for=60) == []  # spares do not count toward max_idle
+    assert pool.count_at(SPARE) == 2 and pool.count_at(SPARE, "a") == 1 and pool.count_at(SPARE, "c") == 0
+    assert pool.held_nodes() == ["a", "a"]  # a spare holds no resources: not room for an elastic run
+    assert pool.make_room(THREE_SPREAD, free_cpus=1.0, free_gpus=0.0) == ["group"]  # spares free nothing
+    assert pool.take_at(SPARE, "c") is None and pool.take_at(SPARE, "a") == "spare-a"
+    clock.now += 31
+    assert pool.expired() == ["spare-b"] and len(pool) == 0
+    pool.give_back(SPARE, "s1", ("a",), keep_for=60)
+    pool.give_back(SPARE, "s2", ("b",), keep_for=60)
+    assert pool.take_all(SPARE) == ["s1", "s2"] and len(pool) == 0

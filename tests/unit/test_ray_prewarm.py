@@ -3,10 +3,12 @@ with which key, and when it is off. Ray itself is faked: no process starts here.
 
 from __future__ import annotations
 
+import nbworkers.magics.backends.ray.groups.pool as pool_module
 import nbworkers.magics.backends.ray.node_zygotes as node_zygotes_module
 import nbworkers.magics.settings as settings_module
 from nbworkers.magics.backends.ray.backend import RayBackend
-from nbworkers.magics.backends.ray.groups import prewarm
+from nbworkers.magics.backends.ray.groups import prewarm, spares
+from nbworkers.magics.backends.ray.groups.pool import ActorPool
 from nbworkers.magics.settings import WorkerSettings
 
 NODES = [
@@ -30,9 +32,12 @@ class Registry:
         self.asked.append((list(node_ids), python, forwarded, only_worth_it))
 
 
-def test_the_live_nodes_with_cpus_get_the_zygote_a_default_run_forks_from(monkeypatch):
+def test_the_live_nodes_with_cpus_get_the_zygote_a_default_run_forks_from_and_a_spare_host(monkeypatch):
     registry = Registry()
     monkeypatch.setattr(node_zygotes_module, "node_zygotes", lambda: registry)
+    monkeypatch.setattr(pool_module, "_pool", ActorPool())
+    made = []
+    monkeypatch.setattr(spares, "_new_spare", lambda ray, node_id: made.append(node_id) or f"spare-{node_id}")
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")  # an import-time variable of the kernel: forwarded, in the key
     backend = RayBackend(address="127.0.0.1:6379")
     assert prewarm.prewarm_on(FakeRay(), backend) == ["n1", "n2"]
@@ -40,6 +45,8 @@ def test_the_live_nodes_with_cpus_get_the_zygote_a_default_run_forks_from(monkey
     assert (nodes, python) == (["n1", "n2"], "")  # each node's own interpreter
     assert (python, forwarded) == backend.zygote_request()  # what a run of this kernel asks for: the same key
     assert forwarded["TF_USE_LEGACY_KERAS"] == "1"
+    assert made == ["n1", "n2"] and pool_module.actor_pool().count_spares() == 2  # groups/spares.py
+    assert pool_module.actor_pool().drain() == 2
 
 
 def test_no_prewarm_without_an_address_or_with_prewarm_or_zygotes_off(monkeypatch):

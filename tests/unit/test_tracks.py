@@ -10,11 +10,12 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tracks import MODULE_TRACKS, TRACKS, paths
+from tracks import MODULE_TRACKS, SPLIT_TRACKS, TRACKS, paths, run_args, runs
 
 import nbworkers
 
 TESTS_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+INTEGRATION = "tests/integration"
 SUITE = """
 import pytest
 
@@ -87,8 +88,39 @@ def test_make_test_queues_every_run_once():
     first = re.findall(r"^  FIRST=\(([^)]*)\)", script, re.M)
     queues = re.findall(r"^  QUEUE=\(([^)]*)\)", script, re.M)
     assert len(first) == len(queues) == 2, "tools/test_suite.sh has no FIRST=(...) and QUEUE=(...) lines"
-    for runs_first, queue in zip(first, queues):  # ray and unit alone first, or all in the queue
-        assert sorted(runs_first.split() + queue.split()) == sorted(["unit", *TRACKS])
+    for runs_first, queue in zip(first, queues):  # ray first in lane 0, or every run in the queue
+        assert sorted(runs_first.split() + queue.split()) == sorted(["unit", *runs()])
+
+
+def test_the_two_parts_of_a_split_track_hold_its_tests_once(pytester):
+    """main-1 and main-2 (and beside's two parts) run the track's tests between them, none twice."""
+    pytester.makeconftest(TESTS_CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    browser: b\n")
+    integration = pytester.mkdir("tests").joinpath("integration")
+    integration.mkdir()
+    modules = sorted(SPLIT_TRACKS["main"] | SPLIT_TRACKS["beside"] | {"test_other.py"})
+    for name in modules:  # in each: a test of main's and a browser test (beside's)
+        stem = name[len("test_"):-len(".py")]
+        integration.joinpath(name).write_text(f"import pytest\n\ndef test_{stem}():\n    pass\n\n"
+                                              f"@pytest.mark.browser\ndef test_page_{stem}():\n    pass\n")
+    ran = {run: passed(pytester.inline_run("-p", "no:cacheprovider", *run_args(run)))
+           for run in ("main-1", "main-2", "beside-1", "beside-2")}
+    stems = {name: name[len("test_"):-len(".py")] for name in modules}
+    assert ran["main-1"] == sorted(f"test_{stems[name]}" for name in SPLIT_TRACKS["main"])
+    assert sorted(ran["main-1"] + ran["main-2"]) == sorted(f"test_{stem}" for stem in stems.values())
+    assert ran["beside-1"] == sorted(f"test_page_{stems[name]}" for name in SPLIT_TRACKS["beside"])
+    assert sorted(ran["beside-1"] + ran["beside-2"]) == sorted(f"test_page_{stem}" for stem in stems.values())
+
+
+def test_the_runs_cover_every_track_and_say_the_track_to_keep():
+    assert [run.partition("-")[0] for run in runs()] == [t for t in TRACKS for _ in (1, 2) if t in SPLIT_TRACKS or _ == 1]
+    for run in runs():
+        assert run_args(run)[-1] == f"--track={run.partition('-')[0]}"
+    assert run_args("faults-1") + run_args("faults-2") == [
+        *[f"tests/integration/{m}" for m in sorted(SPLIT_TRACKS["faults"])], "--track=faults",
+        *[f"tests/integration/{m}" for m in sorted(MODULE_TRACKS["faults"] - SPLIT_TRACKS["faults"])], "--track=faults"]
+    with pytest.raises(ValueError, match="no run 'main-3'"):
+        run_args("main-3")
 
 
 def test_an_unknown_track_is_refused(suite):
@@ -112,3 +144,5 @@ def test_a_run_of_modules_collects_only_their_files_and_they_exist():
         assert paths(track) == sorted(f"tests/integration/{name}" for name in modules)
         assert all((root / path).is_file() for path in paths(track)), f"{track}: a module in tests/tracks.py is gone"
     assert paths("main") == paths("ray") == ["tests/integration"]
+    for track, modules in SPLIT_TRACKS.items():
+        assert all((root / INTEGRATION / name).is_file() for name in modules), f"{track}: a module in SPLIT_TRACKS is gone"

@@ -12,11 +12,12 @@ import json
 import os
 import re
 import signal
+import sys
 
 import psutil
 import pytest
 from cells import CHECKSUM, IMPORTS, KERAS_MODEL, SLEEP, worker_cell
-from conftest import processes_of_run_root, wait_until
+from conftest import Kernel, processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT,
     MULTI_NODE_IPS,
@@ -49,15 +50,32 @@ def tf_configs(text: str) -> list[dict]:
 
 
 def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_the_kernels_kill_9(
-        kernel, run_root, ray_cluster):
+        kernel_env, tmp_path, run_root, ray_cluster):
+    """A kernel started with RAY_ADDRESS: %load_ext starts every node's zygote and a spare worker host there
+    (groups/prewarm.py, groups/spares.py); the first run places a new group, the spares host its workers (no new
+    actor process), each forked; the kernel's kill -9 ends everything on every node."""
     name = "raythree"
-    cell = worker_cell(f"-n 3 --backend ray --address {ray_cluster.address} --spread --name {name}", SLEEP)
-    assert not kernel.run(cell).error
-    assert wait_until(lambda: logs(kernel, name).count("worker up") == 3, WORKERS_UP_TIMEOUT, interval=1)
-    assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
-    assert len(ray_cluster.actor_processes()) == 3
-    assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
-    os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
+    notebook = tmp_path / "prewarmed"
+    notebook.mkdir()
+    kernel = Kernel(notebook, {**kernel_env, "RAY_ADDRESS": ray_cluster.address, "NBWORKERS_ZYGOTE_PREWARM": "1"},
+                    kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    try:
+        assert not kernel.run("%load_ext nbworkers\nimport nbworkers").error
+        assert wait_until(lambda: len(ray_cluster.actor_processes()) == 3, WORKERS_UP_TIMEOUT, interval=1)
+        spares = {proc.pid for proc in ray_cluster.actor_processes()}
+        cell = worker_cell(f"-n 3 --backend ray --address {ray_cluster.address} --spread --name {name}",
+                           "import tensorflow as tf\n", SLEEP)
+        assert not kernel.run(cell).error
+        assert wait_until(lambda: logs(kernel, name).count("worker up") == 3, WORKERS_UP_TIMEOUT, interval=1)
+        assert sorted(p["ip"] for p in placements(kernel, name)) == sorted(MULTI_NODE_IPS)
+        assert {p["actor_pid"] for p in placements(kernel, name)} == spares  # the spares host the workers
+        assert {proc.pid for proc in ray_cluster.actor_processes()} == spares  # and no actor process was started
+        texts = [(run_root / name / f"worker-{i}.log").read_text() for i in range(3)]
+        assert all("forked from zygote" in text for text in texts), texts  # the prewarmed zygotes
+        assert len(processes_of_run_root(run_root)) >= 6  # three hosts and three workers
+        os.kill(kernel.pid, signal.SIGKILL)  # the Ray driver that owns the actors on every node
+    finally:
+        kernel.shutdown()
     assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
     assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)
     # the node zygotes go too (their actors belonged to the kernel), and the kernel's own zygote

@@ -13,6 +13,10 @@ the number of workers, the CPUs and GPUs of each, --spread. A run of the same sh
   is pending; also ``%workers stop --all`` and the kernel's exit);
 - more than ``max_idle`` groups are idle (the oldest).
 
+Spare hosts (``spares.py``) are kept here too, as groups of the shape ``SPARE``: one actor on one node, outside any
+placement group, holding no resources. They expire and are drained as groups are, but they neither count toward
+``max_idle`` nor are let go to make room (they hold none), and ``take_at`` takes one by its node.
+
 Nothing here imports Ray, threads or I/O (pyproject.toml's import contracts): the unit tests drive it with fakes.
 """
 
@@ -41,6 +45,13 @@ class Shape:
     def need(self) -> tuple[float, float]:
         """(CPUs, GPUs) the whole group holds."""
         return self.workers * self.cpus, float(self.workers * self.gpus)
+
+    def holds(self) -> bool:
+        """Does a group of this shape hold resources of the cluster (a spare host does not)?"""
+        return self.need() != (0.0, 0.0)
+
+
+SPARE = Shape(workers=1, cpus=0.0)  # a spare worker host: one actor on one node, no placement group (spares.py)
 
 
 @dataclass
@@ -71,15 +82,34 @@ class PoolCore(Generic[G]):
                 return self._idle.pop(index)
         return None
 
+    def take_at(self, shape: Shape, node: str) -> G | None:
+        """The newest idle group of ``shape`` on ``node`` alone (a spare host there), removed, or None."""
+        for index in range(len(self._idle) - 1, -1, -1):
+            if self._idle[index].shape == shape and self._idle[index].nodes == (node,):
+                return self._idle.pop(index).group
+        return None
+
+    def count_at(self, shape: Shape, node: str | None = None) -> int:
+        """How many idle groups of ``shape`` there are (on ``node`` alone, when given)."""
+        return sum(1 for idle in self._idle if idle.shape == shape and (node is None or idle.nodes == (node,)))
+
+    def take_all(self, shape: Shape) -> list[G]:
+        """Every idle group of ``shape``, removed."""
+        gone = [idle for idle in self._idle if idle.shape == shape]
+        self._idle = [idle for idle in self._idle if idle.shape != shape]
+        return [idle.group for idle in gone]
+
     def give_back(self, shape: Shape, group: G, nodes: tuple[str, ...], keep_for: float) -> list[G]:
-        """A run ended with its group intact: keep it ``keep_for`` seconds. Returns the groups to let go now
-        (``group`` itself when ``keep_for`` <= 0, the pool being off; the oldest beyond ``max_idle``)."""
+        """A run ended with its group intact (or a spare host was made): keep it ``keep_for`` seconds. Returns the
+        groups to let go now (``group`` itself when ``keep_for`` <= 0, the pool being off; the oldest of those
+        holding resources beyond ``max_idle``)."""
         if keep_for <= 0:
             return [group]
         now = self._clock()
         self._idle.append(Idle(shape, group, tuple(nodes), now, now + keep_for))
-        evicted = self._idle[:-self._max_idle] if len(self._idle) > self._max_idle else []
-        self._idle = self._idle[len(evicted):]
+        holding = [idle for idle in self._idle if idle.shape.holds()]
+        evicted = holding[:-self._max_idle] if len(holding) > self._max_idle else []
+        self._idle = [idle for idle in self._idle if all(idle is not gone for gone in evicted)]
         return [idle.group for idle in evicted]
 
     def expired(self) -> list[G]:
@@ -97,6 +127,8 @@ class PoolCore(Generic[G]):
         for idle in self._idle:
             if free_cpus + EPSILON >= need_cpus and free_gpus + EPSILON >= need_gpus:
                 break
+            if not idle.shape.holds():  # a spare host: letting it go frees nothing
+                continue
             cpus, gpus = idle.shape.need()
             free_cpus, free_gpus = free_cpus + cpus, free_gpus + gpus
             gone.append(idle)
@@ -114,7 +146,7 @@ class PoolCore(Generic[G]):
 
     def held_nodes(self) -> list[str]:
         """The node of each bundle the idle groups hold (an elastic run counts them as room: they are ours)."""
-        return [node for idle in self._idle for node in idle.nodes]
+        return [node for idle in self._idle if idle.shape.holds() for node in idle.nodes]
 
     def next_due(self) -> float | None:
         """When the next idle group expires (the clock's time), or None when none is idle."""

@@ -3,7 +3,9 @@ from the kernel's pool of idle groups (``pool.py``: a warm run) or placed anew, 
 pool, or released).
 
 A new group is submitted at once, the placement group and every actor together (the actors wait for their
-bundles); the nodes' zygotes are asked for as soon as Ray placed it, beside the actors' start. A pooled group's
+bundles), or, when spare hosts are idle (``spares.py``), the placement group first and then a spare on each
+bundle's node instead of a new actor; the nodes' zygotes are asked for as soon as Ray placed it, beside the actors'
+start. A pooled group's
 actors are asked again where they are (a fresh port each, the node's relay key): one round trip, no new process.
 """
 
@@ -17,6 +19,7 @@ from nbworkers.magics.backends.ray.actors import actor_class, actor_failure
 from nbworkers.magics.backends.ray.checks import RayBackendError
 from nbworkers.magics.backends.ray.groups.core import Shape
 from nbworkers.magics.backends.ray.groups.pool import PooledGroup, actor_pool
+from nbworkers.magics.backends.ray.groups.spares import can_stand_in, take_spares
 from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.ray.node_zygotes import Asked
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
@@ -36,6 +39,7 @@ class Group:
     zygotes_asked: Asked | None = None  # the nodes' zygotes asked for as soon as Ray placed the group
     shape: Shape | None = None  # what it was placed for: its key in the pool
     reusable: bool = True  # every actor closed alive with its host reaped: the group may go to the pool
+    spares_taken: bool = False  # spare hosts stood in for its actors: the nodes get new ones when the run ends
 
 
 def pooled_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: AskZygotes) -> Group | None:
@@ -58,33 +62,52 @@ def pooled_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: Ask
 
 
 def new_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: AskZygotes) -> Group:
-    """Place a new group of ``shape`` and start its actors (``RayBackendError``: nothing is left)."""
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+    """Place a new group of ``shape`` and start its actors, or let spare hosts stand in for them (``spares.py``:
+    then the group is placed first, to know its nodes); ``RayBackendError``: nothing is left."""
     actor_pool().make_room(ray, shape)  # idle groups of other shapes give way when the cluster lacks room
     bundle = {"CPU": shape.cpus, **({"GPU": shape.gpus} if shape.gpus else {})}
     strategy = "STRICT_SPREAD" if shape.spread else "PACK"
-    group = placement_group([dict(bundle) for _ in range(shape.workers)], strategy=strategy)
-    remote = actor_class(ray)
-    actors = [remote.options(
-        num_cpus=shape.cpus, num_gpus=shape.gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
-        scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=group, placement_group_bundle_index=i, placement_group_capture_child_tasks=False),
-    ).remote() for i in range(shape.workers)]
+    group = _placement_group([dict(bundle) for _ in range(shape.workers)], strategy)
+    spares = can_stand_in(shape) and actor_pool().count_spares() > 0
+    actors = [] if spares else [_bundle_actor(ray, shape, group, i) for i in range(shape.workers)]
     try:
         ray.get(group.ready(), timeout=settings.placement_timeout)
     except Exception as error:
         actor_pool().release(ray, PooledGroup(group, actors))
         raise RayBackendError(placement_failure(ray, shape, bundle, strategy, error, settings.placement_timeout)) \
             from None
-    asked = ask_zygotes(ray, bundle_nodes(group))  # their imports start beside the hosts' actors
+    nodes = bundle_nodes(group)
+    if spares:
+        stand_ins = take_spares(nodes or [""] * shape.workers)
+        actors = [actor or _bundle_actor(ray, shape, group, i) for i, actor in enumerate(stand_ins)]
+    asked = ask_zygotes(ray, nodes)  # their imports start beside the hosts' actors
     try:
         where = ray.get([a.where.remote() for a in actors], timeout=settings.actor_start_timeout)
     except Exception as error:
         actor_pool().release(ray, PooledGroup(group, actors))
+        if spares:  # a spare died with its node meanwhile: place the group again with actors of its own
+            actor_pool().drain_spares(ray)
+            return new_group(ray, shape, settings, ask_zygotes)
         raise RayBackendError(actor_failure(error, settings.actor_start_timeout)) from None
-    return Group(group, actors, where, open=set(range(shape.workers)), zygotes_asked=asked, shape=shape)
+    return Group(group, actors, where, open=set(range(shape.workers)), zygotes_asked=asked, shape=shape,
+                 spares_taken=spares)
+
+
+def _placement_group(bundles: list[dict[str, float]], strategy: str) -> Any:
+    from ray.util.placement_group import placement_group
+
+    return placement_group(bundles, strategy=strategy)
+
+
+def _bundle_actor(ray: Any, shape: Shape, group: Any, index: int) -> Any:
+    """A worker-host actor in bundle ``index`` of ``group`` (a new process on the bundle's node)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return actor_class(ray).options(
+        num_cpus=shape.cpus, num_gpus=shape.gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=index, placement_group_capture_child_tasks=False),
+    ).remote()
 
 
 def let_go(ray: Any, group: Group, to_pool: bool, settings: RaySettings) -> None:

@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbworkers.magics.backends.ray.actors import kill_actor, remove_placement_group
-from nbworkers.magics.backends.ray.groups.core import PoolCore, Shape
+from nbworkers.magics.backends.ray.groups.core import SPARE, PoolCore, Shape
 
 WAITING_STATES = ("PENDING", "RESCHEDULING")  # a placement group waiting for resources (ray's placement_group_table)
 
 
 @dataclass
 class PooledGroup:
-    """A placement group and its actors, one per bundle, every actor idle (no worker host running)."""
+    """A placement group and its actors, one per bundle, every actor idle (no worker host running); a spare host: no
+    placement group and one actor."""
 
     placement_group: Any
     actors: list[Any]
@@ -50,6 +51,24 @@ class ActorPool:
         with self._lock:
             idle = self._core.take(shape)
         return None if idle is None else (idle.group, idle.nodes)
+
+    def take_at(self, shape: Shape, node: str) -> PooledGroup | None:
+        """An idle group of ``shape`` on ``node`` alone (a spare host, ``spares.py``), or None."""
+        with self._lock:
+            return self._core.take_at(shape, node)
+
+    def count_at(self, shape: Shape, node: str | None = None) -> int:
+        with self._lock:
+            return self._core.count_at(shape, node)
+
+    def count_spares(self) -> int:
+        return self.count_at(SPARE)
+
+    def drain_spares(self, ray: Any) -> None:
+        """Let every spare host go (one did not answer: its node may be gone)."""
+        with self._lock:
+            gone = self._core.take_all(SPARE)
+        self._release_all(ray, gone)
 
     def give_back(self, ray: Any, shape: Shape, group: PooledGroup, nodes: tuple[str, ...], keep_for: float,
                   check_interval: float) -> None:
@@ -95,10 +114,12 @@ class ActorPool:
         return len(gone)
 
     def release(self, ray: Any, group: Any) -> None:
-        """Kill every actor of ``group`` (a ``PooledGroup`` or the backend's group) and remove its placement group."""
+        """Kill every actor of ``group`` (a ``PooledGroup`` or the backend's group) and remove its placement group (a
+        spare host has none)."""
         for actor in group.actors:
             kill_actor(ray, actor)
-        remove_placement_group(ray, group.placement_group)
+        if group.placement_group is not None:
+            remove_placement_group(ray, group.placement_group)
 
     def _release_all(self, ray: Any, groups: list[PooledGroup]) -> None:
         for group in groups:

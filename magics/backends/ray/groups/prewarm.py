@@ -1,7 +1,8 @@
 """Prewarm on Ray: with ``RAY_ADDRESS`` set, ``%load_ext nbworkers`` connects to that cluster and starts this
-kernel's zygote on every live node with CPUs (``node_zygotes.py``), in the background, as it starts the local
-zygote (``zygote_prewarm``): the first ``%%worker --backend ray`` cell then forks its workers there instead of
-importing TensorFlow on each node, and finds Ray connected.
+kernel's zygote and a spare worker host (``spares.py``) on every live node with CPUs (``node_zygotes.py``), in the
+background, as it starts the local zygote (``zygote_prewarm``): the first ``%%worker --backend ray`` cell then
+forks its workers there instead of importing TensorFlow on each node, through hosts already running, and finds Ray
+connected.
 
 The zygotes are those a run with the kernel's environment uses (each node's interpreter, the import-time
 variables the kernel forwards): a cell whose ``--env`` or ``--python`` changes them gets its own at its first run,
@@ -41,10 +42,12 @@ def _prewarm(address: str) -> None:
 def prewarm_on(ray: Any, backend: Any) -> list[str]:
     """Ask every live node with CPUs for the zygote a run of ``backend`` with the kernel's environment forks from
     (the key ``RayBackend._ask_zygotes`` asks for); the nodes asked."""
+    from nbworkers.magics.backends.ray.groups.spares import make_spares
     from nbworkers.magics.backends.ray.node_zygotes import node_zygotes
 
     nodes = nodes_with_cpus(ray.nodes())
     node_zygotes().ask(ray, nodes, *backend.zygote_request())
+    make_spares(ray, nodes, backend.settings)  # a worker host ready on each node for the first run's new group
     return nodes
 
 
