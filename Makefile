@@ -67,10 +67,11 @@ $(TF215_VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m nbworkers.demo
 
-# The unit tests, then the integration tests as the runs of tests/tracks.py, taken from one queue (longest first) by
-# three lanes at once, after unit and ray alone (tools/test_suite.sh; TEST_LANES=N changes the number); .venv-installed is made beside them for
-# the last run, the tests marked `installed`. Every run goes on when one before it failed; the last line adds them
-# up; the exit status is non-zero when any run failed. build/test-logs/timeline.txt says when each ran (kept in
+# The unit tests and the integration tests as the runs of tests/tracks.py, taken from one queue by three lanes
+# (tools/test_suite.sh: the Ray tests first in lane 0, one lane beside them from the start, the third after them;
+# TEST_LANES=N changes the number); .venv-installed is made from the start for the last run, the tests marked
+# `installed`. Every run goes on when one before it failed; the last line adds them up; the exit status is non-zero
+# when any run failed. build/test-logs/timeline.txt says when each ran, cpu.txt how busy the CPU was (kept in
 # ~/.cache/nbworkers/ci-logs/ when CI=true).
 # PYTEST_ARGS goes to every run, e.g. make test PYTEST_ARGS='-m "not slow"' (markers: browser, estimator, slow, ray,
 # installed, hub).

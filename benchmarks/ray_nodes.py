@@ -10,9 +10,9 @@
   and a new actor process per worker, each worker forked from its node's zygote);
 - pool: the defaults, in a kernel started with ``RAY_ADDRESS`` set (and the cell's ``TF_USE_LEGACY_KERAS=1`` in its
   environment, so that the zygotes prewarmed are the cell's): cold (``%load_ext`` connected to Ray and started every
-  node's zygote; the first cell, once they are ready, as when a user takes a few seconds to write it: a placement
-  group and new actors, every worker forked) and warm (the same cell again: the group and actors the first run left
-  idle, every worker forked);
+  node's zygote and a spare worker host there, ``groups/spares.py``; the first cell, once the zygotes are ready, as
+  when a user takes a few seconds to write it: a new placement group, its workers hosted by the spares, every worker
+  forked) and warm (the same cell again: the group and actors the first run left idle, every worker forked);
 
 then, once: ``-n 2 --spread`` on the three nodes, a long run, ``kill -9`` of worker 1's node (its raylet's
 process group) -> the first step of the group restarted on the two nodes left (forked there). That includes
@@ -181,7 +181,7 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
     out = [(f"ray, 3 nodes: first step, {WORKERS} workers: hand launch", f"{median('hand'):.2f} s", "baseline", "")]
     words = {("old", "cold"): "old path (pool off, nothing prewarmed): cold, a fresh kernel's first run",
              ("old", "warm"): "old path: warm, node zygotes ready, a new placement group and actors",
-             ("pool", "cold"): "pool: cold, node zygotes prewarmed at %load_ext (RAY_ADDRESS), new group and actors",
+             ("pool", "cold"): "pool: cold, node zygotes and spare hosts prewarmed at %load_ext (RAY_ADDRESS), a new group",
              ("pool", "warm"): "pool: warm, the idle group's live actors"}
     targets = {("pool", "cold"): 1.0, ("pool", "warm"): 0.4}
     for (tag, run), text in words.items():

@@ -58,7 +58,6 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
 from nbworkers.magics.backends.ray.groups.core import Shape
 from nbworkers.magics.backends.ray.groups.place import Group, let_go, new_group, pooled_group
 from nbworkers.magics.backends.ray.groups.pool import actor_pool
-from nbworkers.magics.backends.ray.groups.spares import make_spares
 from nbworkers.magics.backends.ray.node import NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
@@ -104,7 +103,6 @@ class RayBackend:
         self.python = ""  # the workers' interpreter (--python; "" = each node's own)
         self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
-        self._spare_nodes: set[str] = set()  # nodes whose spare hosts a group took: made again at the run's end
         self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
         self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
         self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (tls.py), known once the workers are placed
@@ -195,8 +193,6 @@ class RayBackend:
             if self._relay is not None and w.get("relay_client_key"):
                 self._relay.allow_client(w["relay_client_key"], index)
         self._group = group
-        if group.spares_taken:  # their nodes get spares again when the run ends (close)
-            self._spare_nodes.update(w.get("node_id", "") for w in group.where)
         self._generation += 1
         self.placements = group.where
         self.ray_tls = ray_tls_fact(os.environ, group.where)  # the kernel's and every node's environment
@@ -308,17 +304,13 @@ class RayBackend:
         return python, self._worker_variables(worker_env(os.environ, self.extra_env, "", "-1", {}))
 
     def close(self) -> None:
-        """The run ended: the zygotes its nodes had none of start now, for the next launches there, and spare hosts
-        where its group took them (``groups/spares.py``)."""
+        """The run ended: the zygotes its nodes had none of start now, for the next launches there."""
         asked, self._zygotes_asked = self._zygotes_asked, None
-        spare_nodes, self._spare_nodes = sorted(self._spare_nodes - {""}), set()
-        try:
-            if asked is not None and asked.later:
+        if asked is not None and asked.later:
+            try:
                 node_zygotes().prewarm(import_ray(), asked)
-            if spare_nodes:
-                make_spares(import_ray(), spare_nodes, self.settings)
-        except Exception:  # the cluster is going away: nothing to prepare
-            pass
+            except Exception:  # the cluster is going away: nothing to prepare
+                pass
 
     def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
         """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the

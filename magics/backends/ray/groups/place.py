@@ -39,7 +39,7 @@ class Group:
     zygotes_asked: Asked | None = None  # the nodes' zygotes asked for as soon as Ray placed the group
     shape: Shape | None = None  # what it was placed for: its key in the pool
     reusable: bool = True  # every actor closed alive with its host reaped: the group may go to the pool
-    spares_taken: bool = False  # spare hosts stood in for its actors: the nodes get new ones when the run ends
+    spares_taken: bool = False  # spare hosts stood in for (some of) its actors
 
 
 def pooled_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: AskZygotes) -> Group | None:
