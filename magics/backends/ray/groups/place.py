@@ -5,8 +5,8 @@ pool, or released).
 A new group is submitted at once, the placement group and every actor together (the actors wait for their
 bundles), or, when spare hosts are idle (``spares.py``), the placement group first and then a spare on each
 bundle's node instead of a new actor; the nodes' zygotes are asked for as soon as Ray placed it, beside the actors'
-start. A pooled group's
-actors are asked again where they are (a fresh port each, the node's relay key): one round trip, no new process.
+start. A pooled group's actors are asked again where they are (a fresh port each, the node's relay key): one round
+trip, no new process.
 """
 
 from __future__ import annotations

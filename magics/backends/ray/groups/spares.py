@@ -5,12 +5,13 @@ each on this project's machine), which a hand launch does not pay.
 With ``RAY_ADDRESS`` set, ``%load_ext`` makes one on every node with CPUs, beside that node's zygote
 (``prewarm.py``), for the kernel's first run. They are not made again when a run took them: that run's group stays
 in the pool for the next run of its shape (a warm run), and new spares' processes would start just as that warm run
-does and slow it (measured: 5.3 s instead of 1.9 s to its first step). A spare is an actor
-of the worker-host class pinned to its node, outside any placement group, holding no resources (``num_cpus=0``):
-the run's placement group still holds the worker's CPUs, and the spare hosts the worker in its bundle's stead.
-It lives in the kernel's pool (``pool.py``, the shape ``core.SPARE``): released after
-``RaySettings.pool_idle_timeout``, at ``%workers stop --all`` and with the kernel (it belongs to the kernel, the
-Ray driver: its ``kill -9`` ends it too).
+does and slow it (measured: 5.3 s instead of 1.9 s to its first step).
+
+A spare is an actor of the worker-host class pinned to its node, outside any placement group, holding no resources
+(``num_cpus=0``): the run's placement group still holds the worker's CPUs, and the spare hosts the worker in its
+bundle's stead. It lives in the kernel's pool (``pool.py``, the shape ``core.SPARE``): released after
+``RaySettings.pool_idle_timeout``, at ``%workers stop --all`` and with the kernel (it belongs to the kernel, the Ray
+driver: its ``kill -9`` ends it too).
 
 Only runs whose hosts a spare can stand in for exactly take them: no GPUs (Ray gives GPUs to the actor that asks
 for them) and less than two CPUs per worker (Ray sets the actor's ``OMP_NUM_THREADS`` from its CPUs, 1 for a
