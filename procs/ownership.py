@@ -40,6 +40,7 @@ RUN_ID_ENV = env_settings.RUN_ID.name
 ZYGOTE_MARKER_ENV = env_settings.ZYGOTE_MARKER.name  # NBWORKERS_SPARE: finds a run root's zygotes (strays.py)
 RUN_DIR_ENV = env_settings.RUN_DIR.name
 CREATE_TIME_SLACK = 2.0  # seconds of clock slack when comparing a process's start with the run's
+EXEC_WAIT = 0.1  # seconds an empty environment (a process in exec) is read again (environ_after_exec)
 CREATE_TIME_TOLERANCE = 0.001  # a recorded create time matches a process's own within this (both are clock ticks)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -126,13 +127,26 @@ def carries_marker(env: dict[str, str], marker: RunMarker) -> bool:
         return False
 
 
+def environ_after_exec(proc: psutil.Process, wait: float = EXEC_WAIT, pause: float = 0.002) -> dict[str, str]:
+    """The process's environment. A process in the middle of exec has none yet: its parent learns that exec began
+    (the close-on-exec pipe closes) before the kernel sets up the new program's environment, and /proc/PID/environ
+    reads empty until then (about a millisecond; 1 in 15 fresh processes under load here). So an empty one is read
+    again for up to ``wait`` seconds: a stop at a worker's launch would have left the worker running."""
+    env = proc.environ()
+    deadline = time.monotonic() + wait
+    while not env and time.monotonic() < deadline:
+        time.sleep(pause)
+        env = proc.environ()
+    return env
+
+
 def is_ours(proc: psutil.Process, marker: RunMarker, in_group_of_ours: bool = False) -> bool:
     """Same user, carrying the run's marker, and recorded by its kernel — or, with ``in_group_of_ours`` (its
     process group's leader is a recorded process of the run), created after the run started."""
     try:
         if proc.uids().real != os.getuid():
             return False
-        env = proc.environ()
+        env = environ_after_exec(proc)
         created = proc.create_time()  # wall time, to compare with the run's start
         since_boot = started_since_boot(proc.pid)  # the recorded identity
     except (psutil.Error, OSError, IndexError, ValueError):

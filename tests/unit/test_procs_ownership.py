@@ -59,3 +59,22 @@ def test_a_live_kernel_stays_alive_for_the_reaper_after_a_clock_step(monkeypatch
     monkeypatch.setattr(_pslinux, "boot_time", lambda: btime + 60.0)
     assert kernel_alive(state)
     assert not kernel_alive({**state, "kernel_started": state["kernel_started"] + 0.5})  # another process's pid
+
+
+def test_an_environment_read_empty_during_exec_is_read_again():
+    """Popen returns once exec began; /proc/PID/environ reads empty until the new program's environment is set up
+    (test_security_processes.py saw it): is_ours reads again instead of calling the process a stranger."""
+    from nbworkers.procs.ownership import environ_after_exec
+
+    class InExec:
+        def __init__(self, empty_reads: int):
+            self.reads, self.empty_reads = 0, empty_reads
+
+        def environ(self):
+            self.reads += 1
+            return {} if self.reads <= self.empty_reads else {RUN_ID_ENV: "run-x"}
+
+    in_exec = InExec(empty_reads=3)
+    assert environ_after_exec(in_exec, wait=1.0, pause=0.001) == {RUN_ID_ENV: "run-x"} and in_exec.reads == 4
+    never = InExec(empty_reads=10**6)  # a kernel thread, say: empty for good, given up after the wait
+    assert environ_after_exec(never, wait=0.02, pause=0.001) == {} and never.reads > 1
