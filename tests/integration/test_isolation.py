@@ -352,7 +352,14 @@ def test_a_multi_frame_flood_leaves_the_kernel_memory_where_it_was_and_the_sessi
     # loaded machine the kernel was still reading the last queued message a second after the flood: wait for it)
     # bound: two whole messages (40 frames of ~1 MiB each) and slack, against 2.4 GB sent; on a loaded machine the
     # kernel kept one message's worth for a while (127 MiB against 62 before, in CI), alone it keeps nothing
-    settled = wait_until(lambda: kernel_proc.memory_info().rss - before < 96 * MiB, 20)
+    # what the kernel keeps, not what glibc's malloc keeps cached for it: freed ~1 MiB frames land in its heap (its
+    # mmap threshold rises after the first big free) and stay resident until trimmed (CI, loaded: 128 MiB over
+    # before for 20 s, the same with or without more flooding)
+    def kept() -> int:
+        kernel.value("__import__('ctypes').CDLL(None).malloc_trim(0)")
+        return kernel_proc.memory_info().rss - before
+
+    settled = wait_until(lambda: kept() < 96 * MiB, 20)
     after = kernel_proc.memory_info().rss
     print(f"kernel RSS before {before / MiB:.0f} MiB, peak {peak[0] / MiB:.0f} MiB, after {after / MiB:.0f} MiB; "
           f"sent {sent_relay} relay and {sent_commands} command messages")
