@@ -184,7 +184,7 @@ def test_spare_hosts_stand_in_for_a_new_groups_actors_one_per_node(pool, placed)
     assert spares.make_spares(ray, ["node-a", "node-b", "node-a"], settings) == 2
     assert spares.make_spares(ray, ["node-a"], settings) == 0  # one spare a node
     group = groups.new_group(ray, SHAPE, settings, lambda r, nodes: nodes)
-    assert group.actors == placed["spares"] and placed["actors"] == [] and group.spares_taken
+    assert group.actors == placed["spares"] and placed["actors"] == []
     assert [w["node_id"] for w in group.where] == ["node-a", "node-b"] and group.zygotes_asked == ["node-a", "node-b"]
     assert pool.count_spares() == 0 and pool.held_nodes() == []
     # packed on one node with one spare there: the spare and an actor of the bundle's own
@@ -200,7 +200,7 @@ def test_no_spare_stands_in_where_it_would_differ_and_none_is_made_with_the_pool
     spares.make_spares(ray, ["node-a", "node-b"], settings)
     for shape in (Shape(workers=2, cpus=1.0, gpus=1), Shape(workers=2, cpus=2.0)):  # GPUs, OMP_NUM_THREADS
         group = groups.new_group(ray, shape, settings, lambda r, nodes: None)
-        assert not group.spares_taken and all(a.pid >= 500 and a.pid < 900 for a in group.actors)
+        assert all(500 <= a.pid < 900 for a in group.actors)  # actors of the bundles, no spare
     assert pool.count_spares() == 2
     assert drain_if_used() == 2 and ray.killed == placed["spares"]  # %workers stop --all, the kernel's exit
     assert spares.make_spares(ray, ["node-a"], RaySettings(pool_idle_timeout=0)) == 0
@@ -212,6 +212,6 @@ def test_a_dead_spare_lets_every_spare_go_and_the_group_is_placed_again_with_act
     spares.make_spares(ray, ["node-a", "node-b", "node-c"], settings)
     placed["spares"][1].dead = True  # its node went away
     group = groups.new_group(ray, SHAPE, settings, lambda r, nodes: None)
-    assert group.actors == placed["actors"] and not group.spares_taken and group.placement_group.name == "pg2"
+    assert group.actors == placed["actors"] and group.placement_group.name == "pg2"
     assert ray.removed == [placed["groups"][0]] and set(ray.killed) == set(placed["spares"])
     assert pool.count_spares() == 0

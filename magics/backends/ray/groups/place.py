@@ -39,7 +39,6 @@ class Group:
     zygotes_asked: Asked | None = None  # the nodes' zygotes asked for as soon as Ray placed the group
     shape: Shape | None = None  # what it was placed for: its key in the pool
     reusable: bool = True  # every actor closed alive with its host reaped: the group may go to the pool
-    spares_taken: bool = False  # spare hosts stood in for (some of) its actors
 
 
 def pooled_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: AskZygotes) -> Group | None:
@@ -89,8 +88,7 @@ def new_group(ray: Any, shape: Shape, settings: RaySettings, ask_zygotes: AskZyg
             actor_pool().drain_spares(ray)
             return new_group(ray, shape, settings, ask_zygotes)
         raise RayBackendError(actor_failure(error, settings.actor_start_timeout)) from None
-    return Group(group, actors, where, open=set(range(shape.workers)), zygotes_asked=asked, shape=shape,
-                 spares_taken=spares)
+    return Group(group, actors, where, open=set(range(shape.workers)), zygotes_asked=asked, shape=shape)
 
 
 def _placement_group(bundles: list[dict[str, float]], strategy: str) -> Any:
