@@ -17,6 +17,7 @@ from nbworkers.kernel_driver import (  # noqa: F401 (tests import CellResult and
 )
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.procs.strays import kill_strays, processes_under
+from shared_kernel import FAILED, SharedKernel, shares_kernel
 
 KERNEL_READY_TIMEOUT = 90  # seconds for a fresh kernel to answer
 CELL_TIMEOUT = 300  # seconds for one cell (a real 2-worker TensorFlow run on 2 cores)
@@ -114,8 +115,29 @@ def environment_is_left_as_found():
         pytest.fail(f"the test left os.environ changed: {changed}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Marks a test whose setup or call failed (tests/shared_kernel.py ends a shared kernel after it)."""
+    report = yield
+    if report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
+@pytest.fixture(scope="module")
+def shared_kernel(tmp_path_factory: pytest.TempPathFactory):
+    """The kernel a ``share_kernel`` module's tests share (tests/shared_kernel.py), with its run root."""
+    shared = SharedKernel(tmp_path_factory.mktemp("shared-kernel"), start_kernel, processes_of_run_root)
+    yield shared
+    left = shared.end()
+    assert left is None, left
+
+
 @pytest.fixture
-def run_root(tmp_path: Path) -> Path:
+def run_root(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    if shares_kernel(request.node):  # the shared kernel's (its runs' files stay for the module's later tests)
+        yield request.getfixturevalue("shared_kernel").run_root
+        return
     root = tmp_path / "runs"
     root.mkdir()
     yield root
@@ -132,15 +154,28 @@ def kernel_env(run_root: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def kernel(tmp_path: Path, kernel_env: dict[str, str], run_root: Path):
-    """A real kernel (this interpreter's ipykernel) with nbworkers loaded, cwd in a temp notebook dir."""
-    notebook_dir = tmp_path / "notebook"
-    notebook_dir.mkdir()
-    k = Kernel(notebook_dir, kernel_env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+def start_kernel(notebook_dir: Path, env: dict[str, str]) -> Kernel:
+    """A real kernel (this interpreter's ipykernel) with nbworkers loaded, cwd in ``notebook_dir``."""
+    k = Kernel(notebook_dir, env, kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
     k.notebook_dir = notebook_dir
     loaded = k.run("%load_ext nbworkers\nimport nbworkers")
     assert not loaded.error, loaded.error
+    return k
+
+
+@pytest.fixture
+def kernel(request: pytest.FixtureRequest, tmp_path: Path, kernel_env: dict[str, str], run_root: Path):
+    """A real kernel with nbworkers loaded, cwd in a temp notebook dir: the test's own, or in a ``share_kernel``
+    module the one its tests share (tests/shared_kernel.py), given back after the test in a fresh one's state."""
+    if shares_kernel(request.node):
+        shared = request.getfixturevalue("shared_kernel")
+        yield shared.take(kernel_env)
+        problem = shared.after_test(request.node.stash.get(FAILED, False))
+        assert problem is None, problem
+        return
+    notebook_dir = tmp_path / "notebook"
+    notebook_dir.mkdir()
+    k = start_kernel(notebook_dir, kernel_env)
     yield k
     k.shutdown()
     assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 15), \

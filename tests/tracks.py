@@ -42,6 +42,9 @@ DISTLIB_MODULES = frozenset({
 # of tests/integration costs ~10 s of CPU).
 MODULE_TRACKS = {"processes": PROCESS_MODULES, "faults": FAULT_MODULES, "distlib": DISTLIB_MODULES}
 INTEGRATION_DIR = "tests/integration"
+# The Ray tests live in a folder of their own (its conftest holds the one Ray cluster): the `ray` run collects only it,
+# and a test marked `ray` elsewhere is refused at collection (by every other run, which collects the rest).
+RAY_FOLDER = "ray"
 TRACK_OPTION = "--track"
 # Tracks `make test` runs in two parts, so that the lanes' last runs end together (a lane's runs are whole pytest
 # runs): "<track>-1", the track's tests in these modules, and "<track>-2", its tests in every other module. Each part
@@ -57,6 +60,9 @@ SPLIT_TRACKS = {
 def track_of(item: pytest.Item) -> str:
     """The one run a test belongs to: the first rule that matches."""
     marks = {mark.name for mark in item.iter_markers()}
+    if "ray" in marks and item.path.parent.name != RAY_FOLDER:
+        raise pytest.UsageError(f"{item.nodeid} is marked ray but is not in {INTEGRATION_DIR}/{RAY_FOLDER}/, the only "
+                                "folder `make test`'s ray run collects: move it there")
     if "installed" in marks:
         return "installed"
     if "ray" in marks:
@@ -81,6 +87,8 @@ def select(items: list[pytest.Item], track: str) -> tuple[list[pytest.Item], lis
 def paths(track: str) -> list[str]:
     """What pytest collects for ``track`` (relative to the checkout): its modules' files when all of its tests live in
     them, else the whole integration folder (a marker may put any test in it)."""
+    if track == "ray":
+        return [f"{INTEGRATION_DIR}/{RAY_FOLDER}"]
     modules = MODULE_TRACKS.get(track)
     return [f"{INTEGRATION_DIR}/{name}" for name in sorted(modules)] if modules else [INTEGRATION_DIR]
 

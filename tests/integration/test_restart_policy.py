@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 from cells import KILLABLE, worker_cell
 from conftest import processes_of_run_root, wait_until
 
 # Generation 0 waits to be killed; the restarted generation finishes.
 KILLABLE_CELL = worker_cell("-n 2 --name {name} {flags}", KILLABLE)
+pytestmark = pytest.mark.share_kernel  # one kernel for these tests (tests/shared_kernel.py)
 
 
 def worker_pid(kernel, name: str, index: int) -> int | None:

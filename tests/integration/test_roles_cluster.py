@@ -13,6 +13,8 @@ import pytest
 from conftest import processes_of_run_root, wait_until
 from distlib_helpers import TF215_PYTHON  # noqa: E402
 
+pytestmark = pytest.mark.share_kernel  # one kernel for these tests (tests/shared_kernel.py)
+
 # TensorFlow's parameter-server tutorial, "Training with Model.fit": the cell runs on the chief (the
 # coordinator); the workers and the parameter server are TensorFlow servers nbworkers starts. Keras 3's
 # model.fit does not support ParameterServerStrategy ("To use this dataset, you need to pass this dataset to
@@ -190,6 +192,7 @@ def test_a_parameter_server_that_dies_fails_the_run_and_takes_the_others_down(ke
 
 
 def test_chief_writes_the_checkpoints_under_multi_worker_mirrored_strategy(kernel, run_root):
+    before = {p.name for p in kernel.notebook_dir.iterdir()}  # what the shared kernel's earlier tests left there
     result = kernel.run(CHIEF_CELL)
     assert not result.error, result.error
     snap = kernel.value("nbworkers.get_cluster('chiefrun').snapshot()")
@@ -202,7 +205,7 @@ def test_chief_writes_the_checkpoints_under_multi_worker_mirrored_strategy(kerne
     assert chief["saved"] and Path(chief["saved"]).parent == final_dir
     assert worker["saved"] is None and not Path(worker["private_dir"]).exists(), "worker 0 kept no checkpoint"
     assert (kernel.notebook_dir / "checkpoints" / "checkpoint").exists()
-    assert sorted(p.name for p in kernel.notebook_dir.iterdir()) == ["checkpoints", "final"]
+    assert sorted({p.name for p in kernel.notebook_dir.iterdir()} - before) == ["checkpoints", "final"]
     assert "0 chief:finished, 1 worker0:finished" in kernel.run("%workers").displays[-1]["text/plain"]
 
 

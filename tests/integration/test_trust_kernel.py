@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from cells import SLEEP, worker_cell
 
 PACED = """%%worker -n 2 --block --name paced
@@ -22,6 +23,7 @@ for epoch in range(1, epochs + 1):
 print("SPAN", repr(first), repr(now), flush=True)
 """
 SLEEPER = worker_cell("-n 2 --name {name}", SLEEP)
+pytestmark = pytest.mark.share_kernel  # one kernel for these tests (tests/shared_kernel.py)
 
 
 def test_steps_per_sec_matches_the_runs_own_rate_across_epochs(kernel, run_root):

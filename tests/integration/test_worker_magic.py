@@ -16,6 +16,7 @@ from conftest import processes_of_run_root, wait_until
 TRAIN_CELL = worker_cell("-n 2 --block --name train --env TF_USE_LEGACY_KERAS=1", KERAS_TRAINING, FIT,
                          'print("LOSS", history.history["loss"])\n', CHECKSUM)
 SLEEP_CELL = worker_cell("-n 2 --name {name}", SLEEP)
+pytestmark = pytest.mark.share_kernel  # one kernel for these tests (tests/shared_kernel.py)
 
 
 def checksums(log_text: str) -> list[str]:
@@ -102,6 +103,7 @@ time.sleep(600)  # worker 0 would wait forever in a collective
     assert kernel.value("isinstance(nbworkers.RunFailed(''), RuntimeError)") is True
 
 
+@pytest.mark.own_kernel  # it kills its kernel
 def test_killing_the_kernel_takes_its_workers_along(kernel, run_root):
     assert not kernel.run(SLEEP_CELL.format(name="orphans")).error
     assert wait_until(lambda: len(processes_of_run_root(run_root)) >= 4, 60), "hosts and workers did not start"
@@ -178,18 +180,20 @@ def test_forged_unsigned_and_malformed_messages_are_dropped_and_counted(kernel, 
     ],
 )
 def test_bad_flags_give_a_clear_error_and_start_nothing(kernel, run_root, line, expected):
+    before = set(run_root.iterdir())  # the shared kernel's earlier runs
     result = kernel.run(f"%%worker {line}\nprint('hi')\n")
     assert result.status == "error" and expected in result.failure, result
-    assert list(run_root.iterdir()) == []
+    assert set(run_root.iterdir()) == before
     assert not processes_of_run_root(run_root)
 
 
 def test_syntax_error_is_shown_once_with_its_line_and_nothing_starts(kernel, run_root):
+    before = set(run_root.iterdir())
     result = kernel.run("%%worker -n 2\nx = 1\nif x ==:\n    pass\n")
     assert result.status == "error"
     assert result.failure.count("SyntaxError in the %%worker cell at line 3") == 1, result.failure
     assert "if x ==:" in result.failure
-    assert list(run_root.iterdir()) == []
+    assert set(run_root.iterdir()) == before
 
 
 def test_help_prints_real_usage(kernel):
@@ -222,12 +226,14 @@ print(helper_mod.GREETING, config["lr"], config["layers"], os.environ["EXTRA"], 
 
 
 def test_unpicklable_push_is_refused(kernel, run_root):
+    before = set(run_root.iterdir())
     assert not kernel.run("import threading; lock = threading.Lock()").error
     result = kernel.run("%%worker --push lock\nprint(1)\n")
     assert "cannot be pickled" in result.failure
-    assert list(run_root.iterdir()) == []
+    assert set(run_root.iterdir()) == before
 
 
+@pytest.mark.own_kernel  # it patches the local backend in its kernel
 def test_port_collision_relaunches_on_fresh_ports(kernel, run_root):
     """A TensorFlow server that loses the race for its port: the group restarts on fresh ports. (Isolation off: in
     a run's private network namespace a port another program holds on the machine is free, so no race is lost.)"""

@@ -27,17 +27,20 @@ def test_on_the_wheel():
 def test_on_the_checkout():
     pass
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_on_ray():
-    pass
-
 @pytest.mark.browser
 def test_in_a_browser():
     pass
 
 @pytest.mark.slow
 def test_a_notebook():
+    pass
+"""
+RAY_SUITE = """
+import pytest
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_on_ray():
     pass
 """
 EVERY_TEST = ["test_a_notebook", "test_in_a_browser", "test_on_ray", "test_on_the_checkout", "test_on_the_wheel"]
@@ -47,7 +50,7 @@ EVERY_TEST = ["test_a_notebook", "test_in_a_browser", "test_on_ray", "test_on_th
 def suite(pytester):
     pytester.makeconftest(TESTS_CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    installed: on the wheel\n    browser: b\n    ray: r\n    slow: s\n")
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=SUITE, **{"ray/test_suite_on_ray": RAY_SUITE})
     return pytester
 
 
@@ -123,6 +126,15 @@ def test_the_runs_cover_every_track_and_say_the_track_to_keep():
         run_args("main-3")
 
 
+def test_the_ray_run_collects_only_the_ray_folder_and_a_ray_test_elsewhere_is_refused(suite):
+    assert paths("ray") == ["tests/integration/ray"]
+    assert run_args("ray") == ["tests/integration/ray", "--track=ray"]
+    suite.makepyfile(test_stray="import pytest\n\n@pytest.mark.ray\ndef test_astray():\n    pass\n")
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=main")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_stray.py::test_astray is marked ray but is not in tests/integration/ray/*"])
+
+
 def test_an_unknown_track_is_refused(suite):
     result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=browsers")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -143,6 +155,7 @@ def test_a_run_of_modules_collects_only_their_files_and_they_exist():
     for track, modules in MODULE_TRACKS.items():
         assert paths(track) == sorted(f"tests/integration/{name}" for name in modules)
         assert all((root / path).is_file() for path in paths(track)), f"{track}: a module in tests/tracks.py is gone"
-    assert paths("main") == paths("ray") == ["tests/integration"]
+    assert paths("main") == ["tests/integration"]
+    assert (root / paths("ray")[0]).is_dir()
     for track, modules in SPLIT_TRACKS.items():
         assert all((root / INTEGRATION / name).is_file() for name in modules), f"{track}: a module in SPLIT_TRACKS is gone"

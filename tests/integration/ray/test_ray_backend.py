@@ -29,7 +29,7 @@ from ray_helpers import (
     pooled_actor_pids,
 )
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900), pytest.mark.share_kernel]  # tests/shared_kernel.py
 
 
 # Two workers, one per node, train a tf_keras model under MWMS on different data. Generation 0 holds after
@@ -98,6 +98,7 @@ def test_training_on_two_ray_nodes_survives_a_killed_worker(kernel, run_root, ra
         (ray_cluster.actor_processes(), pooled_actor_pids(kernel))
 
 
+@pytest.mark.own_kernel  # it patches the Ray backend in its kernel
 def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(kernel, run_root, ray_cluster):
     """Here the node is made to believe it does not see the kernel's files (as on another machine without a
     shared file system): the cell is copied to the node, the log written there and copied back."""
@@ -139,6 +140,7 @@ print("hello from", __import__("socket").gethostname(), flush=True)
 """
 
 
+@pytest.mark.own_kernel  # a kernel's first Ray run says what Ray does not encrypt
 def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and_the_relay_is_encrypted(
         kernel, run_root, ray_cluster):
     """Hardening: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
@@ -206,6 +208,7 @@ def test_a_working_directory_others_may_write_is_not_used_on_the_nodes_and_the_c
 
 
 @needs_ray
+@pytest.mark.own_kernel  # a kernel connected to Ray refuses another address before it tries it
 def test_an_address_that_does_not_answer_starts_nothing(kernel, run_root):
     closed = free_port()
     result = kernel.run(f"%%worker -n 2 --backend ray --address 127.0.0.1:{closed} --name unreachable\nprint('hi')\n")
@@ -229,12 +232,14 @@ def kernel_without_ray(kernel_env, tmp_path):
     kernel_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), kernel_env.get("PYTHONPATH", "")]))
 
 
+@pytest.mark.own_kernel  # its kernel's environment has no Ray
 def test_missing_ray_says_how_to_install_it(kernel_without_ray, kernel, run_root):
     result = kernel.run("%%worker -n 2 --backend ray --name noray\nprint('hi')\n")
     assert 'pip install "nbworkers[ray]"' in result.failure, result.text
     assert not (run_root / "noray").exists()
 
 
+@pytest.mark.own_kernel  # it changes settings().config, which the shared kernel's reset does not give back
 def test_a_group_ray_cannot_place_says_why_and_leaves_nothing(kernel, run_root, ray_cluster):
     configured = kernel.run("nbworkers.settings().config.RaySettings.placement_timeout = 5")
     assert not configured.error, configured.error
