@@ -150,12 +150,15 @@ def test_an_attached_ordinary_run_stays_read_only(tmp_path):
     assert not restart_requested(tmp_path / "near")
 
 
-def test_ray_runs_are_refused_before_anything_starts():
+def test_ray_sessions_are_refused_before_anything_starts_ray_runs_are_not():
     spec = LaunchSpec(code="print(1)\n", workers=1, name="d2", backend="ray")
     seen: list = []
-    with pytest.raises(LaunchError, match="only local runs"):
-        detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True}, seen))
+    with pytest.raises(LaunchError, match="a detached session: not with --backend ray"):
+        detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True}, seen),
+                                    module="nbworkers.magics.sessions.detach.supervisor")
     assert not seen
+    detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True, "run_dir": "/x/d2"}, seen))
+    assert len(seen) == 1  # a plain Ray run: its supervisor process is the Ray driver, its actors die with it
 
 
 def test_a_detached_runs_handle_gathers_the_charts_history(tmp_path):
