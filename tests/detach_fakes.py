@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from nbworkers.magics.sessions.session import RESTORE_CELL, RESTORE_LABEL, NothingToRestore
 from nbworkers.magics.views.rich import RichItem
 
 
@@ -17,8 +18,8 @@ class SessionEnded(RuntimeError):  # the handlers know the session's refusal by 
 
 
 class FakeCell:
-    def __init__(self, number: int, code: str):
-        self.number, self.code, self.label = number, code, f"cell {number}"
+    def __init__(self, number: int, code: str, label: str = ""):
+        self.number, self.code, self.label = number, code, label or f"cell {number}"
         self.state, self.error, self.failed_workers, self.outputs_dropped = "queued", "", (), 0
         self.outputs: list[RichItem] = []
         self.results: dict[int, RichItem] = {}
@@ -50,12 +51,18 @@ class FakeSession:
         self.pushed: list[tuple[Any, dict[str, Any]]] = []
         self.interrupted: list[Any] = []
         self.ended = False
+        self.saved = False  # whether the workers saved something before a restart (restore() refuses without)
 
     def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> FakeCell:
         if self.ended:
             raise SessionEnded("session 's' is stopped: start it again")
-        self.cells.append(FakeCell(len(self.cells) + 1, code))
+        self.cells.append(FakeCell(len(self.cells) + 1, code, label))
         return self.cells[-1]
+
+    def restore(self) -> FakeCell:
+        if not self.saved:
+            raise NothingToRestore("session 's' saved nothing to restore: it saves ... after one worker's error.")
+        return self.submit(RESTORE_CELL, label=RESTORE_LABEL)
 
     def interrupt(self, cell: Any = None) -> str:
         self.interrupted.append(cell)

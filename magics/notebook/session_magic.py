@@ -28,7 +28,7 @@ from nbworkers.magics.notebook import idle_interrupt, registry
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
 from nbworkers.magics.notebook.remote.detached_session import detached_session, start_detached_session
 from nbworkers.magics.sessions.detach.client import SessionRefused
-from nbworkers.magics.sessions.session import Session, SessionEnded
+from nbworkers.magics.sessions.session import NothingToRestore, Session, SessionEnded
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol.private.dirs import UnsafeDirectory
@@ -147,15 +147,12 @@ def restore_session(name: str) -> None:
     """`%workers restore NAME`: put back what the session's workers saved before its processes last restarted
     (models, variables, checkpointed objects into the objects of the same names, rebuilt by the cells run since;
     arrays and values by name), on every worker, as a blocking cell of the session."""
-    session = live_session(name)
+    session = live_session(name) or detached_session(name)  # a detached one: its supervisor restores
     if session is None:
         raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
-    if session.saved is None:
-        raise UsageError(f"session {name!r} saved nothing to restore: it saves its models, variables and values only "
-                         "when its processes restart after one worker's error.")
     try:
         cell = session.restore()
-    except SessionEnded as error:
+    except (SessionEnded, NothingToRestore, SessionRefused) as error:
         raise UsageError(str(error)) from None
     cell.blocking = True
     echo = _echo()

@@ -15,22 +15,30 @@ message is received within bounds.
   it was (the caller counts it). libzmq itself queues a message whole before its first frame can be read
   (each frame at most ``MAXMSGSIZE``, at most ``RCVHWM`` messages per connection): that queue is what only the
   user's own processes (ipc) or the run's authenticated nodes (CurveZMQ) can fill.
+- ``ipc_path(name)``: where a Unix socket goes, its name carrying its binder's pid; ``sweep_stale()`` removes the
+  socket files whose binder is gone (a kernel, or a detached run's supervisor, killed with ``kill -9`` cannot
+  remove its own). The extension sweeps when it loads (rundir/leftovers.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
+import psutil
 import zmq
 
-from nbworkers.protocol.private.dirs import socket_path
+from nbworkers.protocol.private.dirs import runtime_dir, socket_path
 
 IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
 IPC_DIR_NAME = "nbworkers-ipc"
 HANDSHAKE_SECONDS = 5.0  # a TCP peer that has not finished the handshake by then is dropped (libzmq: 30 s)
 PENDING_CONNECTIONS = 16  # TCP connections waiting to be accepted (libzmq: 100)
+IPC_NAME = re.compile(r"-(?P<pid>\d+)-[0-9a-f]{12}\.sock$")  # ipc_path's names: <what>-<pid>-<token>.sock
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class TooBig:
 def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str:
     """Bind ``socket`` as described above; returns the address the workers connect to."""
     if host == IPC:
-        path = socket_path(IPC_DIR_NAME, f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock")
+        path = ipc_path(name)
         socket.bind(f"ipc://{path}")
         os.chmod(path, 0o600)
         return f"ipc://{path}"
@@ -52,6 +60,39 @@ def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str
     socket.setsockopt(zmq.BACKLOG, PENDING_CONNECTIONS)
     port = socket.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{advertise or host}:{port}"
+
+
+def ipc_path(name: str) -> Path:
+    """A new Unix socket's path in the private runtime directory: ``<name>-<this pid>-<random>.sock``."""
+    return socket_path(IPC_DIR_NAME, f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock")
+
+
+def sweep_stale(directory: Path | None = None) -> list[str]:
+    """Remove the socket files of ``ipc_path`` (in ``directory``, by default the private runtime directory's) whose
+    binder is no longer alive; returns their names. Only this user's sockets, looked at without following links.
+    A pid that is alive again (reused) keeps its file: it answers nobody, and the next sweep after that process
+    ends removes it."""
+    directory = directory if directory is not None else runtime_dir(IPC_DIR_NAME)
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = IPC_NAME.search(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            if psutil.pid_exists(int(match["pid"])):
+                continue
+            os.unlink(entry.path)
+        except OSError:  # gone meanwhile
+            continue
+        removed.append(entry.name)
+    return removed
 
 
 def sender_of(frame: zmq.Frame) -> str:

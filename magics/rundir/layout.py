@@ -43,6 +43,7 @@ CELL_FILE = "cell.py"
 PUSH_FILE = "push.pkl"
 TENSORBOARD_DIR = "tensorboard"  # the workers write it too: distlib/tensorboard.py (SUBDIR)
 TENSORBOARD_LOG_FILE = "tensorboard.log"
+SESSION_CLIENT_FILE = "session-client.json"  # a detached session's socket and key (sessions/detach/wire.py), 0600
 TENSORBOARD_SOCKET_FILE = "tensorboard.socket"  # the path of the Unix socket the run's TensorBoard serves on
 TAIL_READ_BYTES = 64 * 1024  # the end of a log read for its last lines (a failed worker's error)
 LOG_MAX_BYTES = 8 * 1024 * 1024  # most bytes of a log returned at once (the end of the log)

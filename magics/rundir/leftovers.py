@@ -1,8 +1,10 @@
 """Reaping the leftovers of dead kernels: runs whose state says not done but whose kernel died.
 
 Reaping kills what is left of such a run (TERM, grace, KILL — only processes that are the run's own:
-``liveness.leftover_processes``) and records its end (``end_of``): stopped because its kernel restarted or died
-(``KERNEL_GONE``, what every view shows), or failed when a worker had failed before. The kernel scans its run
+``liveness.leftover_processes``), removes a detached session's client file (its supervisor is gone), and records
+its end (``end_of``): stopped because its kernel restarted or died (``KERNEL_GONE``, what every view shows), or
+failed when a worker had failed before. The scan at load also removes the Unix socket files that dead kernels and
+supervisors left (``sockets.sweep_stale``). The kernel scans its run
 root in the background when the extension loads (``scan_at_load``); the server extension and tests call
 ``reap_leftovers``. Runs of live kernels and of other machines are never touched.
 
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
-from nbworkers.magics.rundir.layout import list_run_dirs, read_state, run_root
+from nbworkers.magics.run import sockets
+from nbworkers.magics.rundir.layout import SESSION_CLIENT_FILE, list_run_dirs, read_state, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
@@ -56,6 +59,10 @@ def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None
     if state is None or state.get("status") in RECORDED_ENDS or kernel_alive(state):
         return state
     stop_processes(leftover_processes(state, run_dir), kill_grace)
+    try:
+        os.unlink(run_dir / SESSION_CLIENT_FILE)  # a detached session's, naming a socket nobody answers on now
+    except FileNotFoundError:
+        pass
     return mark_ended(run_dir, *end_of(state))
 
 
@@ -86,6 +93,7 @@ def scan_at_load(root: str | os.PathLike | None = None) -> threading.Thread:
     def scan() -> None:
         try:
             names = reap_leftovers(root)
+            sockets.sweep_stale()
         except Exception as error:  # a scan must never break the kernel
             log.warning("nbworkers: leftover scan of %s failed: %s", root, error)
             return

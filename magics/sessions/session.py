@@ -55,6 +55,10 @@ class SessionEnded(RuntimeError):
     """The session is stopped (or failed): start it again with ``%%worker -n N --session NAME``."""
 
 
+class NothingToRestore(RuntimeError):
+    """``restore()`` of a session whose workers saved nothing."""
+
+
 class Session:
     def __init__(self, spec: LaunchSpec, config: WorkerSettings | None = None, backend: Backend | None = None,
                  view_factory: Callable[[Cluster], View] | None = None):
@@ -238,7 +242,11 @@ class Session:
     def restore(self) -> SessionCell:
         """Queue a cell that puts back what the workers saved before the processes last restarted
         (``distlib/saved_state/namespace.py``: ``restore_session_state()`` on every worker): run the cells that
-        build the saved models and variables first. ``SessionEnded`` once the session is stopped."""
+        build the saved models and variables first. ``NothingToRestore`` when nothing was saved, ``SessionEnded``
+        once the session is stopped."""
+        if self.saved is None:
+            raise NothingToRestore(f"session {self.name!r} saved nothing to restore: it saves its models, variables "
+                                   "and values only when its processes restart after one worker's error.")
         return self.submit(RESTORE_CELL, label=RESTORE_LABEL)
 
     def pull(self, expression: str, worker: int = 0, timeout: float | None = None) -> Any:

@@ -115,13 +115,20 @@ def test_detached_session_keeps_its_state_for_a_new_kernel(kernel, kernel_env, r
         failed = second.run("%%worker --session s --block\nraise KeyError('from a detached session')")
         assert failed.status == "error" and "RunFailed" in failed.error and "KeyError" in failed.error, failed.text
         assert second.value("nbworkers.session('s').pull('x')") == 42 - 1
+        nothing = second.run("%workers restore s")  # asked of its supervisor (unit-tested: a restore that runs)
+        assert nothing.status == "error" and "session 's' saved nothing to restore" in nothing.stderr, nothing.text
         assert second.value("nbworkers.session('s').pull('tf.stack([v, v * 2])').tolist()") == [3.0, 6.0]
         assert wait_until(lambda: listed()["session"]["cells"] == 3, 10), listed()
 
         assert second.value("nbworkers.session('t').pull('y')") == 1  # after its cell 1, which kernel A submitted
         lone = psutil.Process(json.loads((run_root / "t" / "state.json").read_text())["kernel_pid"])
+        lone_channel = json.loads((run_root / "t" / "session-client.json").read_text())["socket"]
         lone.kill()  # its supervisor dies: its worker ends with it
         assert wait_until(lambda: not processes_of_run_root(run_root / "t", zygotes=True), 30), "t left processes"
+        assert os.path.exists(lone_channel)  # a killed process removes nothing: the next %load_ext's scan does
+        assert not second.run("from nbworkers.magics.rundir.leftovers import scan_at_load\nscan_at_load().join()").error
+        assert not os.path.exists(lone_channel) and not (run_root / "t" / "session-client.json").exists()
+        assert json.loads((run_root / "t" / "state.json").read_text())["status"] == "stopped"
 
         channel = json.loads((run_root / "s" / "session-client.json").read_text())["socket"]
         stopped = second.run("%workers stop s")

@@ -20,7 +20,10 @@ LOOPS = {  # name: (setup, body)
 
 @pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
 def test_a_stop_runs_every_workers_finally_and_atexit_and_reads_stopped(kernel, run_root, tmp_path, zygote):
-    assert not kernel.run(f"nbworkers.settings().zygote = {zygote}").error
+    # What is tested is that the clean-up runs and nothing needs SIGTERM or SIGKILL, not how fast (the Stop's time is
+    # measured in benchmarks/): a grace longer than the default 5 s, so that a CPU-starved `make test` lane (CI,
+    # 2026-11-28: one worker of the spawned run was SIGKILLed at 5 s) cannot fail it.
+    assert not kernel.run(f"nbworkers.settings().zygote = {zygote}; nbworkers.settings().stop_grace = 20").error
     for name, (setup, body) in LOOPS.items():
         marker = str(tmp_path / name)
         cell = LOOP_WITH_FINALLY.format(marker=marker, setup=setup, body=body)
@@ -35,8 +38,9 @@ def test_a_stop_runs_every_workers_finally_and_atexit_and_reads_stopped(kernel, 
         snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
         assert snap["status"] == "stopped", snap
         for worker in snap["workers"]:
-            assert worker["status"] == "stopped", worker
-            assert worker["exit_code"] not in (-signal.SIGKILL, -signal.SIGTERM), worker
+            shown = kernel.run(f"%workers logs {name} -w {worker['index']} --tail 15").stdout
+            assert worker["status"] == "stopped", (worker, shown)
+            assert worker["exit_code"] not in (-signal.SIGKILL, -signal.SIGTERM), (worker, shown)
         for i in range(2):
             assert (tmp_path / f"{name}-finally-{i}").read_text().startswith("finally ran"), f"{name} worker {i}"
             assert (tmp_path / f"{name}-atexit-{i}").read_text() == "atexit ran", f"{name} worker {i}"

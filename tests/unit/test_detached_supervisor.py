@@ -150,15 +150,17 @@ def test_an_attached_ordinary_run_stays_read_only(tmp_path):
     assert not restart_requested(tmp_path / "near")
 
 
-def test_ray_sessions_are_refused_before_anything_starts_ray_runs_are_not():
-    spec = LaunchSpec(code="print(1)\n", workers=1, name="d2", backend="ray")
+def test_ray_runs_and_sessions_detach_an_unknown_backend_is_refused_before_anything_starts():
     seen: list = []
-    with pytest.raises(LaunchError, match="a detached session: not with --backend ray"):
-        detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True}, seen),
-                                    module="nbworkers.magics.sessions.detach.supervisor")
-    assert not seen
-    detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True, "run_dir": "/x/d2"}, seen))
-    assert len(seen) == 1  # a plain Ray run: its supervisor process is the Ray driver, its actors die with it
+    for module in ("nbworkers.magics.run.detach.supervisor", "nbworkers.magics.sessions.detach.supervisor"):
+        spec = LaunchSpec(code="print(1)\n", workers=1, name="d2", backend="ray")
+        detach_start.start_detached(spec, WorkerSettings(), spawn=_spawn({"ok": True, "run_dir": "/x/d2"}, seen),
+                                    module=module)
+    assert len(seen) == 2  # its supervisor process is the Ray driver: the actors die with it
+    with pytest.raises(LaunchError, match="--detach: not with --backend k8s"):
+        detach_start.start_detached(LaunchSpec(code="print(1)\n", workers=1, name="d3", backend="k8s"),
+                                    WorkerSettings(), spawn=_spawn({"ok": True}, seen))
+    assert len(seen) == 2
 
 
 def test_a_detached_runs_handle_gathers_the_charts_history(tmp_path):

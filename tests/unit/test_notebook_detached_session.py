@@ -74,3 +74,17 @@ def test_an_ended_session_refuses_cells_as_an_attached_one_does(served, tmp_path
     served.ended = True
     with pytest.raises(SessionEnded, match="start it again"):
         DetachedSession(tmp_path / "s").submit("x")
+
+
+def test_restore_goes_to_the_sessions_supervisor_and_says_why_when_nothing_was_saved(served, tmp_path):
+    from nbworkers.magics.sessions.detach.client import SessionRefused
+    from nbworkers.magics.sessions.session import RESTORE_CELL, RESTORE_LABEL
+
+    session = DetachedSession(tmp_path / "s")
+    with pytest.raises(SessionRefused, match="saved nothing to restore"):
+        session.restore()
+    assert served.cells == []
+    served.saved = True
+    cell = session.restore()
+    assert (cell.number, cell.label) == (1, RESTORE_LABEL) and served.cells[0].code == RESTORE_CELL
+    assert session.cells == [cell]

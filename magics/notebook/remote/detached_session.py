@@ -27,7 +27,7 @@ from nbworkers.magics.sessions.detach.remote_cell import RemoteCell
 from nbworkers.magics.sessions.detach.supervisor import SESSION_SUPERVISOR_MODULE
 from nbworkers.magics.sessions.pull import PullError
 from nbworkers.magics.sessions.push import PushError
-from nbworkers.magics.sessions.session import SessionEnded
+from nbworkers.magics.sessions.session import RESTORE_CELL, SessionEnded
 from nbworkers.magics.settings import settings
 from nbworkers.protocol import session_values
 
@@ -48,6 +48,20 @@ class DetachedSession(DetachedCluster):
             if error.ended:
                 raise SessionEnded(str(error)) from None
             raise
+        return self._follow(answer, code, display)
+
+    def restore(self) -> RemoteCell:
+        """Queue the cell that puts back what the workers saved before the processes last restarted (the session's
+        ``restore()``, in its supervisor process). ``SessionRefused`` saying why when nothing was saved."""
+        try:
+            answer, _ = self.client.request("restore", {})
+        except SessionRefused as error:
+            if error.ended:
+                raise SessionEnded(str(error)) from None
+            raise
+        return self._follow(answer, RESTORE_CELL, "0")
+
+    def _follow(self, answer: dict[str, Any], code: str, display: str) -> RemoteCell:
         cell = RemoteCell(self, int(answer["number"]), code, display, str(answer.get("label") or ""))
         self.cells.append(cell)
         return cell.start()

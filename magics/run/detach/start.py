@@ -41,10 +41,9 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
     session's, magics/sessions/detach/supervisor.py); its run directory once it runs.
 
     ``LaunchError``: the launch was refused (nothing left behind, as for a run in the kernel)."""
-    if spec.backend not in ("local", "ray") or (spec.backend != "local" and module != SUPERVISOR_MODULE):
-        what = "a detached session" if module != SUPERVISOR_MODULE else "--detach"
-        raise LaunchError(f"{what}: not with --backend {spec.backend} yet (local sessions, local and ray runs); "
-                          f"run it without --detach (it then ends with its kernel).")
+    if spec.backend not in ("local", "ray"):
+        raise LaunchError(f"--detach: not with --backend {spec.backend} (local and ray only); run it without "
+                          "--detach (it then ends with its kernel).")
     push = pickle.dumps(spec.push) if spec.push else None  # passed on as bytes: its values' classes are ours
     shipped = dataclasses.replace(spec, push=dict.fromkeys(spec.push))  # the names alone
     request = pickle.dumps(DetachRequest(shipped, settings_values(config), push))

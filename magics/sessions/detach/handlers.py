@@ -52,6 +52,8 @@ class ServedSession(Protocol):
 
     def live_cells(self) -> str: ...
 
+    def restore(self) -> Any: ...
+
 
 def handle(session: ServedSession, kind: str, content: dict[str, Any], blobs: Sequence[Any]) -> Answer:
     """The answer to one request; an exception from the session is an answer with its message, not a crash."""
@@ -134,10 +136,17 @@ def _push(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any])
     return {"ok": True, "workers": session.push(workers, False, **values)}, []
 
 
+def _restore(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any]) -> Answer:
+    """``%workers restore NAME`` from a kernel: the restore cell, queued (NothingToRestore: refused, saying why)."""
+    cell = session.restore()
+    return {"ok": True, "number": cell.number, "label": cell.label}, []
+
+
 def _info(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any]) -> Answer:
     with session.lock:
         return {"ok": True, "cells": len(session.cells), "busy": session.busy, "status": session.status,
                 "live_cells": session.live_cells(), "lost_note": session.lost_note}, []
 
 
-HANDLERS = {"submit": _submit, "cell": _cell, "interrupt": _interrupt, "pull": _pull, "push": _push, "info": _info}
+HANDLERS = {"submit": _submit, "cell": _cell, "interrupt": _interrupt, "pull": _pull, "push": _push, "info": _info,
+            "restore": _restore}

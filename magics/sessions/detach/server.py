@@ -7,7 +7,6 @@ run directory's ``session-client.json`` (0600); ``close()`` removes both, so not
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import sys
 import threading
@@ -15,11 +14,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from nbworkers.magics.run import sockets
 from nbworkers.magics.sessions.detach import wire as channel
 from nbworkers.protocol import wire
-from nbworkers.protocol.private.dirs import socket_path
 
-IPC_DIR_NAME = "nbworkers-ipc"  # as the relay's sockets (magics/run/sockets.py)
 REQUEST_MAX_BYTES = 2**30  # a request's frames (a push's arrays), before push_max_bytes applies per worker
 
 Handler = Callable[[str, dict[str, Any], Sequence[Any]], tuple[dict[str, Any], list[Any]]]
@@ -30,7 +28,7 @@ class SessionServer:
         self.name, self.run_dir, self._handler, self._max_bytes = name, Path(run_dir), handler, max_bytes
         self.key = wire.new_key()
         self._signer = wire.Signer(self.key)
-        self.path = socket_path(IPC_DIR_NAME, f"session-{os.getpid()}-{secrets.token_hex(6)}.sock")
+        self.path = sockets.ipc_path("session")
         self._listener: socket.socket | None = None
         self._closed = threading.Event()
 

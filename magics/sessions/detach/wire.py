@@ -17,11 +17,12 @@ import struct
 from pathlib import Path
 from typing import Any, Sequence
 
+from nbworkers.magics.rundir.layout import SESSION_CLIENT_FILE
 from nbworkers.protocol import session_data, wire
 from nbworkers.protocol.private.dirs import write_private
 from nbworkers.protocol.private.files import read_own
 
-CLIENT_FILE = "session-client.json"  # in the run directory: the socket's path and the channel's key (0600)
+CLIENT_FILE = SESSION_CLIENT_FILE  # in the run directory: the socket's path and the channel's key (0600)
 MAX_FRAMES = session_data.SIGNED_FRAMES + session_data.MAX_BLOBS  # a pulled value: two frames an array
 COUNT = struct.Struct("!I")
 LENGTH = struct.Struct("!Q")
