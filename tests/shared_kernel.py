@@ -63,9 +63,8 @@ class SharedKernel:
         kernel = self.kernel
         if kernel is None:
             return None
-        if failed or kernel.manager.is_alive() is False:
-            self.end()
-            return None
+        if failed or kernel.manager.is_alive() is False:  # a failed test's kernel may be mid-cell; a killed one is gone
+            return self.end()
         try:
             reset = kernel.run(RESET_CELL, timeout=RESET_TIMEOUT)
         except TimeoutError as error:

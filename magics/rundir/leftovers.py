@@ -3,10 +3,10 @@
 Reaping kills what is left of such a run (TERM, grace, KILL — only processes that are the run's own:
 ``liveness.leftover_processes``), removes a detached session's client file (its supervisor is gone), and records
 its end (``end_of``): stopped because its kernel restarted or died (``KERNEL_GONE``, what every view shows), or
-failed when a worker had failed before. The scan at load also removes the Unix socket files that dead kernels and
-supervisors left (``sockets.sweep_stale``). The kernel scans its run
-root in the background when the extension loads (``scan_at_load``); the server extension and tests call
-``reap_leftovers``. Runs of live kernels and of other machines are never touched.
+failed when a worker had failed before. The kernel scans its run root in the background when the extension loads
+(``scan_at_load``), which also removes the Unix socket files that dead kernels and supervisors left
+(``sockets.sweep_stale``); the server extension and tests call ``reap_leftovers``. Runs of live kernels and of
+other machines are never touched.
 
 The rest of what is known about runs from outside their kernel lives beside this module: the layout and the
 files (``rundir``), liveness (``liveness``), the REST rows (``run_listing``), stopping (``run_stop``), read-only
