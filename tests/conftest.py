@@ -7,6 +7,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import psutil
 import pytest
 from tracks import TRACK_OPTION, TRACKS, select
 
@@ -90,6 +91,15 @@ def _parent(proc):
         return proc.parent()
     except Exception:
         return None
+
+
+def ended(pid: int) -> bool:
+    """The process is gone or a zombie. One look, so it cannot race the exit (``pid_exists(p) and Process(p)``
+    raises NoSuchProcess when the process goes between the two)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def kill_leftovers(run_root: Path) -> list[int]:

@@ -4,7 +4,6 @@ on them, and a trained namespace of them: the saved-state unit tests (test_sessi
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from nbworkers.distlib.saved_state.namespace import Kinds
 from nbworkers.protocol import env_settings
@@ -80,10 +79,8 @@ def state_of(obj) -> list:
     return list(obj.variables) if not isinstance(obj, list) else obj
 
 
-@pytest.fixture(autouse=True)
-def fake_checkpoints(monkeypatch) -> None:
-    """TensorFlow's checkpoint write and read, on the stand-ins: one .npz of each object's variables in order (in
-    every test of a module that imports this fixture)."""
+def fake_checkpoints_on(monkeypatch) -> None:
+    """TensorFlow's checkpoint write and read, on the stand-ins: one .npz of each object's variables in order."""
     from nbworkers.distlib.saved_state import objects as saved_objects
 
     def write(objects, prefix):
@@ -124,9 +121,7 @@ def trained_namespace() -> dict:
             "by_number": {1: np.zeros(1)}}
 
 
-@pytest.fixture
-def run_dir(tmp_path, monkeypatch):
-    """The worker's run directory (private, as the host makes it), in its environment."""
+def private_run_dir(tmp_path, monkeypatch):
     folder = tmp_path / "train"
     folder.mkdir(mode=0o700)
     monkeypatch.setenv(env_settings.RUN_DIR.name, str(folder))

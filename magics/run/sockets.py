@@ -73,7 +73,7 @@ def sweep_stale(directory: Path | None = None) -> list[str]:
     A pid that is alive again (reused) keeps its file: it answers nobody, and the next sweep after that process
     ends removes it."""
     directory = directory if directory is not None else runtime_dir(IPC_DIR_NAME)
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.run import sockets
+from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import SESSION_CLIENT_FILE, list_run_dirs, read_state, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended

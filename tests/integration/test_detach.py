@@ -13,7 +13,7 @@ import sys
 
 import psutil
 from cells import worker_cell
-from conftest import Kernel, processes_of_run_root, wait_until
+from conftest import Kernel, ended, processes_of_run_root, wait_until
 
 from nbworkers.magics.rundir.listing import describe
 
@@ -99,8 +99,7 @@ def test_detached_session_keeps_its_state_for_a_new_kernel(kernel, kernel_env, r
     second = None
     try:
         os.kill(kernel.pid, signal.SIGKILL)
-        assert wait_until(lambda: not psutil.pid_exists(kernel.pid)
-                          or psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE, 20)
+        assert wait_until(lambda: ended(kernel.pid), 20)
         def listed() -> dict:  # what the REST API and the sidebar show (state.json is written every second)
             return describe(run_root / "s", full=True) or {}
 

@@ -17,7 +17,7 @@ import time
 
 import psutil
 from cells import CUSTOM_LOOP_STEP
-from conftest import processes_of_run_root, wait_until
+from conftest import ended, processes_of_run_root, wait_until
 from integration.test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
 
 KILLS = 10
@@ -109,7 +109,7 @@ def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothi
         assert snap["generation"] == generation and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, (kills, snap)
         os.kill(pid, signal.SIGKILL)
         kills.append((generation, victim, ahead, delay, global_step(snap["workers"][victim])))
-        assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10)
+        assert wait_until(lambda: ended(pid), 10)
     waited = kernel.run(f"%workers wait {name} --timeout {WAIT_TIMEOUT}", timeout=WAIT_TIMEOUT + 30)
     snap = snapshot(kernel, name)
     elapsed = time.monotonic() - started

@@ -142,8 +142,9 @@ def wait_for(kernel, name: str) -> dict:
 def assert_same_final_weights(run_root: Path, name: str) -> None:
     """Both workers printed the same final checksum (the last generation's: a worker that finished before its
     peer was killed prints one in each generation; the restarted one restores the final checkpoint)."""
-    sums = [checksums(worker_log(run_root, name, i)) for i in (0, 1)]
-    assert all(sums), sums
+    logs = [worker_log(run_root, name, i) for i in (0, 1)]
+    sums = [checksums(log) for log in logs]
+    assert all(sums), (sums, *("\n".join(log.splitlines()[-40:]) for log in logs))
     assert sums[0][-1] == sums[1][-1], f"workers ended with different weights: {sums}"
 
 

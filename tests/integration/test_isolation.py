@@ -81,12 +81,16 @@ words = holder.stdout.readline().split()
 out = {"holder": words[0]}
 if words[0] == "ready":
     value = ":".join(words[1:])
+    # the port, held (bound, not listening) out here until the outside check: a listener of this machine's on the
+    # same number (a TensorFlow or Ray server of a test running beside) would answer for the namespace's server
+    guard = socket.socket()
+    guard.bind(("0.0.0.0", 0))
     r, w = os.pipe()
     server = os.fork()
     if server == 0:
         joined_user = netns.join(value)
         s = socket.socket()
-        s.bind(("0.0.0.0", 0))
+        s.bind(("0.0.0.0", guard.getsockname()[1]))
         s.listen()
         caps = open("/proc/self/status").read().split("CapEff:")[1].split()[0]
         os.write(w, (json.dumps([joined_user, s.getsockname()[1], caps]) + "\n").encode())
@@ -99,6 +103,7 @@ if words[0] == "ready":
         out["outside"] = "reached"
     except OSError:
         out["outside"] = "refused"
+    guard.close()
     client = os.fork()
     if client == 0:
         netns.join(value)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Kernel, wait_until
+from conftest import Kernel, ended, wait_until
 
 from nbworkers.magics.backends.zygotes import ZYGOTE_MODULE
 from nbworkers.magics.rundir import layout as rundir
@@ -166,13 +166,12 @@ def test_a_forged_state_file_kills_neither_a_live_runs_workers_nor_the_zygote(ke
     assert sorted(leftovers.reap_leftovers(run_root, kill_grace=0.5)) == ["forged", "forged-old",
                                                                           "forged-placeholder"]
     time.sleep(1.0)
-    gone = [p for p in everyone if not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE]
+    gone = [p for p in everyone if ended(p)]
     assert not gone, (gone, everyone)
     assert rundir.read_state(run_root / "live")["status"] == "running"
     assert json.loads((run_root / "forged" / "state.json").read_text())["status"] == "stopped"  # kernel gone: end_of
 
     stopped = kernel.run("%workers stop live")  # its own kernel still stops it
     assert not stopped.error, stopped.error
-    assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                                      for p in workers + hosts), 60)
+    assert wait_until(lambda: all(ended(p) for p in workers + hosts), 60)
     assert zygote.is_running()  # the zygote is the kernel's: it goes with the kernel (the fixture checks)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import ended
 
 from nbworkers.kernel_driver import KernelDriver, wait_until
 from nbworkers.magics.notebook.remote import attach
@@ -314,8 +315,7 @@ def test_a_new_kernel_reaps_and_attaches_what_a_killed_kernel_left(tmp_path):
         out, error = second.run_text("%workers wait doomed --timeout 10")
         # stopped because its kernel died: not a failure (no RunFailed); the cause and what to do are shown
         assert KERNEL_GONE in out and not error, (out, error)
-        assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                                           for p in state["host_pids"]), STOP_TIMEOUT)
+        assert wait_until(lambda: all(ended(p) for p in state["host_pids"]), STOP_TIMEOUT)
     finally:
         for kernel in (first, second):
             if kernel is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import ended
 
 from nbworkers.kernel_driver import wait_until
 from nbworkers.magics.rundir import leftovers
@@ -532,8 +533,7 @@ def test_a_killed_kernel_is_reported_lost_then_reaped(server):
         assert not error, error
         state = _start_sleeping_cluster(kernel, "doomed")
         os.kill(kernel.pid, signal.SIGKILL)
-        assert wait_until(lambda: not psutil.pid_exists(kernel.pid) or
-                           psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE, STOP_TIMEOUT)
+        assert wait_until(lambda: ended(kernel.pid), STOP_TIMEOUT)
 
         def row():
             status, data = server.json("GET", "/nbworkers/api/clusters")

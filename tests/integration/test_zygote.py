@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import processes_of_run_root, wait_until
+from conftest import ended, processes_of_run_root, wait_until
 
 from nbworkers.protocol.private.dirs import module_command
 
@@ -168,8 +168,7 @@ def test_a_forked_worker_whose_host_is_killed_is_killed_by_the_zygote(tmp_path):
         assert psutil.Process(worker).ppid() == server.pid and os.getpgid(worker) == worker  # own group
         os.killpg(host.pid, signal.SIGKILL)
         host.wait()
-        assert wait_until(lambda: not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE,
-                          10), "the forked worker outlived its host"
+        assert wait_until(lambda: ended(worker), 10), "the forked worker outlived its host"
     finally:
         host.stdin.close()
         server.stdin.close()
@@ -259,7 +258,7 @@ def test_a_released_zygote_lets_its_running_workers_finish(kernel, run_root):
     snap = kernel.value("nbworkers.get_cluster('long').snapshot()")
     assert snap["status"] == "finished", snap["error"]
     assert "LONG DONE" in worker_log(run_root, "long")
-    assert wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 10)
+    assert wait_until(lambda: ended(first), 10)
 
 
 def test_an_idle_zygote_exits_and_the_next_run_starts_a_new_one_quietly(kernel, run_root):

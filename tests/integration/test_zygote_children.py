@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import psutil
-from conftest import wait_until
+from conftest import ended, wait_until
 
 from nbworkers.protocol.private.dirs import module_command
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
@@ -59,8 +59,7 @@ def test_a_forked_worker_carries_its_run_id_and_leaves_nothing_in_its_group(tmp_
         left = int(found.group(2))
         assert found.group(3) == f"NBWORKERS_RUN_ID={RUN_ID}"  # written over the placeholder, in place
         assert psutil.Process(zygote.pid).environ()["NBWORKERS_RUN_ID"] == RUN_ID_PLACEHOLDER
-        assert wait_until(lambda: not psutil.pid_exists(left) or
-                          psutil.Process(left).status() == psutil.STATUS_ZOMBIE, TIMEOUT), "the worker's child lived on"
+        assert wait_until(lambda: ended(left), TIMEOUT), "the worker's child lived on"
     finally:
         if left is not None and psutil.pid_exists(left):
             try:

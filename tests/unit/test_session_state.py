@@ -21,9 +21,9 @@ from saved_state_fakes import (
     Optimizer,
     Variable,
     as_worker,
-    fake_checkpoints,  # noqa: F401 (a fixture, autouse: TensorFlow's checkpoints on the stand-ins)
+    fake_checkpoints_on,
+    private_run_dir,
     rebuilt_namespace,
-    run_dir,  # noqa: F401 (a fixture)
     trained_namespace,
 )
 
@@ -32,6 +32,16 @@ from nbworkers.distlib.saved_state import plan, rebuild
 from nbworkers.distlib.saved_state.namespace import Kinds, NoSavedState, StateNotRestored
 from nbworkers.protocol import session_wire
 from nbworkers.protocol.private.dirs import UnsafeDirectory
+
+
+@pytest.fixture(autouse=True)
+def fake_checkpoints(monkeypatch):
+    fake_checkpoints_on(monkeypatch)
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    return private_run_dir(tmp_path, monkeypatch)
 
 
 def test_a_namespace_is_sorted_into_what_is_saved_and_what_is_left_out_and_why():

@@ -5,20 +5,31 @@ tests/saved_state_fakes.py."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from saved_state_fakes import (
     KINDS,
     Model,
     Optimizer,
     Variable,
     as_worker,
-    fake_checkpoints,  # noqa: F401 (a fixture, autouse: TensorFlow's checkpoints on the stand-ins)
+    fake_checkpoints_on,
+    private_run_dir,
     rebuilt_namespace,
-    run_dir,  # noqa: F401 (a fixture)
     trained_namespace,
 )
 
 from nbworkers.distlib.saved_state import namespace as session_state
 from nbworkers.distlib.saved_state import rebuild
+
+
+@pytest.fixture(autouse=True)
+def fake_checkpoints(monkeypatch):
+    fake_checkpoints_on(monkeypatch)
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    return private_run_dir(tmp_path, monkeypatch)
 
 
 def test_each_cell_records_the_names_it_bound():
