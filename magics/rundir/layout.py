@@ -193,6 +193,14 @@ def request_restart(run_dir: Path) -> None:
     write_private(Path(run_dir) / RESTART_REQUEST_FILE, f"{time.time()}\n".encode())
 
 
+def remove_session_client(run_dir: Path) -> None:
+    """A detached session's client file goes (its session ended, or its supervisor died: leftovers.reap)."""
+    try:
+        os.unlink(Path(run_dir) / SESSION_CLIENT_FILE)
+    except FileNotFoundError:
+        pass
+
+
 def restart_requested(run_dir: Path) -> bool:
     return (Path(run_dir) / RESTART_REQUEST_FILE).exists()
 

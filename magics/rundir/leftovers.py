@@ -23,7 +23,7 @@ from typing import Any
 
 from nbworkers.magics.run import sockets
 from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
-from nbworkers.magics.rundir.layout import SESSION_CLIENT_FILE, list_run_dirs, read_state, run_root
+from nbworkers.magics.rundir.layout import list_run_dirs, read_state, remove_session_client, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
@@ -59,10 +59,7 @@ def reap(run_dir: Path, kill_grace: float = KILL_GRACE) -> dict[str, Any] | None
     if state is None or state.get("status") in RECORDED_ENDS or kernel_alive(state):
         return state
     stop_processes(leftover_processes(state, run_dir), kill_grace)
-    try:
-        os.unlink(run_dir / SESSION_CLIENT_FILE)  # a detached session's, naming a socket nobody answers on now
-    except FileNotFoundError:
-        pass
+    remove_session_client(run_dir)  # a detached session's, naming a socket nobody answers on now
     return mark_ended(run_dir, *end_of(state))
 
 

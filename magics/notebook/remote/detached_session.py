@@ -41,27 +41,22 @@ class DetachedSession(DetachedCluster):
     # ------------------------------------------------------------------------------ cells
     def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> RemoteCell:
         """Queue a cell in the session (it runs once the cells before it, any kernel's, have ended)."""
-        try:
-            answer, _ = self.client.request("submit", {"code": code, "timeout": timeout, "display": display,
-                                                       "label": label})
-        except SessionRefused as error:
-            if error.ended:
-                raise SessionEnded(str(error)) from None
-            raise
-        return self._follow(answer, code, display)
+        return self._queue("submit", {"code": code, "timeout": timeout, "display": display, "label": label},
+                           code, display)
 
     def restore(self) -> RemoteCell:
         """Queue the cell that puts back what the workers saved before the processes last restarted (the session's
         ``restore()``, in its supervisor process). ``SessionRefused`` saying why when nothing was saved."""
+        return self._queue("restore", {}, RESTORE_CELL, "0")
+
+    def _queue(self, kind: str, content: dict[str, Any], code: str, display: str) -> RemoteCell:
+        """Ask the supervisor to queue a cell (``SessionEnded`` once the session ended); the cell, followed."""
         try:
-            answer, _ = self.client.request("restore", {})
+            answer, _ = self.client.request(kind, content)
         except SessionRefused as error:
             if error.ended:
                 raise SessionEnded(str(error)) from None
             raise
-        return self._follow(answer, RESTORE_CELL, "0")
-
-    def _follow(self, answer: dict[str, Any], code: str, display: str) -> RemoteCell:
         cell = RemoteCell(self, int(answer["number"]), code, display, str(answer.get("label") or ""))
         self.cells.append(cell)
         return cell.start()

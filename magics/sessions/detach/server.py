@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nbworkers.magics.run import sockets
+from nbworkers.magics.rundir.layout import remove_session_client
 from nbworkers.magics.sessions.detach import wire as channel
 from nbworkers.protocol import wire
 
@@ -54,11 +55,11 @@ class SessionServer:
             except OSError:
                 pass
             self._listener.close()
-        for remove in (lambda: os.unlink(self.path), lambda: channel.remove_client_file(self.run_dir)):
-            try:
-                remove()
-            except FileNotFoundError:
-                pass
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        remove_session_client(self.run_dir)
 
     def _accept(self) -> None:
         assert self._listener is not None

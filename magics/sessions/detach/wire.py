@@ -11,7 +11,6 @@ signed with that key and checked before anything in it is used; what is read is 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 from pathlib import Path
@@ -43,13 +42,6 @@ def read_client_file(run_dir: Path) -> tuple[str, str]:
         return str(data["socket"]), str(data["key"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ChannelError(f"the detached session's channel file in {run_dir} cannot be read ({error})") from None
-
-
-def remove_client_file(run_dir: Path) -> None:
-    try:
-        os.unlink(Path(run_dir) / CLIENT_FILE)
-    except FileNotFoundError:
-        pass
 
 
 def send(sock: socket.socket, key: str, signer: wire.Signer, kind: str, content: dict[str, Any],
