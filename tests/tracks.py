@@ -16,7 +16,7 @@ four lanes with ray among them: 25.5 min, and three tests that depend on timing 
 2026-11-28 02:23 (ray alone 8.2 min, then three lanes of 15 min): 25.5 min. cpu.txt then showed the CPU ~73% busy
 while ray ran alone and ~96% in the three lanes: the suite is CPU-bound, so the layout fills the Ray run's idle
 share with one lane and splits the long tracks so that the lanes end together (official CI: 23.6 min). Then less
-work: the tests of six modules share one kernel and its zygote (tests/shared_kernel.py) and `ray` collects only its
+work: the tests of five modules share one kernel and its zygote (tests/shared_kernel.py) and `ray` collects only its
 folder: 21.7 min (2026-11-28, a fresh clone).
 
 ``pytest --track NAME`` keeps one run's tests (tests/conftest.py deselects the others; with ``installed`` it also
