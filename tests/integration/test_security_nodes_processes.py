@@ -68,13 +68,21 @@ def test_a_socket_another_user_put_in_the_zygotes_place_gets_nothing_and_the_wor
         secret = "a-run-key-nobody-may-see"
         env = {**os.environ, "NBWORKERS_KEY": secret}
         env.pop("NBWORKERS_RELAY", None)
-        host = subprocess.run(
-            module_command(sys.executable, HOST_MODULE, "--log", str(log), "--zygote", str(sock),
-                           "--zygote-timeout", "10", "--zygote-connect-timeout", "5", "--",
-                           sys.executable, "-c", "print('spawned, not forked', flush=True)"),
-            env=env, stdin=subprocess.PIPE, capture_output=True, timeout=120)
+        # its stdin stays open while it runs, as a kernel's pipe does (end of file means the kernel is gone: the host
+        # then stops its worker, which CI once caught still starting: KeyboardInterrupt, exit code 1)
+        with open(tmp_path / "host.out", "wb") as out:
+            host = subprocess.Popen(
+                module_command(sys.executable, HOST_MODULE, "--log", str(log), "--zygote", str(sock),
+                               "--zygote-timeout", "10", "--zygote-connect-timeout", "5", "--",
+                               sys.executable, "-c", "print('spawned, not forked', flush=True)"),
+                env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                code = host.wait(timeout=120)
+            finally:
+                assert host.stdin is not None
+                host.stdin.close()
         text = log.read_text()
-        assert host.returncode == 0, (host.stderr, text)
+        assert code == 0, ((tmp_path / "host.out").read_text(), text)
         assert f"belongs to user id {NOBODY_UID}, not to you" in text and "nothing was sent to it" in text, text
         assert "spawned, not forked" in text, text
         deadline = time.monotonic() + 15  # the fake writes what it got once the host closed the connection
