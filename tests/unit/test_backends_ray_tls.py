@@ -28,10 +28,30 @@ def test_the_fact_is_on_only_when_the_kernel_and_every_node_have_it():
     kernel = {"RAY_USE_TLS": "1", **FILES}
     nodes = [{"ip": "127.0.0.2", "ray_tls": [True, ""]}, {"ip": "127.0.0.3", "ray_tls": [True, ""]}]
     assert tls.ray_tls_fact(kernel, nodes) == "on"
-    assert tls.ray_tls_fact(kernel, [{"ip": "10.0.0.9"}]) == "on"  # an older node that does not say
     plain = [nodes[0], {"ip": "127.0.0.3", "ray_tls": [False, "RAY_USE_TLS is not set"]}]
     assert tls.ray_tls_fact(kernel, plain) == "off (node 127.0.0.3: RAY_USE_TLS is not set)"
     assert tls.ray_tls_fact({}, nodes) == "off (the kernel: RAY_USE_TLS is not set)"
+
+
+@pytest.mark.parametrize("place", [
+    {"ip": "10.0.0.9"},  # an older actor that does not say
+    {"ip": "10.0.0.9", "ray_tls": None},
+    {"ip": "10.0.0.9", "ray_tls": [1, ""]},  # not a bool: not a yes
+    {"ip": "10.0.0.9", "ray_tls": ["yes", ""]},
+    {"ip": "10.0.0.9", "ray_tls": [True]},
+    {"ip": "10.0.0.9", "ray_tls": "on"},
+])
+def test_a_node_that_does_not_say_counts_as_off_and_the_cell_says_so(place, monkeypatch, capsys):
+    kernel = {"RAY_USE_TLS": "1", **FILES}
+    fact = tls.ray_tls_fact(kernel, [{"ip": "127.0.0.2", "ray_tls": [True, ""]}, place])
+    assert fact == "off (node 10.0.0.9: the node did not say)"
+    assert isolation.isolation_text({"mode": "off", "reason": "r", "ray_tls": fact}).endswith(
+        "Ray's TLS: off (node 10.0.0.9: the node did not say)")
+    monkeypatch.setattr(tls, "_said", False)
+    tls.say_once(fact)
+    said = capsys.readouterr().err
+    assert "Ray's transport is not encrypted: TLS is off (node 10.0.0.9: the node did not say)" in said
+    assert "Ray runs with TLS" not in said
 
 
 def test_workers_column_and_the_cell_say_it_once(monkeypatch, capsys):

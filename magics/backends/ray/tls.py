@@ -7,8 +7,9 @@ process of the cluster, the kernel (Ray's driver) included, runs with ``RAY_USE_
 
 ``tls_of(environ)``: whether one environment asks for TLS, and what is missing. ``ray_tls_fact(kernel, nodes)``:
 ``"on"`` when the kernel's environment and every node's (each actor reports its own: ``node.where``) have it, else
-``"off (why)"``. ``say_once(fact)``: said once per kernel in the cell that launched the run (stderr) and in the
-log: that it is on, or that it is off, what crosses in plain text, and what to do (docs/ray.md, "Ray with TLS").
+``"off (why)"``; a node that does not say (an older actor, a malformed answer) counts as off: ``"off (node IP: the node
+did not say)"``, said in the cell as any other off. ``say_once(fact)``: said once per kernel in the cell that
+launched the run (stderr) and in the log: that it is on, or that it is off, what crosses in plain text, and what to do (docs/ray.md, "Ray with TLS").
 """
 
 from __future__ import annotations
@@ -35,16 +36,23 @@ def tls_of(environ: Mapping[str, str]) -> tuple[bool, str]:
     return True, ""
 
 
+NOT_SAID = "the node did not say"  # a node whose answer has no well-formed ``ray_tls``: TLS counts as off
+
+
 def ray_tls_fact(kernel_env: Mapping[str, str] | None = None, nodes: Sequence[Mapping[str, Any]] = ()) -> str:
     """``"on"``, or ``"off (why)"``: the kernel's environment (``os.environ`` by default) and what each placed
-    actor reported of its node's (``where()['ray_tls']``: ``[on, why]``; a node that did not say is not counted)."""
+    actor reported of its node's (``where()['ray_tls']``: ``[on, why]``, ``on`` a bool). A node that did not say,
+    or said something else, is off (``NOT_SAID``): nothing is taken as encrypted unless it was said to be."""
     on, why = tls_of(os.environ if kernel_env is None else kernel_env)
     if not on:
         return f"off (the kernel: {why})"
     for place in nodes:
         said = place.get("ray_tls")
-        if isinstance(said, (list, tuple)) and len(said) == 2 and not said[0]:
-            return f"off (node {place.get('ip', '?')}: {said[1]})"
+        well_formed = isinstance(said, (list, tuple)) and len(said) == 2 and isinstance(said[0], bool)
+        if not well_formed:
+            return f"off (node {place.get('ip', '?')}: {NOT_SAID})"
+        if not said[0]:
+            return f"off (node {place.get('ip', '?')}: {str(said[1])[:200]})"
     return "on"
 
 
