@@ -53,7 +53,7 @@ def test_a_save_goes_from_its_node_to_the_kernel_and_on_to_a_new_worker_on_anoth
     for node, worker in ((node_a, 0), (node_b, 1)):  # the kernel takes each worker's back at its group's end
         files, why = state_copy.read_worker_save(node, 3, worker, 10**6)
         assert why == "" and files
-        assert state_copy.write_tree(kernel, files, replace=True) == [f"gen-3/worker-{worker}"]
+        assert state_copy.write_tree(kernel, files, replace=(3, worker)) == [f"gen-3/worker-{worker}"]
     files, why = state_copy.files_for(kernel, 4, 1, 10**6)  # new worker 1 (generation 4) on node C
     assert why == ""
     assert sorted(files) == sorted([f"gen-3/worker-0/{n}" for n in [*CHECKPOINT, "manifest.json"]]
@@ -123,7 +123,7 @@ def test_the_kernel_copy_replaces_a_stale_folder_and_drops_older_generations(tmp
     make_save(kernel, 2, 0, files={"stale.index": b"s"})
     make_save(kernel, 1, 0)
     make_save(node, 2, 0, files={"model.index": b"m"})
-    state_copy.write_tree(kernel, state_copy.read_worker_save(node, 2, 0, 100)[0], replace=True)
+    state_copy.write_tree(kernel, state_copy.read_worker_save(node, 2, 0, 100)[0], replace=(2, 0))
     state_copy.drop_older(kernel, 2)
     assert sorted(p.name for p in (kernel / "session-state" / "gen-2" / "worker-0").iterdir()) == [
         "manifest.json", "model.index"]
@@ -190,6 +190,72 @@ def test_a_shared_node_or_a_save_too_large_or_a_dead_actor_copies_nothing_and_th
     assert "RaySettings.saved_state_max_bytes" in log and not (kernel / "session-state").exists()
     kernel_worker(kernel, None, shared=False)._copy_state_back()
     assert "RuntimeError: The actor died unexpectedly" in (kernel / "worker-1.log").read_text()
+
+
+class LyingNode:
+    """A node's actor that answers ``read_state`` with whatever it likes (another user's, or a broken, node)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def read_state(self, generation, worker, max_bytes):
+        return self.answer
+
+
+def saved_names(kernel: Path) -> dict[str, list[str]]:
+    root = kernel / "session-state"
+    return {str(f.relative_to(root)): sorted(p.name for p in f.iterdir()) for f in sorted(root.glob("gen-*/worker-*"))}
+
+
+@pytest.mark.parametrize("answer, why", [
+    ({"gen-3/worker-0/model.index": b"forged", "gen-3/worker-0/manifest.json": b"{}"}, "is not in gen-3/worker-1"),
+    ({"gen-3/worker-1/a.npz": b"a", "gen-2/worker-1/manifest.json": b"{}"}, "is not in gen-3/worker-1"),
+    ({"gen-4/worker-1/manifest.json": b"{}"}, "is not in gen-3/worker-1"),  # a later generation's
+    ({"gen-3/worker-1/../../x": b"x"}, "is not gen-N/worker-M/FILE"),
+    ({"gen-3/worker-1/big.npz": b"\x00" * 2000, "gen-3/worker-1/manifest.json": b"{}"}, "more than the 0.0 MiB"),
+    ({"gen-3/worker-1/a.npz": "not bytes"}, "as str, not bytes"),
+    ({f"gen-3/worker-1/f{i}": b"" for i in range(state_copy.MAX_FILES + 1)}, "more than 10000"),
+])
+def test_the_kernel_keeps_nothing_a_node_sends_outside_that_workers_save_or_over_the_cap(tmp_path, answer, why):
+    """Worker 1 of generation 3: only gen-3/worker-1/FILE, within saved_state_max_bytes (1000 here), is kept; the
+    other workers' folders are left as they were; the worker's log says what was refused."""
+    kernel, = dirs(tmp_path, "kernel")
+    make_save(kernel, 3, 0, files={"model.index": b"worker 0's"})
+    make_save(kernel, 3, 2, files={"values.npz": b"worker 2's"})
+    before = saved_names(kernel)
+    kernel_worker(kernel, LyingNode((answer, "")), shared=False, max_bytes=1000)._copy_state_back()
+    assert saved_names(kernel) == before
+    assert (kernel / "session-state" / "gen-3" / "worker-0" / "model.index").read_bytes() == b"worker 0's"
+    log = (kernel / "worker-1.log").read_text()
+    assert "worker 1's session save was not copied from 127.0.0.3 node abcdef12" in log and why in log, log
+
+
+@pytest.mark.parametrize("answer", [None, "files", ({"gen-3/worker-1/a": b"a"},), ({}, 3), ([], "")])
+def test_an_answer_not_shaped_as_files_and_why_is_ignored_and_said(tmp_path, answer):
+    kernel, = dirs(tmp_path, "kernel")
+    kernel_worker(kernel, LyingNode(answer), shared=False)._copy_state_back()
+    assert not (kernel / "session-state").exists()
+    assert "the node's answer is not (files, why)" in (kernel / "worker-1.log").read_text()
+
+
+def test_replacing_a_workers_folder_leaves_every_other_workers_folder_alone(tmp_path):
+    kernel, = dirs(tmp_path, "kernel")
+    for worker in (0, 1, 2):
+        make_save(kernel, 3, worker, files={"old.npz": b"old"})
+    sent = {"gen-3/worker-1/new.npz": b"new", "gen-3/worker-1/manifest.json": b"{}"}
+    kernel_worker(kernel, LyingNode((sent, "")), shared=False)._copy_state_back()
+    assert saved_names(kernel) == {"gen-3/worker-0": ["manifest.json", "old.npz"],
+                                   "gen-3/worker-1": ["manifest.json", "new.npz"],
+                                   "gen-3/worker-2": ["manifest.json", "old.npz"]}
+    with pytest.raises(state_copy.StateCopyError, match="not in gen-3/worker-1, the one folder being replaced"):
+        state_copy.write_tree(kernel, {**sent, "gen-3/worker-2/manifest.json": b"{}"}, replace=(3, 1))
+    assert saved_names(kernel)["gen-3/worker-2"] == ["manifest.json", "old.npz"]
+
+
+def test_a_nodes_own_reason_reaches_the_log_on_one_line(tmp_path):
+    kernel, = dirs(tmp_path, "kernel")
+    kernel_worker(kernel, LyingNode(({}, "too big\n--- forged line")), shared=False)._copy_state_back()
+    assert "abcdef12: too big --- forged line\n" in (kernel / "worker-1.log").read_text()
 
 
 def test_the_node_writes_the_save_it_was_sent_and_says_so_in_the_log_note(tmp_path):

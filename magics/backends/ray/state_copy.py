@@ -7,8 +7,9 @@ that folder is on the node only. So, as the node's log is:
 
 - **back to the kernel**: when the worker's group is gone, before its actor is released, the kernel asks the actor
   for its worker's save of that generation (``read_worker_save``: this user's own regular files of that one folder,
-  at most ``RaySettings.saved_state_max_bytes`` in all) and keeps them in the run's private directory
-  (``write_tree``), where a node that shares the kernel's files reads them as the local backend does;
+  at most ``RaySettings.saved_state_max_bytes`` in all), checks what comes back as it would check anything another
+  machine sends (``checked_answer``: that generation's, that worker's, within the cap, or nothing is kept) and keeps
+  it in the run's private directory (``write_tree``, replacing that worker's folder and no other), where a node that shares the kernel's files reads them as the local backend does;
 - **out to the new workers**: launching the next generation, the kernel sends each worker on a node that does not
   share its files the save that worker restores from (``files_for``: the holder's, whose checkpoints every worker
   reads, and the worker's own arrays and values), in the same start request that carries the cell; the node writes
@@ -31,6 +32,7 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from nbworkers.protocol import session_wire
 from nbworkers.protocol.private.dirs import private_dir
@@ -101,22 +103,28 @@ def check_path(path: str) -> tuple[int, int, str]:
     return int(gen.group(1)), int(worker.group(1)), parts[2]
 
 
-def write_tree(run_dir: str | os.PathLike, files: Mapping[str, bytes], replace: bool = False) -> list[str]:
+def write_tree(run_dir: str | os.PathLike, files: Mapping[str, bytes], replace: tuple[int, int] | None = None
+               ) -> list[str]:
     """Write copied saves (``read_worker_save``'s or ``files_for``'s) under ``run_dir``'s ``session-state``; every
     path checked first (``StateCopyError``, nothing written). Each file is replaced at once (``_write``), manifests
-    last: a folder is a save only once it is whole. ``replace``: each worker folder written is emptied first (the
-    kernel's copy back, while no worker reads it; not on a node, where a worker of the new group may read it while
-    the next one's files are written). The folders written."""
+    last: a folder is a save only once it is whole. ``replace``: the (generation, worker) whose folder is emptied
+    first, the only folder the files may then be in (the kernel's copy back of one worker, while no worker reads
+    it; not on a node, where a worker of the new group may read it while the next one's files are written). The
+    folders written."""
     checked = [(check_path(path), data) for path, data in files.items()]
     if not all(isinstance(data, (bytes, bytearray, memoryview)) for _, data in checked):
         raise StateCopyError("a copied file is not bytes")
+    if replace is not None:
+        outside = sorted(f"gen-{g}/worker-{w}/{n}" for (g, w, n), _ in checked if (g, w) != replace)
+        if outside:
+            raise StateCopyError(f"{outside[0]!r} is not in {folder_name(*replace)}, the one folder being replaced")
     root = private_dir(state_root(run_dir))
     folders: dict[tuple[int, int], Path] = {}
     for (gen, worker, _), _ in checked:
         if (gen, worker) not in folders:
             private_dir(root / f"gen-{gen}")
             folder = root / folder_name(gen, worker)
-            if replace and folder.exists():
+            if (gen, worker) == replace and os.path.lexists(folder):
                 shutil.rmtree(folder)
             folders[(gen, worker)] = private_dir(folder)
     for (gen, worker, name), data in sorted(checked, key=lambda item: item[0][2] == MANIFEST):
@@ -150,6 +158,34 @@ def drop_older(run_dir: str | os.PathLike, generation: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ in the kernel
+def checked_answer(answer: Any, generation: int, worker: int, max_bytes: int) -> tuple[Files, str]:
+    """What the kernel keeps of a node's answer to ``read_worker_save(run_dir, generation, worker, max_bytes)``
+    (nothing of it trusted): its files when the answer is ``(files, why)`` as that function makes it and every file
+    is that worker's of that generation (``gen-G/worker-W/FILE``), at most ``MAX_FILES`` of them and ``max_bytes``
+    in all; else none, and why (for the worker's log)."""
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[0], dict)
+            and isinstance(answer[1], str)):
+        return {}, f"the node's answer is not (files, why) but {type(answer).__name__}: ignored"
+    files, why = answer
+    if why or not files:
+        return {}, " ".join(why.split())[:500]  # the node's own reason, one line
+    if len(files) > MAX_FILES:
+        return {}, f"the node sent {len(files)} files, more than {MAX_FILES}: none kept"
+    wanted = folder_name(generation, worker)
+    for path, data in files.items():
+        try:
+            if not isinstance(path, str) or check_path(path)[:2] != (generation, worker):
+                raise StateCopyError(f"{str(path)[:200]!r} is not in {wanted}")
+        except StateCopyError as error:
+            return {}, f"the node sent a file of another save ({error}): none kept"
+        if not isinstance(data, (bytes, bytearray)):
+            return {}, f"the node sent {path!r} as {type(data).__name__}, not bytes: none kept"
+    size = sum(len(data) for data in files.values())
+    if size > max_bytes:
+        return {}, f"the node sent {too_large(size, max_bytes)}: none kept"
+    return files, ""
+
+
 def latest_saved(run_dir: str | os.PathLike, before: int) -> int | None:
     """The newest generation before ``before`` with a finished save of some worker."""
     root = state_root(run_dir)

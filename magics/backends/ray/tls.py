@@ -48,8 +48,7 @@ def ray_tls_fact(kernel_env: Mapping[str, str] | None = None, nodes: Sequence[Ma
         return f"off (the kernel: {why})"
     for place in nodes:
         said = place.get("ray_tls")
-        well_formed = isinstance(said, (list, tuple)) and len(said) == 2 and isinstance(said[0], bool)
-        if not well_formed:
+        if not (isinstance(said, (list, tuple)) and len(said) == 2 and isinstance(said[0], bool)):
             return f"off (node {place.get('ip', '?')}: {NOT_SAID})"
         if not said[0]:
             return f"off (node {place.get('ip', '?')}: {str(said[1])[:200]})"

@@ -202,11 +202,13 @@ class RayWorkerProcess:
         self._own_files = False
         run_dir = self.log_path.parent
         try:
-            files, why = self._ray.get(
+            answer = self._ray.get(
                 self.actor.read_state.remote(self.generation, self.index, self._settings.saved_state_max_bytes),
                 timeout=self._settings.saved_state_copy_timeout)
+            files, why = state_copy.checked_answer(answer, self.generation, self.index,
+                                                   self._settings.saved_state_max_bytes)
             if files:
-                state_copy.write_tree(run_dir, files, replace=True)
+                state_copy.write_tree(run_dir, files, replace=(self.generation, self.index))
                 state_copy.drop_older(run_dir, self.generation)
         except Exception as error:  # the actor or its node is gone: nothing to copy
             why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
