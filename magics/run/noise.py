@@ -26,6 +26,7 @@ import re
 from nbworkers.magics.collective_abort import is_collective_abort
 from nbworkers.magics.launch.environment import DEFAULT_ENV
 from nbworkers.protocol import session_wire
+from nbworkers.protocol.terminal import TerminalStream, settled_lines
 
 # glog/absl format: severity letter, MMDD, time, thread id, file:line]
 CPP_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.\-/]+:\d+\] ")
@@ -91,10 +92,10 @@ def is_noise(line: str, level: int) -> bool:
 def shown_log(text: str, tail: int | None = None) -> str:
     """A worker's log file as the user's views show it (the sidebar's Log panel): the noise left out at the level
     its launch line records (``DEFAULT_LEVEL`` before one is seen, as when the file's start was cut); then its
-    last ``tail`` lines."""
+    last ``tail`` lines. Escape codes stripped, a progress bar's updates collapsed (``protocol/terminal.py``)."""
     level = DEFAULT_LEVEL
     kept: list[str] = []
-    for line in text.splitlines():
+    for line in settled_lines(text):
         launch = LAUNCH_LINE.match(line)
         if launch and launch.group("level") is not None:
             level = noise_level(launch.group("level"))
@@ -111,17 +112,19 @@ class NoiseFilter:
     ``dropped`` counts TensorFlow's chatter (the widget says how many such lines it hid), ``own_dropped``
     nbworkers' own lines. ``filter(chunks, own_lines)``: which of nbworkers' lines go, by default all but the cell
     markers (``UNROUTED_OWN_LINES``: a session routes its cells' output by them); the run's views pass
-    ``OWN_LINES`` (``messages.py``)."""
+    ``OWN_LINES`` (``messages.py``). Escape codes and control characters go first (``protocol/terminal.py``:
+    ``TerminalStream``); carriage returns stay for the log tail to collapse."""
 
     def __init__(self, level: int):
         self.level = level
         self.dropped = 0
         self.own_dropped = 0
         self._at_line_start = True
+        self._terminal = TerminalStream()
 
     def filter(self, chunks: list[str], own_lines: tuple[re.Pattern[str], ...] = UNROUTED_OWN_LINES) -> list[str]:
         kept: list[str] = []
-        for chunk in chunks:
+        for chunk in map(self._terminal.feed, chunks):
             out = []
             start = 0
             while start < len(chunk):

@@ -20,6 +20,7 @@ from nbworkers.magics.shapes import ClusterSnapshot, View, WorkerHandle
 from nbworkers.magics.views.summary import ECHOED_KEY
 from nbworkers.procs.ownership import started_since_boot
 from nbworkers.protocol import wire
+from nbworkers.protocol.terminal import settled_lines
 
 
 class LiveViews:
@@ -124,14 +125,15 @@ def state_file_data(snapshot: ClusterSnapshot, procs: list[WorkerHandle], run_id
 
 def read_logs(run_dir: Path, count: int, worker: int | None = None, tail: int | None = None) -> str:
     """A worker's full log (or every one of the ``count`` workers' logs, each line prefixed by its index);
-    ``tail`` keeps the last lines."""
+    ``tail`` keeps the last lines. As a terminal shows it: escape codes stripped, a progress bar's updates collapsed
+    to the last (``protocol/terminal.py``; the file keeps every byte)."""
     parts = []
     for i in range(count) if worker is None else [worker]:
         try:
-            text = log_path(run_dir, i).read_text(encoding="utf-8", errors="replace")
+            text = log_path(run_dir, i).read_bytes().decode("utf-8", errors="replace")  # "\r" kept: not read_text
         except OSError:
             text = ""
-        lines = text.splitlines()
+        lines = settled_lines(text)
         if tail is not None:
             lines = lines[-tail:]
         parts.append("\n".join(f"[{i}] {line}" for line in lines) if worker is None else "\n".join(lines))

@@ -35,6 +35,7 @@ from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.settings import settings
 from nbworkers.protocol.private.dirs import owned_root, write_private
+from nbworkers.protocol.terminal import settled_lines
 
 STATE_FILE = "state.json"
 STOP_REQUEST_FILE = "stop-requested"
@@ -218,7 +219,8 @@ def take_restart_request(run_dir: Path) -> bool:
 
 # ------------------------------------------------------------------------------------------- logs
 def read_tail(path: Path, lines: int, max_bytes: int = TAIL_READ_BYTES) -> str:
-    """The last ``lines`` lines of a log (read from its last ``max_bytes`` bytes); "" when unreadable."""
+    """The last ``lines`` lines of a log (read from its last ``max_bytes`` bytes; as a terminal shows them:
+    ``protocol/terminal.py``); "" when unreadable."""
     try:
         with open(path, "rb") as file:
             file.seek(0, os.SEEK_END)
@@ -227,7 +229,7 @@ def read_tail(path: Path, lines: int, max_bytes: int = TAIL_READ_BYTES) -> str:
             text = file.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(settled_lines(text)[-lines:])
 
 
 def read_log(run_dir: Path, worker: str | int, tail: int | None = None, max_bytes: int = LOG_MAX_BYTES) -> str:
@@ -252,7 +254,7 @@ def read_log(run_dir: Path, worker: str | int, tail: int | None = None, max_byte
             data = file.read()
     except OSError:
         return ""
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = settled_lines(data.decode("utf-8", errors="replace"))  # as a terminal shows it (protocol/terminal.py)
     if size > max_bytes and lines:
         lines = lines[1:]  # the first line was cut
     if tail is not None:

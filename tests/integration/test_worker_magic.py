@@ -41,6 +41,22 @@ def test_two_workers_train_in_sync_and_kernel_stays_tensorflow_free(kernel, run_
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False
 
 
+def test_a_keras_progress_bar_reads_in_the_logs_as_in_a_cell(kernel, run_root):
+    """Keras 3's default progress bar (verbose=1: escape codes, backspaces, carriage returns): ``%workers logs``
+    and the blocking cell's echo show one plain line per finished bar (protocol/terminal.py)."""
+    ran = kernel.run(worker_cell("-n 2 --block --name bars", KERAS_TRAINING,
+                                 "model.fit(dataset, epochs=2, steps_per_epoch=4)\n"))
+    assert not ran.error, ran.error
+    raw = (run_root / "bars" / "worker-0.log").read_bytes().decode()
+    assert "\x1b[" in raw and "\r" in raw, raw  # what Keras wrote: the file keeps every byte
+    shown = kernel.run("%workers logs bars").stdout
+    for text in (shown, ran.stdout):
+        assert not any(code in text for code in ("\x1b", "\b", "\r", "[37", "[0m")), repr(text)
+    for index in range(2):
+        bars = [line.split()[1] for line in shown.splitlines() if line.startswith(f"[{index}] ") and "/4 " in line]
+        assert bars == ["4/4", "4/4"], shown  # one finished bar per epoch, no update before it
+
+
 def test_cell_returns_at_once_and_workers_wait_sees_the_end(kernel, tmp_path):
     gate = tmp_path / "gate"
     cell = f"""%%worker -n 2 --name gated
