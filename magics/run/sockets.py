@@ -15,9 +15,12 @@ message is received within bounds.
   it was (the caller counts it). libzmq itself queues a message whole before its first frame can be read
   (each frame at most ``MAXMSGSIZE``, at most ``RCVHWM`` messages per connection): that queue is what only the
   user's own processes (ipc) or the run's authenticated nodes (CurveZMQ) can fill.
-- ``ipc_path(name)``: where a Unix socket goes, its name carrying its binder's pid; ``sweep_stale()`` removes the
-  socket files whose binder is gone (a kernel, or a detached run's supervisor, killed with ``kill -9`` cannot
-  remove its own). The extension sweeps when it loads (rundir/leftovers.py).
+- ``ipc_path(name)``: where a Unix socket goes, its name carrying its binder's machine (``machine.machine_key``:
+  host name and boot id) and pid; ``sweep_stale()`` removes the socket files of this machine whose binder is gone
+  (a kernel, or a detached run's supervisor, killed with ``kill -9`` cannot remove its own). Files of other machines
+  (a runtime directory on a shared home, ``NBWORKERS_RUNTIME_DIR=~/...``) and names without a machine (an older
+  version's) are left alone: a pid says nothing about another machine's processes. The extension sweeps when it
+  loads (rundir/leftovers.py).
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ import psutil
 import zmq
 
 from nbworkers.protocol.private.dirs import runtime_dir, socket_path
+from nbworkers.protocol.private.machine import KEY_PATTERN, machine_key
 
 IPC = "ipc"  # the bind host that means: a Unix socket in the private runtime directory
 IPC_DIR_NAME = "nbworkers-ipc"
 HANDSHAKE_SECONDS = 5.0  # a TCP peer that has not finished the handshake by then is dropped (libzmq: 30 s)
 PENDING_CONNECTIONS = 16  # TCP connections waiting to be accepted (libzmq: 100)
-IPC_NAME = re.compile(r"-(?P<pid>\d+)-[0-9a-f]{12}\.sock$")  # ipc_path's names: <what>-<pid>-<token>.sock
+# ipc_path's names: <what>-<machine>-<pid>-<token>.sock
+IPC_NAME = re.compile(rf"-(?P<machine>{KEY_PATTERN})-(?P<pid>\d+)-[0-9a-f]{{12}}\.sock$")
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,14 @@ def bind(socket: zmq.Socket, host: str, advertise: str | None, name: str) -> str
 
 
 def ipc_path(name: str) -> Path:
-    """A new Unix socket's path in the private runtime directory: ``<name>-<this pid>-<random>.sock``."""
-    return socket_path(IPC_DIR_NAME, f"{name}-{os.getpid()}-{secrets.token_hex(6)}.sock")
+    """A new Unix socket's path in the private runtime directory: ``<name>-<machine>-<this pid>-<random>.sock``."""
+    return socket_path(IPC_DIR_NAME, f"{name}-{machine_key()}-{os.getpid()}-{secrets.token_hex(6)}.sock")
 
 
 def sweep_stale(directory: Path | None = None) -> list[str]:
-    """Remove the socket files of ``ipc_path`` (in ``directory``, by default the private runtime directory's) whose
-    binder is no longer alive; returns their names. Only this user's sockets, looked at without following links.
+    """Remove the socket files of ``ipc_path`` (in ``directory``, by default the private runtime directory's) made on
+    this machine whose binder is no longer alive; returns their names. Only this user's sockets, looked at without
+    following links; another machine's names are never touched.
     A pid that is alive again (reused) keeps its file: it answers nobody, and the next sweep after that process
     ends removes it."""
     directory = directory if directory is not None else runtime_dir(IPC_DIR_NAME)
@@ -80,7 +86,7 @@ def sweep_stale(directory: Path | None = None) -> list[str]:
         return removed
     for entry in entries:
         match = IPC_NAME.search(entry.name)
-        if match is None:
+        if match is None or match["machine"] != machine_key():
             continue
         try:
             info = entry.stat(follow_symlinks=False)
