@@ -15,10 +15,16 @@ relay's server keypair and allowed client keys): only the run's nodes, with the 
 there, can connect, nobody on the path reads the cells, and a ``ready`` naming worker N counts only when it
 comes with worker N's key (``speaks_for``).
 Commands stay HMAC-signed and numbered on top.
+
+A local push of ``shm_min_bytes`` or more goes through a shared-memory file (``session_shm``). When that file cannot
+be written (``/dev/shm`` full, as another user can make it: ENOSPC; any other ``OSError``), the push goes as frames
+instead, and so does every later push of this channel; the cell is told once (``SHM_FALLBACK``), not per push.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 from typing import Any
 
@@ -31,6 +37,10 @@ from nbworkers.protocol.relay_curve import CurveServer
 
 MAX_FRAMES = 8  # routing id, <IDS|MSG>, signature, header, parent, metadata, content (a worker's `ready`)
 MAX_MESSAGE_BYTES = 64 * 1024  # a `ready` is a few hundred bytes
+SHM_FALLBACK = ("nbworkers: a push through shared memory failed in {folder} ({why}); this session's pushes go over "
+                "its socket from now on (the same values, slower for large arrays). `df -h {folder}` shows whether "
+                "it is full.")
+log = logging.getLogger("nbworkers")
 
 
 class CommandChannel:
@@ -49,6 +59,7 @@ class CommandChannel:
         self.curve = CurveServer(self._context, self._socket, like=curve) if curve is not None else None
         self.address = sockets.bind(self._socket, bind_host, advertise_host, "commands")
         self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: pushes by shared memory
+        self.shm_failed = ""  # why a push's shared-memory file could not be written: pushes go as frames since
         self._lock = threading.Lock()
         self._seq = 0
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
@@ -118,8 +129,13 @@ class CommandChannel:
         them), False when the worker was not reached. Local sessions: blobs of ``shm_min_bytes`` or more in all go
         in a shared-memory file instead (``session_shm``; the worker unlinks it when it maps it)."""
         sizes = [memoryview(b).nbytes for b in blobs]
-        if self.shm is not None and shm_min_bytes is not None and sum(sizes) >= shm_min_bytes:
-            return self._send_offer(kind, worker, fields, blobs, sizes)
+        if self.shm is not None and not self.shm_failed and shm_min_bytes is not None and sum(sizes) >= shm_min_bytes:
+            offered = self._send_offer(kind, worker, fields, blobs, sizes)
+            if offered is not None:
+                return offered
+        return self._send_frames(kind, worker, fields, blobs, timeout)
+
+    def _send_frames(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any], timeout: float) -> bool:
         with self._lock:
             if worker not in self._peers:
                 return False
@@ -138,12 +154,20 @@ class CommandChannel:
             return False
         return True
 
-    def _send_offer(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any], sizes: list[int]) -> bool:
+    def _send_offer(self, kind: str, worker: int, fields: dict[str, Any], blobs: list[Any],
+                    sizes: list[int]) -> bool | None:
+        """The data message as a shared-memory offer: sent or not; None when its file could not be written (the
+        caller sends frames)."""
         assert self.shm is not None
         if worker not in self.ready_workers():
             return False
         path = self.shm.path(kind)
-        self.shm.write(path, blobs)  # outside the lock: the copy takes a while
+        try:
+            self.shm.write(path, blobs)  # outside the lock: the copy takes a while
+        except OSError as error:
+            self.shm.discard(path)
+            self._fall_back(error)
+            return None
         with self._lock:
             sent = worker in self._peers
             if sent:
@@ -158,6 +182,16 @@ class CommandChannel:
         if not sent:
             self.shm.discard(path)
         return sent
+
+    def _fall_back(self, error: OSError) -> None:
+        """From now on this channel's pushes go as frames; said once (the cell: stderr; the log)."""
+        with self._lock:
+            first, self.shm_failed = not self.shm_failed, error.strerror or str(error) or type(error).__name__
+        if first:
+            folder = self.shm.folder if self.shm is not None else "?"
+            text = SHM_FALLBACK.format(folder=folder, why=self.shm_failed)
+            log.info("%s", text)  # info: a warning would reach the cell twice (logging's last resort)
+            print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         with self._lock:
