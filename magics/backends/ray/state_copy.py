@@ -9,7 +9,8 @@ that folder is on the node only. So, as the node's log is:
   for its worker's save of that generation (``read_worker_save``: this user's own regular files of that one folder,
   at most ``RaySettings.saved_state_max_bytes`` in all), checks what comes back as it would check anything another
   machine sends (``checked_answer``: that generation's, that worker's, within the cap, or nothing is kept) and keeps
-  it in the run's private directory (``write_tree``, replacing that worker's folder and no other), where a node that shares the kernel's files reads them as the local backend does;
+  it in the run's private directory (``write_tree``, replacing that worker's folder and no other), where a node
+  that shares the kernel's files reads them as the local backend does;
 - **out to the new workers**: launching the next generation, the kernel sends each worker on a node that does not
   share its files the save that worker restores from (``files_for``: the holder's, whose checkpoints every worker
   reads, and the worker's own arrays and values), in the same start request that carries the cell; the node writes

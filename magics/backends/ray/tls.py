@@ -7,9 +7,10 @@ process of the cluster, the kernel (Ray's driver) included, runs with ``RAY_USE_
 
 ``tls_of(environ)``: whether one environment asks for TLS, and what is missing. ``ray_tls_fact(kernel, nodes)``:
 ``"on"`` when the kernel's environment and every node's (each actor reports its own: ``node.where``) have it, else
-``"off (why)"``; a node that does not say (an older actor, a malformed answer) counts as off: ``"off (node IP: the node
-did not say)"``, said in the cell as any other off. ``say_once(fact)``: said once per kernel in the cell that
-launched the run (stderr) and in the log: that it is on, or that it is off, what crosses in plain text, and what to do (docs/ray.md, "Ray with TLS").
+``"off (why)"``; a node that does not say (an older actor, a malformed answer) counts as off: ``"off (node IP: the
+node did not say)"``, said in the cell as any other off. ``say_once(fact)``: said once per kernel in the cell that
+launched the run (stderr) and in the log: that it is on, or that it is off, what crosses in plain text, and what to
+do (docs/ray.md, "Ray with TLS").
 """
 
 from __future__ import annotations
