@@ -3,6 +3,7 @@
 #   make test   set up, then run the whole test suite: tests/unit, then tests/integration (tools/test_suite.sh)
 #   make test-fast   tests/unit only (no process, kernel or TensorFlow; seconds)
 #   make test-installed   the tests marked `installed`, against the wheel installed in .venv-installed
+#   make docs   the documentation site into build/docs/html/ (docs/; warnings are errors)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -16,7 +17,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo test test-deps test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo docs test test-deps test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -27,7 +28,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,ray,tensorboard]'
+	$(PY) -m pip install -q -e '.[test,ray,tensorboard,docs]'
 	# editable installs skip data files: put the config that enables the server extension in place ourselves
 	install -D -m 644 jupyter-config/jupyter_server_config.d/nbworkers.json $(VENV)/etc/jupyter/jupyter_server_config.d/nbworkers.json
 	touch $(STAMP)
@@ -66,6 +67,16 @@ $(TF215_VENV)/.installed: pyproject.toml
 
 demo: setup
 	$(PY) -m nbworkers.demo
+
+# The documentation site: docs/ (MyST markdown, MyST-NB, the PyData theme) built into build/docs/html/ with warnings as
+# errors (-W, -n: every internal reference must resolve). docs/_ext/nbworkers_docs.py first writes the reference from
+# the code (docs/_generated/: the magics' parsers, settings, environment variables, REST routes, distlib's exports)
+# and copies tutorials/*.ipynb into docs/tutorials/. The tutorials are shown with their outputs from MyST-NB's cache
+# (build/docs/.jupyter_cache, keyed by their code): a tutorial it does not hold is executed here once (real TensorFlow
+# workers on mock data, ~3 min for all seven on 2 cores). `make test` fills the cache from the tutorial tests.
+docs: setup
+	$(PY) -m sphinx -W --keep-going -n -b html -d build/docs/doctrees docs build/docs/html
+	@echo "the site: $(CURDIR)/build/docs/html/index.html"
 
 # The unit tests and the integration tests as the runs of tests/tracks.py, taken from one queue by three lanes
 # (tools/test_suite.sh: the Ray tests first in lane 0, one lane beside them from the start, the third after them;
