@@ -6,6 +6,11 @@ the launch (pickled: kernel -> its own child; nothing from a worker is ever unpi
 back (started, or refused and why) and keeps nothing of it: from then on the run is read from its state file and
 asked to stop or restart through its request files (``%workers attach``, the REST API, the sidebar). The kernel
 never signals the process: stopping it is a stop request, which ends its run and so the process.
+
+The process starts with ``-P`` (``dirs.module_command``) in a private folder of its own, not in the notebook's
+folder (another user may be able to put a ``pickle.py`` there): the cell's folder travels in the launch
+(``LaunchSpec.cwd``), where the workers run. Its stderr is a file in that folder until its run directory exists,
+then that directory's ``supervisor.log``; a start that fails says where to read it (``start_log.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from typing import Any
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.run.detach import start_log
 from nbworkers.magics.run.detach.supervisor import DetachRequest, settings_values
 from nbworkers.magics.rundir import layout as rundir
 from nbworkers.magics.settings import WorkerSettings
 from nbworkers.protocol import wire
+from nbworkers.protocol.private.dirs import module_command
 
 SUPERVISOR_MODULE = "nbworkers.magics.run.detach.supervisor"
 
@@ -46,13 +53,24 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
                           "--detach (it then ends with its kernel).")
     push = pickle.dumps(spec.push) if spec.push else None  # passed on as bytes: its values' classes are ours
     shipped = dataclasses.replace(spec, push=dict.fromkeys(spec.push))  # the names alone
-    request = pickle.dumps(DetachRequest(shipped, settings_values(config), push))
+    values = settings_values(config)
+    root = rundir.run_root(config.run_root).absolute()  # the supervisor runs elsewhere: no relative run root
+    values["run_root"] = str(root)
+    folder = start_log.start_dir(spec.name)  # private: its working directory, its stderr's first file
+    request = pickle.dumps(DetachRequest(shipped, values, push, start_dir=str(folder)))
     env = dict(os.environ)
-    env[wire.ENV_RUN_DIR] = str(rundir.path_for(spec.name, config.run_root))  # procs/strays.py finds it by this
-    process = spawn(  # our own module, this interpreter (unit tests: a fake)
-        [python, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=env,
-    )
+    env[wire.ENV_RUN_DIR] = str(rundir.path_for(spec.name, root))  # procs/strays.py finds it by this
+    log = start_log.open_log(folder)
+    try:
+        process = spawn(  # our own module, this interpreter, -P: no folder of the notebook's on sys.path
+            module_command(python, module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, cwd=str(folder), start_new_session=True, close_fds=True, env=env,
+        )
+    except BaseException:
+        start_log.discard(folder)
+        raise
+    finally:
+        os.close(log)
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(request)
@@ -67,13 +85,16 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
         answer = None
     if not isinstance(answer, dict):
         process.wait()
-        raise DetachFailed(f"the detached run's supervisor process ended without starting the run (exit code "
-                           f"{process.returncode}).")
+        raise DetachFailed(start_log.failure_text(
+            f"the detached run's supervisor process ended without starting the run (exit code "
+            f"{process.returncode}).", folder))
     if not answer.get("ok"):
         process.wait()
         if answer.get("launch_error"):
+            start_log.discard(folder)  # refused before anything ran: nothing to read
             raise LaunchError(str(answer.get("error")))
-        raise DetachFailed(f"the detached run's supervisor process failed:\n{answer.get('error')}")
+        raise DetachFailed(start_log.failure_text(
+            f"the detached run's supervisor process failed:\n{answer.get('error')}\n", folder))
     # reaped when it ends (no zombie in this kernel's process table); the kernel never waits on it otherwise
     threading.Thread(target=process.wait, daemon=True, name="nbworkers-detached-reaper").start()
     return Path(str(answer["run_dir"]))

@@ -9,6 +9,8 @@ private runtime directory; the kernel reads the run from ``state.json`` and asks
 run directory's request files (rundir/layout.py), as the REST API and the sidebar already do. Its pid is the run's
 ``kernel_pid`` (liveness.py): while it lives the run is not lost. If it dies, the worker hosts' stdin pipes close
 and they stop their workers (host/worker_host.py): nothing is orphaned. TERM, INT and HUP ask the run to stop.
+It starts with ``-P`` in a private folder of its own, its stderr a file there, and moves both to its run directory
+once the run is started (``start_log.py``).
 
 No IPython, no views (an import contract in pyproject.toml).
 """
@@ -27,9 +29,8 @@ from typing import IO, Any, Protocol
 
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.run.detach.start_log import adopt
 from nbworkers.magics.settings import WorkerSettings
-
-SUPERVISOR_LOG = "supervisor.log"  # in the run directory: what the supervisor process itself printed
 
 
 @dataclass
@@ -39,6 +40,7 @@ class DetachRequest:
     spec: LaunchSpec
     settings: dict[str, Any]  # WorkerSettings' configurable values
     push: bytes | None = None  # --push, pickled by the kernel: never unpickled here (a kernel's class would not be)
+    start_dir: str = ""  # the private folder it starts in, its stderr's file there (start_log.py); "": none
 
 
 def settings_values(config: WorkerSettings) -> dict[str, Any]:
@@ -106,14 +108,13 @@ def _real_loop(request: DetachRequest) -> DetachableLoop:
     return loop
 
 
-def quiet_outputs(loop: DetachableLoop) -> None:
-    """After the answer: stdout to /dev/null, stderr to the run directory's supervisor.log (0600)."""
+def quiet_outputs(loop: DetachableLoop, start_dir: str = "") -> None:
+    """After the answer: stdout to /dev/null, stderr to the run directory's supervisor.log (0600, no link followed,
+    after what the start folder's log held), the run directory the working one (``start_log.adopt``)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
-    log = os.open(os.path.join(loop.run_dir, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 2)
-    os.close(log)
+    adopt(start_dir, loop.run_dir)
 
 
 def run_supervisor(make_loop: Callable[[DetachRequest], DetachableLoop]) -> int:
@@ -126,7 +127,7 @@ def run_supervisor(make_loop: Callable[[DetachRequest], DetachableLoop]) -> int:
     if not isinstance(request, DetachRequest):
         answer_kernel(sys.stdout, {"ok": False, "launch_error": False, "error": "expected a DetachRequest on stdin"})
         return 2
-    return serve(request, make_loop, sys.stdout, quiet_outputs)
+    return serve(request, make_loop, sys.stdout, lambda loop: quiet_outputs(loop, request.start_dir))
 
 
 def main() -> int:
