@@ -16,8 +16,9 @@ ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"  # a fork server: magics/backe
 
 
 def host_command(python: str, host_args: list[str]) -> list[str]:
-    """The host (this interpreter) with ``host_args``, then ``--`` and the worker (``python``, unbuffered)."""
+    """The host (this interpreter) with ``host_args``, then ``--`` and the worker (``python``, unbuffered); the host
+    holds the worker to its cell's end (``--cell-end``: an exit with 0 before it is no finish)."""
     return [
-        *module_command(sys.executable, HOST_MODULE, *host_args),
+        *module_command(sys.executable, HOST_MODULE, "--cell-end", *host_args),
         "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
     ]

@@ -11,7 +11,10 @@ It starts the worker in a session and process group of its own, then
   dump its Python stacks (SIGUSR1, see bootstrap), and end-of-file — the kernel died, even by ``kill -9`` —
   stops the worker group at once;
 - on SIGTERM stops the worker group, then reports the worker's exit code and exits with it (128+N when the
-  worker was killed by signal N).
+  worker was killed by signal N);
+- with ``--cell-end`` (every launch of nbworkers' own: ``host/command.py``), an exit with 0 counts only when the
+  worker said its cell ran to its end (``wire.CELL_END_LINE``); else the host ends the log with
+  ``wire.ENDED_EARLY_LINE`` and the worker's last output, and exits with ``wire.ENDED_EARLY_EXIT_CODE``.
 
 Stopping the group (``procs.kill.interrupt_group``): SIGINT first — the worker gets ``KeyboardInterrupt`` in its
 main thread, so the cell's ``finally:`` blocks and ``atexit`` run (``distlib/worker/stop_signal.py``) —, SIGTERM
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from nbworkers.protocol import env_settings
 from nbworkers.protocol.lines import cut_note
 from nbworkers.protocol.private.files import open_own
+from nbworkers.protocol.wire import CELL_END_LINE, ENDED_EARLY_EXIT_CODE, ENDED_EARLY_LINE
 
 if TYPE_CHECKING:  # imported when needed: a host starts fast
     from nbworkers.host.zygote_client import ForkedWorker
@@ -50,6 +54,8 @@ MAX_LINE_CHARS_ENV = env_settings.MAX_LINE_CHARS.name  # longest line sent to th
 DEFAULT_MAX_LINE_CHARS = env_settings.MAX_LINE_CHARS.default
 MIN_LINE_CHARS = 80  # a smaller NBWORKERS_MAX_LINE_CHARS is raised to this
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
+CELL_END_MARK = CELL_END_LINE.encode()
+RECENT_BYTES = 4096  # output kept to find the end line across chunks, and the last line
 
 
 def _die_with_host():
@@ -155,15 +161,26 @@ class LogForwarder:
         self._batch_chars = env_settings.LOG_BATCH_CHARS.get()  # send early when this much output is pending
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self.cell_ended = False  # the worker wrote wire.CELL_END_LINE
+        self._recent = b""  # the end of the output so far: the end line may come in two chunks; the last line
 
     def _take(self, chunk: bytes) -> bool:
         """Record one chunk of output (caller holds the lock); True when a relay batch should go now."""
         self._log.write(chunk)
+        recent = self._recent + chunk
+        self.cell_ended = self.cell_ended or CELL_END_MARK in recent
+        self._recent = recent[-RECENT_BYTES:]
         text = self._cap(self._decoder.decode(chunk))
         if text:
             self._pending.append(text)
             self._pending_chars += len(text)
         return self._pending_chars >= self._batch_chars
+
+    def last_output(self) -> str:
+        """The worker's last line of output that is not nbworkers' own (where it was when it left)."""
+        lines = self._recent.decode("utf-8", errors="replace").replace("\r", "\n").splitlines()
+        own = [line for line in lines if line.strip() and not line.startswith("--- nbworkers: ")]
+        return own[-1].strip()[:MIN_LINE_CHARS * 2] if own else ""
 
     def run(self) -> None:
         flusher = threading.Thread(target=self._flush_loop, name="nbworkers-log-flush", daemon=True)
@@ -200,11 +217,21 @@ class LogForwarder:
             sender.send("log", lines=["".join(pending)])
 
 
+def ended_early(log_file: BinaryIO, last_output: str) -> int:
+    """The worker exited with 0 before its cell's end: say so at the end of its log, where the kernel's classification
+    reads it (``failures.WorkerEndedEarly``), and give the exit code that means it."""
+    where = f"its last output: {last_output}" if last_output else "it wrote nothing"
+    log_file.write(f"{ENDED_EARLY_LINE} the worker exited with code 0 before the end of its cell ({where})\n".encode())
+    return ENDED_EARLY_EXIT_CODE
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nbworkers-host")
     parser.add_argument("--log", required=True, help="the worker's log file (appended to)")
     parser.add_argument("--grace", type=float, default=5.0, help="seconds from a stop's SIGINT to SIGKILL")
     parser.add_argument("--role", default="worker")
+    parser.add_argument("--cell-end", action="store_true",
+                        help="an exit with 0 counts only after the worker's wire.CELL_END_LINE (nbworkers' bootstrap)")
     parser.add_argument("--zygote", default="", help="fork the worker from the zygote at this socket (zygotes.py); "
                         "spawn the command when it cannot")
     parser.add_argument("--zygote-pid", type=int, default=None,
@@ -275,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     # The worker is gone; whatever it left in its group (rare) goes too.
     if group_alive(worker.pid):
         kill_group(worker.pid, 0)
+    if code == 0 and args.cell_end and not forwarder.cell_ended:
+        code = ended_early(log_file, forwarder.last_output())
     if sender is not None:
         sender.send("exit", code=code)
         sender.close()

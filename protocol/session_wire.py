@@ -24,8 +24,10 @@ Commands (``msg_type``; content fields):
 - ``push``       seq, gen, values (name -> tree): a data message (``session_data``), the blobs as raw frames, or
                  in the shared-memory file ``shm_path`` (local sessions, large pushes)
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
-- ``pause``      seq, gen, cell: at its next report (a training step) the worker says ``paused`` and waits
-- ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at report number ``stop_at``
+- ``pause``      seq, gen, cell: at its next training step (a distributed step call, or a report) the worker says
+                 ``paused`` and waits; a worker whose cell has had steps says ``pausing`` at once (it is inside a
+                 step: wait for it, do not interrupt it)
+- ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at step number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
 - ``save``       seq, gen, cell, max_bytes, holder: before the kernel restarts the processes (collectives aborted,
                  a worker killed, a second Stop, Restart), save the namespace into
@@ -36,7 +38,8 @@ Commands (``msg_type``; content fields):
 
 The relay kind added to ``wire.KINDS``:
 
-- ``cell``  event (``start`` | ``paused`` | ``end`` | ``saved``), cell (int); paused: step (reports so far); on
+- ``cell``  event (``start`` | ``pausing`` | ``paused`` | ``end`` | ``saved``), cell (int); pausing, paused: step
+  (training steps so far); on
   end: status (``ok`` | ``error`` | ``interrupted``), error (one line), traceback (text, bounded), aborted (bool:
   collectives were aborted in this process), step (optional int: the last training step it reported in the cell);
   on saved (the answer to ``save``): saved (list of {name, kind (``SAVED_KINDS``), detail, cell (int, optional:
@@ -63,7 +66,7 @@ ENV_SESSION = env_settings.SESSION.name  # the session's name: the worker runs t
 ENV_COMMANDS = env_settings.COMMANDS.name  # tcp://host:port of the kernel's command socket
 
 COMMANDS = ("ready", "run", "pull", "push", "interrupt", "pause", "resume", "abort", "save", "shutdown")
-CELL_EVENTS = ("start", "end", "paused", "saved")
+CELL_EVENTS = ("start", "end", "pausing", "paused", "saved")
 STATE_DIR = "session-state"  # in the run directory: what workers saved before a restart (distlib/saved_state/)
 SAVED_KINDS = ("model", "variable", "checkpoint", "array", "value")  # what a saved name is (``saved`` event)
 SAVE_MAX_BYTES = 2**30  # the arrays and JSON values one worker saves at most (models and variables: no limit)
@@ -99,7 +102,7 @@ def validate(kind: str, content: dict[str, Any]) -> str | None:
             return f"unknown cell event {content.get('event')!r}"
         if not _is_int(content.get("cell")) or content["cell"] < 1:
             return "cell is not a positive int"
-        if content["event"] == "paused" and not _is_int(content.get("step")):
+        if content["event"] in ("pausing", "paused") and not _is_int(content.get("step")):
             return "step is not an int"
         if content["event"] == "end":
             if content.get("status") not in CELL_STATUSES:

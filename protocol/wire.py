@@ -58,6 +58,14 @@ ENV_RELAY_CLIENTSECRET = env_settings.RELAY_CLIENTSECRET.name
 # default, distlib/worker/preemption.py); the kernel's supervisor restarts the group on it
 # (magics/run/core/failures.py).
 PREEMPTION_EXIT_CODE = 42
+# "finished" means every worker reached its cell's end: the worker writes CELL_END_LINE when its cell ran to its end
+# (distlib/worker/bootstrap.py), and its host, which reads all of its output, turns an exit with 0 without that line
+# into ENDED_EARLY_EXIT_CODE, with ENDED_EARLY_LINE and the worker's last output at the end of its log
+# (host/worker_host.py); the supervisor fails that attempt (magics/run/core/failures.py: WorkerEndedEarly). The code
+# alone is not trusted (a cell may exit with it): the line must end the log too.
+CELL_END_LINE = "--- nbworkers: the cell ran to its end\n"
+ENDED_EARLY_EXIT_CODE = 86
+ENDED_EARLY_LINE = "--- nbworkers: ended early:"
 
 WORKER_STATES = tuple(sorted(status.value for status in SENT_BY_WORKERS))  # the ``state`` of a status message
 

@@ -13,6 +13,7 @@ tests/unit/test_compat_internals.py checks the registry.
   decides what happens around it: status, leader wait, device check);
 - ``evaluator``: the evaluator task's local strategy and its Estimator evaluations;
 - ``preemption_handler``: TensorFlow's PreemptionCheckpointHandler;
+- ``step_calls``: every eager call of a distributed training step (a session's Stop pauses there);
 - ``keras3_mwms``, ``keras_compat``, ``keras3_model``: Keras 3's fit under the strategy, its guard, what
   ``distlib.fit`` reads of a model; ``keras3_optimizer``: what a session's saved state reads of an optimizer;
   ``tf_keras_callbacks``: tf_keras's private callback protocol.

@@ -163,6 +163,11 @@ REGISTRY: tuple[Internal, ...] = tuple(
     # import_hooks: wrap_once asks a wrapt wrapper which function wraps (wrapt ships with TensorFlow)
     + _entries("import_hooks", "wrapt", "wrapt 2.5.2 (tensorflow 2.21.0), 1.14.2 (tensorflow 2.15.1)",
                "is this method already wrapped by this wrapper", "FunctionWrapper FunctionWrapper._self_wrapper")
+    # step_calls (interactive sessions): each call of a traced distributed step is where a Stop may pause the workers
+    + _entries("step_calls", "tensorflow.python.eager.polymorphic_function.polymorphic_function", TF_215_221,
+               "wrapped: a call of a tf.function whose trace ran strategy.run/reduce is a training step",
+               "Function Function.__call__",
+               upstream="tensorflow/tensorflow#28786 (no way to interrupt a running tf.function)")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "

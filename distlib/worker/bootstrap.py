@@ -108,6 +108,7 @@ def main() -> int:
 
     exit_code = 0
     detail = ""
+    reached_end = False
     try:
         run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
         module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH), os.environ.get(wire.ENV_KEY, "")))
@@ -121,10 +122,12 @@ def main() -> int:
             exit_code = session_worker.main(module)
         elif not roles.run_role():
             exec(compile(source, code_path, "exec"), module.__dict__)
+        reached_end = exit_code == 0
     except SystemExit as stop:
         exit_code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
+        reached_end = exit_code == 0  # the cell asked to leave: its end
     except KeyboardInterrupt:
         if stop_signal.requested():
             print(f"--- nbworkers: stopped ({stopped_where(code_path)})", file=sys.stderr)
@@ -136,6 +139,8 @@ def main() -> int:
         detail = print_user_traceback(code_path)
         exit_code = 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cell is over: a stop now has nothing left to interrupt
+    if reached_end and not stop_signal.requested():
+        say_cell_ended()
     try:
         run_startup_hook("after_user_code")
     except Exception:
@@ -153,6 +158,20 @@ def main() -> int:
             sender.send("status", state=ended.value, detail=detail)
         sender.close()
     return exit_code
+
+
+def say_cell_ended() -> None:
+    """Tell the worker's host that the cell ran to its end (``wire.CELL_END_LINE``, on file descriptor 2: the host's
+    pipe, whatever the cell did to ``sys.stderr``): an exit with 0 without it is no finish (host/worker_host.py)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    try:
+        os.write(2, wire.CELL_END_LINE.encode())
+    except OSError:
+        pass
 
 
 def stopped_where(code_path: str) -> str:

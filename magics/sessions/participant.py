@@ -209,6 +209,8 @@ class SessionParticipant:
             self.tell(ev.Began(index, content["cell"]))
         elif content["event"] == "paused":
             self.tell(ev.Paused(index, content["cell"], content["step"]))
+        elif content["event"] == "pausing":
+            self.tell(ev.Pausing(index, content["cell"]))
         elif content["event"] == "saved":
             self.tell(ev.StateSaved(index, WorkerSave(
                 tuple((e["name"], e["kind"], e["detail"]) for e in content.get("saved", [])),

@@ -56,6 +56,27 @@ raise RuntimeError("a bug, not bad luck")
     assert "RuntimeError: a bug, not bad luck" in snap["error"]
 
 
+def test_a_worker_that_exits_0_before_its_cells_end_is_no_finish(kernel, run_root):
+    """"finished" means every worker reached its cell's end: worker 1 leaves with os._exit(0) half-way (as a library's
+    thread might) and the run fails, saying where it was; sys.exit(0) in the cell is the cell's own end."""
+    cell = """%%worker -n 2 --name early --max-restarts 0
+import os, sys
+print("HALF-WAY", flush=True)
+if int(os.environ["NBWORKERS_WORKER"]) == 1:
+    os._exit(0)
+if int(os.environ["NBWORKERS_WORKER"]) == 0:
+    sys.exit(0)
+print("NEVER")
+"""
+    assert not kernel.run(cell).error
+    assert_wait_raises_run_failed(kernel, "early", 60, "worker 1 exited with code 0 before the end of its cell",
+                                  "its last output: HALF-WAY")
+    snap = kernel.value("nbworkers.get_cluster('early').snapshot()")
+    assert snap["status"] == "failed" and snap["failure_kind"] == "RestartsExhausted", snap
+    assert snap["workers"][1]["status"] == "failed", snap["workers"]  # (worker 0 may have been stopped first)
+    assert not processes_of_run_root(run_root)
+
+
 def test_restart_limit_turns_a_crash_into_a_failure(kernel, run_root):
     assert not kernel.run(KILLABLE_CELL.format(name="fragile", flags="--max-restarts 0")).error
     assert wait_until(lambda: worker_pid(kernel, "fragile", 0) is not None, 60)

@@ -170,6 +170,59 @@ def test_the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps
     assert k.value("nbworkers.session('train').restarts") == 0
 
 
+CUSTOM_LOOP = """%%worker --session train
+task_id = int(os.environ["NBWORKERS_WORKER"])
+with strategy.scope():
+    loop_opt = keras.optimizers.SGD(0.01)
+    loop_opt.build(model.trainable_variables)
+loop_iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+@tf.function
+def loop_step(iterator):
+    def replica(batch):
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
+        loop_opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(replica, args=(next(iterator),)), axis=None)
+
+loop_steps = 0
+for i in range(100000):  # no report(): every call of loop_step is where a Stop pauses the workers
+    loss = loop_step(loop_iterator)
+    loop_steps += 1
+    if loop_steps == 3:
+        print("LOOPING", flush=True)
+    sum(range(20000))  # a little Python work between steps, as real loops have
+"""
+LOOP_STATE = "(task_id, loop_steps, int(loop_opt.iterations.numpy()))"
+
+
+def stop_a_custom_loop_without_report(k, name: str = "train") -> list[tuple[int, int, int]]:
+    """Run CUSTOM_LOOP, press Stop once both workers stepped, and return each worker's (task_id, loop_steps,
+    iterations) afterwards; the cell must read stopped, with no restart of the processes."""
+    restarts = k.value(f"nbworkers.session({name!r}).restarts")
+    started = k.run(CUSTOM_LOOP)
+    assert not started.error, started.text
+    cell, number = f"nbworkers.session({name!r}).cells[-1]", k.value(f"len(nbworkers.session({name!r}).cells)")
+    assert wait_until(lambda: all("LOOPING" in cell_log(k, number, w) for w in (0, 1)), 120, interval=0.5)
+    stopped = k.run(f"%workers stop {name} --cell")
+    assert "interrupting" in stopped.stdout, stopped.text
+    k.run(f"{cell}.wait(120, raise_on_failure=False)")
+    assert k.value(f"{cell}.state") == "stopped", k.value(f"{cell}.error")
+    assert k.value(f"nbworkers.session({name!r}).restarts") == restarts, k.value(f"{cell}.error")
+    return [tuple(k.value(f"nbworkers.session({name!r}).pull({LOOP_STATE!r}, worker={w})")) for w in (0, 1)]
+
+
+def test_stop_of_a_custom_loop_that_never_reports_stops_both_workers_at_the_same_step(session_kernel):
+    """■ on a custom loop with no report(): each call of its distributed step is a step point, so both workers stop
+    after the same number of steps, every value kept on both (task_id), no restart (the processes live on)."""
+    k = session_kernel
+    for _ in range(2):
+        (t0, steps0, it0), (t1, steps1, it1) = stop_a_custom_loop_without_report(k)
+        assert (t0, t1) == (0, 1) and steps0 == steps1 > 0 and it0 == it1 == steps0, (steps0, steps1, it0, it1)
+
+
 HOSTILE = """
 import io, pickle, threading, time
 import zmq

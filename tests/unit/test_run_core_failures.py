@@ -10,12 +10,24 @@ from nbworkers.magics.run.core.failures import (
     PortCollision,
     RestartsExhausted,
     WorkerCrashed,
+    WorkerEndedEarly,
     WorkerPreempted,
     WorkerRaised,
     classify_exit,
     root_cause,
 )
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
+from nbworkers.protocol.wire import ENDED_EARLY_EXIT_CODE
+
+
+def test_an_exit_with_0_before_the_cells_end_is_classified_by_the_hosts_line_not_by_its_code_alone():
+    tail = "HALF-WAY\n--- nbworkers: ended early: the worker exited with code 0 before the end of its cell (its last " \
+           "output: HALF-WAY)\n"
+    early = classify_exit(1, ENDED_EARLY_EXIT_CODE, tail)
+    assert isinstance(early, WorkerEndedEarly) and early.retryable
+    assert str(early) == "worker 1 exited with code 0 before the end of its cell (its last output: HALF-WAY)"
+    assert isinstance(classify_exit(1, ENDED_EARLY_EXIT_CODE, "sys.exit(86) in the cell\n"), WorkerRaised)
+    assert isinstance(root_cause([classify_exit(0, 1, "UnavailableError: Socket closed"), early]), WorkerEndedEarly)
 
 
 def test_classification_of_exits():

@@ -157,6 +157,26 @@ def test_a_cell_that_never_reports_gets_a_plain_keyboard_interrupt():
     assert s.tick(1.0) == []
 
 
+def test_workers_inside_long_steps_are_waited_for_not_interrupted():
+    """A worker whose cell has had steps says ``pausing``: no plain KeyboardInterrupt (it would stop one worker
+    between steps while another waits in the next step's collective); the first to pause sets the step."""
+    s = Session()
+    s.submit()
+    s.stop()
+    s.send(ev.Pausing(0, 1)), s.send(ev.Pausing(1, 1))
+    assert s.tick(1.1) == [] and s.tick(3.0) == []  # steps longer than the pause wait
+    s.send(ev.Paused(1, 1, 12))
+    assert s.tick() == [ev.SendResume(1, (0, 1), 13)]  # worker 0 may be in step 13's collective already
+
+
+def test_pausing_from_another_cell_is_stale():
+    s = Session()
+    s.submit()
+    assert kinds(s.send(ev.Pausing(0, 2))) == ["DropStale"]
+    s.stop()
+    assert s.tick(1.1) == [ev.SendInterrupt(1, (0, 1))]  # the stale word does not hold back the plain interrupt
+
+
 def test_a_cell_still_running_after_the_interrupt_grace_restarts_the_processes():
     s = Session()
     s.submit(), s.submit()

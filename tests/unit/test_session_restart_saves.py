@@ -76,10 +76,27 @@ def test_nothing_to_save_and_a_save_under_way_answer_at_once():
     s = Session()
     s.submit()
     s.end(1, ABORTED, OK)  # the session's own restart: it saves first
-    assert s.tick()[-1] == ev.SendSave(1, (0, 1))
+    assert s.tick()[-1] == ev.SendSave(1, (0, 1), holder=1)  # worker 1 ended the cell by itself (pick_holder)
     assert s.send(ev.SaveRequested(KILLED, (0,), on_purpose=False)) == []  # the held restart waits for that save
     s.send(ev.StateSaved(0, MODEL_SAVED))
     assert s.send(ev.StateSaved(1, VALUES_SAVED))[-1] == ev.SaveFinished()  # not a second restart
+
+
+def test_the_worker_that_raised_between_steps_saves_the_models_not_the_one_aborted_inside_a_step():
+    """Worker 1 raised while worker 0 waited in the next step's all-reduce: worker 0's abort cut that step short
+    (its optimizer's iterations moved, its weights did not), so worker 1's state is the one the training had."""
+    s = Session()
+    s.submit()
+    raised = WorkerEnd(CellEnd.ERROR, "ValueError: boom", "Traceback ...\nValueError: boom\n")
+    s.end(1, ABORTED, raised)
+    assert s.tick() == [ev.SendSave(1, (0, 1), holder=1)]
+    s.send(ev.StateSaved(0, VALUES_SAVED))
+    s.send(ev.StateSaved(1, HOLDER_1))
+    s.send(ev.GroupRestarting("worker 1 failed ...", on_purpose=True))
+    error = s.core.record(1).error
+    assert "- kept: worker 1 saved model (Keras model" in error
+    assert ("- worker 0 was stopped inside a training step, so worker 1, which ended the cell between steps, saved "
+            "the models and variables") in error
 
 
 def test_the_second_stop_ends_the_cell_on_every_worker_and_saves_before_the_restart():

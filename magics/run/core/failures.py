@@ -11,7 +11,7 @@ import re
 import signal
 
 from nbworkers.protocol import tf_messages
-from nbworkers.protocol.wire import PREEMPTION_EXIT_CODE
+from nbworkers.protocol.wire import ENDED_EARLY_EXIT_CODE, ENDED_EARLY_LINE, PREEMPTION_EXIT_CODE
 
 # Exit codes that mean "the machine took it away", not "the code is wrong".
 OOM_KILLED_CODE = 137  # 128 + SIGKILL, as containers report an out-of-memory kill
@@ -81,6 +81,13 @@ class PortCollision(WorkerFailure):
     retryable = True
 
 
+class WorkerEndedEarly(WorkerFailure):
+    """A worker exited with 0 before its cell's end (its host saw no end line: protocol/wire.py CELL_END_LINE): no
+    finish. The code may be fine (a thread of a library called ``os._exit(0)``), so the group may restart."""
+
+    retryable = True
+
+
 class GroupStalled(WorkerFailure):
     """No worker reported progress for ``--stall-timeout`` seconds (one may have died quietly)."""
 
@@ -129,6 +136,14 @@ def node_lost_line(log_tail: str) -> str:
     return ""
 
 
+def _ended_early_line(log_tail: str) -> str:
+    """What the host said of a worker that exited with 0 before its cell's end (the rest of its last line), or ""."""
+    lines = [x for x in log_tail.splitlines() if x.strip()]
+    if lines and lines[-1].startswith(ENDED_EARLY_LINE):
+        return lines[-1][len(ENDED_EARLY_LINE):].strip().removeprefix("the worker ")
+    return ""
+
+
 def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
     """The failure a worker's non-zero exit means, from its exit code and the end of its log."""
     lost = node_lost_line(log_tail)
@@ -144,6 +159,9 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
         if -code == signal.SIGINT:  # a stop's first signal (procs/kill.py: interrupt_group), as SIGTERM: asked to go
             return WorkerPreempted(f"worker {worker} was interrupted ({name})", worker, log_tail)
         return WorkerCrashed(f"worker {worker} was killed by {name}", worker, log_tail)
+    early = _ended_early_line(log_tail) if code == ENDED_EARLY_EXIT_CODE else ""
+    if early:
+        return WorkerEndedEarly(f"worker {worker} {early}", worker, log_tail)
     if code == OOM_KILLED_CODE:
         return WorkerCrashed(f"worker {worker} was killed (exit code 137: out of memory?)", worker, log_tail)
     if code in PREEMPTION_EXIT_CODES:
@@ -160,7 +178,8 @@ def classify_exit(worker: int, code: int, log_tail: str) -> WorkerFailure:
 
 def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
     """Of the failures seen together, the one that explains the others: a crash before a lost peer."""
-    order = (NodeLost, PortCollision, WorkerCrashed, WorkerPreempted, GroupStalled, WorkerRaised, PeerLost)
+    order = (NodeLost, PortCollision, WorkerCrashed, WorkerEndedEarly, WorkerPreempted, GroupStalled, WorkerRaised,
+             PeerLost)
     for kind in order:
         for failure in failures:
             if type(failure) is kind:

@@ -103,8 +103,17 @@ class Began:
 
 
 @dataclass(frozen=True)
+class Pausing:
+    """A worker whose cell has had training steps got the Stop's pause: it pauses at its next step, however long
+    this one takes (no plain interrupt for it)."""
+
+    worker: int
+    cell: int
+
+
+@dataclass(frozen=True)
 class Paused:
-    """A worker paused at a report point for a Stop; ``step``: its report count."""
+    """A worker paused at a training step for a Stop; ``step``: its step count in the cell."""
 
     worker: int
     cell: int
@@ -280,7 +289,7 @@ class Answer:
     outcome: InterruptOutcome
 
 
-Event = Union[Submitted, Tick, InterruptRequested, Began, Paused, WorkerEnded, LogClosed, StateSaved, GroupRestarting,
-              SaveRequested, GroupFailed, SessionEnded]
+Event = Union[Submitted, Tick, InterruptRequested, Began, Pausing, Paused, WorkerEnded, LogClosed, StateSaved,
+              GroupRestarting, SaveRequested, GroupFailed, SessionEnded]
 Action = Union[Dispatch, SendPause, SendResume, SendInterrupt, SendAbort, SendSave, SaveFinished, CellWorkerEnded,
                CellConcluded, RestartLosingState, MarkProgress, DropStale, FailPulls, Answer]

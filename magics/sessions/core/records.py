@@ -45,7 +45,8 @@ class CellRecord:
     interrupts: int = 0  # Stop requests seen
     timed_out: bool = False  # --timeout passed: the interrupted cell counts as failed
     interrupted_at: float | None = None
-    paused: dict[int, int] = field(default_factory=dict)  # worker -> its report count when it paused for a Stop
+    pausing: set[int] = field(default_factory=set)  # workers with training steps that will pause at the next one
+    paused: dict[int, int] = field(default_factory=dict)  # worker -> its step count when it paused for a Stop
     resumed: bool = False  # the Stop's resume(stop_at) (or plain interrupt) was sent
     first_error_at: float | None = None
     first_error_worker: int | None = None

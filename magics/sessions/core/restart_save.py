@@ -12,9 +12,11 @@ to end it (``SendAbort``: a save needs the worker's main thread) and asked to sa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nbworkers.magics.run.core.statuses import CellState
+from nbworkers.magics.sessions.core.events import WorkerEnd
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,14 @@ class Saving:
 
 
 # The worker that saves the models, optimizers and variables (every worker holds the same under
-# MultiWorkerMirroredStrategy): worker 0 when it can save at once, else the lowest that can, else the first that
-# ends the cell; none yet:
+# MultiWorkerMirroredStrategy): see pick_holder; else the first that ends the cell; none yet:
 NO_HOLDER = -1
+
+
+def pick_holder(savers: tuple[int, ...], ends: Mapping[int, WorkerEnd]) -> int:
+    """The worker whose save holds the models, optimizers and variables: the lowest of ``savers`` that ended the cell
+    by itself, else the lowest of them. A worker whose collectives were aborted stopped inside a step, which may
+    have moved its optimizer's iterations and not its weights: its state is not one the training had. The worker
+    that raised between steps (or finished) holds the last step every worker completed."""
+    whole = [w for w in savers if w in ends and not ends[w].aborted]
+    return min(whole or savers, default=NO_HOLDER)

@@ -32,6 +32,7 @@ class SavedState:
     holder: int = 0  # the worker asked to save the models, optimizers and variables (worker 0 unless it is gone)
     gone: tuple[int, ...] = ()  # workers whose process was gone (killed): their own state is lost
     not_ended: tuple[int, ...] = ()  # workers told to end the cell that did not within the wait: not saved
+    aborted: tuple[int, ...] = ()  # workers asked to save whose collectives had been aborted inside a step
     # the workers' cell numbers (every submitted cell's) -> the user's ("cell 3"); None: a cell nbworkers ran itself
     shown: dict[int, int | None] = field(default_factory=dict)
 
@@ -136,6 +137,10 @@ class SavedState:
         if self.holder > 0 and 0 not in self.gone and 0 not in self.asked:
             found.append(f"worker 0 had not ended the cell, so worker {self.holder} saved the models and variables "
                          "in its place (every worker holds the same under MultiWorkerMirroredStrategy)")
+        elif self.holder > 0 and 0 in self.aborted and self.holder not in self.aborted:
+            found.append(f"worker 0 was stopped inside a training step, so worker {self.holder}, which ended the cell "
+                         "between steps, saved the models and variables: the state of the last step every worker "
+                         "finished")
         return found
 
     def summary(self, session: str) -> str:

@@ -1,0 +1,100 @@
+"""Where a distributed training step ends, though the cell never says so.
+
+A session's Stop pauses every worker at the same step (``worker/session.py``, ``step_point``). Cells that call
+``report()`` give such points; most custom loops, and a plain Keras ``fit``, do not. So the start of every *eager*
+call that runs one step across the workers is one too (``on_step`` runs before the call: a worker that stops there
+left no step half-done, and the cell's own bookkeeping of the steps before it is complete):
+
+- a call of a ``tf.function`` whose trace ran a strategy's ``run`` or ``reduce`` (known once its first call traced
+  it): a custom loop's ``train_step``, Keras' train, test and predict functions. Calls made while another function
+  traces or runs are not counted (the outermost one is the step);
+- an eager ``strategy.run`` or ``strategy.reduce`` (outside any ``tf.function``).
+
+Only the main thread's calls count: the cell runs there, and a ``KeyboardInterrupt`` raised from ``on_step`` ends it.
+
+Private: ``tf.function``'s class, wrapped at ``Function.__call__`` (there is no public hook on a function's calls, and a
+``KeyboardInterrupt`` cannot reach a running ``tf.function``: tensorflow/tensorflow#28786). ``tf.distribute.Strategy``'s
+``run`` and ``reduce`` are public (wrapped on that class: every strategy of TensorFlow 2 inherits them from it).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from nbworkers.distlib.compat import import_hooks, internals
+
+FUNCTION_MODULE = "tensorflow.python.eager.polymorphic_function.polymorphic_function"
+CONSEQUENCE = "a session's Stop pauses the workers only where the cell calls report()"
+
+
+class StepCalls:
+    """Calls ``on_step`` before each step call of the main thread (``install`` wires it in)."""
+
+    def __init__(self, on_step: Callable[[], None]):
+        self.on_step = on_step
+        self.steps: weakref.WeakSet[Any] = weakref.WeakSet()  # the functions whose trace ran a strategy step
+        self._depth = 0  # eager step calls under way on the main thread (nested calls are part of the outer one)
+        self._ran_step = False  # a strategy's run/reduce was called inside the outermost call
+
+    def _watched(self, inside_function: Callable[[], bool]) -> bool:
+        return threading.current_thread() is threading.main_thread() and not inside_function()
+
+    def function_call(self, inside_function: Callable[[], bool]):
+        """The wrapt wrapper of ``Function.__call__``."""
+
+        def call(wrapped, instance, args, kwargs):
+            if self._depth or not self._watched(inside_function):
+                return wrapped(*args, **kwargs)
+            if instance in self.steps:
+                self.on_step()  # (a Stop raises here, before the step: on every worker at the same one)
+            self._depth, self._ran_step = 1, False
+            try:
+                result = wrapped(*args, **kwargs)
+                if self._ran_step:
+                    self.steps.add(instance)
+            finally:
+                self._depth = 0
+            return result
+
+        return call
+
+    def strategy_call(self, inside_function: Callable[[], bool]):
+        """The wrapt wrapper of ``Strategy.run`` and ``Strategy.reduce``."""
+
+        def call(wrapped, instance, args, kwargs):
+            if self._depth:  # traced (or run eagerly) inside an outermost function call: that call is the step
+                self._ran_step = True
+                return wrapped(*args, **kwargs)
+            if not self._watched(inside_function):
+                return wrapped(*args, **kwargs)
+            self.on_step()
+            self._depth = 1  # functions the strategy makes and calls itself are part of this step
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                self._depth = 0
+
+        return call
+
+
+def install(on_step: Callable[[], None]) -> StepCalls | None:
+    """Make every step call of this process's main thread call ``on_step`` first, once TensorFlow is imported (now, if
+    it is). None when TensorFlow moved what this wraps (one warning says so)."""
+    calls = StepCalls(on_step)
+
+    def wrap(tf) -> None:
+        if not internals.available("step_calls", CONSEQUENCE):
+            return
+        import importlib
+
+        function_class = importlib.import_module(FUNCTION_MODULE).Function
+        import_hooks.wrap_once(function_class, "__call__", calls.function_call(tf.inside_function))
+        strategy_call = calls.strategy_call(tf.inside_function)
+        for name in ("run", "reduce"):
+            import_hooks.wrap_once(tf.distribute.Strategy, name, strategy_call)
+
+    import_hooks.when_imported("tensorflow", wrap)
+    return calls
