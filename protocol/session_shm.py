@@ -14,10 +14,17 @@ it is a tmpfs, else beside the sockets) for the moment between the sender's writ
   ``size`` bytes; the file is unlinked at once (whatever it was), then mapped read-only (``PROT_READ``,
   ``MAP_POPULATE``). Arrays are ``np.frombuffer`` views of the mapping; they keep it alive, and it goes when
   the last of them does. Anything wrong raises ``ShmError`` saying what (the caller drops the offer and counts it).
-- ``ShmFiles``: a channel's own names in that directory (``<prefix>-<what>-<token>``), ``write`` through a
-  spare unnamed file made ready ahead (see the class), and ``sweep()``, which removes what is left of them (a
-  worker killed before it opened its push, a pull that failed): at a restart of the processes, at the first
-  pull from new processes, and when the session ends.
+- ``ShmFiles``: a channel's own names in that directory (``<prefix>-<what>-<token>``, the prefix
+  ``<random>.<machine>.<pid>``: the machine and pid of the kernel, or detached supervisor, that made the channel),
+  ``write`` through a spare unnamed file made ready ahead (see the class), and ``sweep()``, which removes what is
+  left of them (a worker killed before it opened its push, a pull that failed): at a restart of the processes, at
+  the first pull from new processes, and when the session ends.
+- ``sweep_stale()``: what a process killed with ``kill -9`` left (its channels could not sweep), removed when the
+  extension loads (rundir/leftovers.py): in this user's folder, the files whose maker, by the machine and pid in
+  their names, is gone from this machine; the fall-back folders ``dirs.runtime_dir`` made beside a squatted
+  ``/dev/shm/nbworkers-data-<uid>`` (``nbworkers-data-<uid>-<machine>-<pid>-<random>``) whose maker is gone, whole.
+  Only this user's regular files and private folders, looked at and removed without following links; other
+  machines' names, other users' folders (the squatter's) and live makers' are left alone.
 
 The bytes are not MACed as frames are (``session_data.mac``): nothing but this user (or root) can open or
 replace a 0600 file in a 0700 directory of theirs, and a second pass over the data would halve the rate.
@@ -36,10 +43,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nbworkers.protocol.private import dirs
+from nbworkers.protocol.private.machine import KEY_PATTERN, machine_key
 
 DIR_NAME = "nbworkers-data"
 SHM_BASE = "/dev/shm"
-NAME = re.compile(r"^[0-9a-f]{12}-(push|pull)-[0-9a-f]{32}$")
+# <random>.<machine>.<pid>-<push|pull>-<token>: the maker of the channel's prefix (ShmFiles), for sweep_stale
+NAME = re.compile(rf"^[0-9a-f]{{12}}\.(?P<machine>{KEY_PATTERN})\.(?P<pid>[0-9]{{1,10}})-(push|pull)-[0-9a-f]{{32}}$")
+FALLBACK = re.compile(rf"^{DIR_NAME}-(?P<uid>[0-9]+)-(?P<machine>{KEY_PATTERN})-(?P<pid>[0-9]{{1,10}})-[A-Za-z0-9_]+$")
 SPARE_MAX_BYTES = 256 << 20  # a message up to this size leaves a spare (unnamed) file of its size for the next
 
 
@@ -147,7 +157,7 @@ class ShmFiles:
 
     def __init__(self, folder: str | os.PathLike | None = None, prefix: str | None = None):
         self.folder = Path(folder) if folder is not None else data_dir()
-        self.prefix = prefix if prefix is not None else secrets.token_hex(6)
+        self.prefix = prefix if prefix is not None else f"{secrets.token_hex(6)}.{machine_key()}.{os.getpid()}"
         self._lock = threading.Lock()
         self._spare: tuple[int, int] | None = None  # (descriptor of an unnamed file, its size)
         self._closed = False  # swept for good: no new spare
@@ -260,3 +270,81 @@ def open_named(content: dict[str, Any], size: int | None) -> memoryview:
         discard(path)
         return memoryview(b"")
     return open_mapped(path, size)
+
+
+# ------------------------------------------------------------------------------------------ leftovers of dead makers
+def sweep_stale(base: str = SHM_BASE) -> list[str]:
+    """Remove what dead makers of this machine left (see the module's text); returns the names removed (files as
+    ``folder/name``, fall-back folders by their name)."""
+    removed: list[str] = []
+    if not os.path.isdir(base):
+        try:
+            folder = dirs.runtime_dir(DIR_NAME)  # the data folder when there is no /dev/shm
+        except OSError:
+            return removed
+        return [f"{folder}/{name}" for name in _sweep_files(folder)]
+    own = os.path.join(base, f"{DIR_NAME}-{os.getuid()}")
+    removed += [f"{own}/{name}" for name in _sweep_files(own)]
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = FALLBACK.match(entry.name)
+        if match is None or int(match["uid"]) != os.getuid() or not _dead_here(match):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not stat.S_IMODE(info.st_mode) & 0o077:
+            _sweep_files(entry.path, everything=True)
+            try:
+                os.rmdir(entry.path)
+                removed.append(entry.name)
+            except OSError:  # something not ours in it, or made meanwhile: left
+                pass
+    return removed
+
+
+def _sweep_files(folder: str | os.PathLike, everything: bool = False) -> list[str]:
+    """In the private folder ``folder`` of this user (opened without following a link, checked on what was opened),
+    remove this user's regular files named by a dead maker of this machine (``everything``: every such file of
+    this user, a dead maker's fall-back folder); their names."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    removed: list[str] = []
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            return []  # not ours alone (a squatter's): nothing in it is touched
+        for entry in os.scandir(fd):
+            match = NAME.match(entry.name)
+            if not everything and (match is None or not _dead_here(match)):
+                continue
+            try:
+                found = entry.stat(follow_symlinks=False)
+                if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid():
+                    continue
+                os.unlink(entry.name, dir_fd=fd)
+            except OSError:
+                continue
+            removed.append(entry.name)
+    finally:
+        os.close(fd)
+    return removed
+
+
+def _dead_here(match: re.Match) -> bool:
+    """The name's maker ran on this machine and is gone (a pid another user's process has now counts as alive)."""
+    if match["machine"] != machine_key():
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False

@@ -5,8 +5,8 @@ Reaping kills what is left of such a run (TERM, grace, KILL — only processes t
 its end (``end_of``): stopped because its kernel restarted or died (``KERNEL_GONE``, what every view shows), or
 failed when a worker had failed before. The kernel scans its run root in the background when the extension loads
 (``scan_at_load``), which also removes the Unix socket files that dead kernels and supervisors left
-(``sockets.sweep_stale``); the server extension and tests call ``reap_leftovers``. Runs of live kernels and of
-other machines are never touched.
+(``sockets.sweep_stale``) and their shared-memory files and fall-back folders (``session_shm.sweep_stale``); the
+server extension and tests call ``reap_leftovers``. Runs of live kernels and of other machines are never touched.
 
 The rest of what is known about runs from outside their kernel lives beside this module: the layout and the
 files (``rundir``), liveness (``liveness``), the REST rows (``run_listing``), stopping (``run_stop``), read-only
@@ -27,6 +27,7 @@ from nbworkers.magics.rundir.layout import list_run_dirs, read_state, remove_ses
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
+from nbworkers.protocol import session_shm
 
 log = logging.getLogger("nbworkers")
 
@@ -91,6 +92,7 @@ def scan_at_load(root: str | os.PathLike | None = None) -> threading.Thread:
         try:
             names = reap_leftovers(root)
             sockets.sweep_stale()
+            session_shm.sweep_stale()
         except Exception as error:  # a scan must never break the kernel
             log.warning("nbworkers: leftover scan of %s failed: %s", root, error)
             return

@@ -25,7 +25,11 @@ directory is on ``sys.path``. So:
   lands on ``sys.path`` ahead of the standard library: ``-P`` when the interpreter is this one (3.11+),
   else a ``-c`` prelude that drops the ``''`` entry before anything but ``sys`` is imported (any version).
 
-Imports nothing beyond the standard library and ``env_settings`` (the worker host and the Ray node import it).
+A fall-back folder is named ``<name>-<uid>-<machine>-<pid>-<random>`` (``fallback_prefix``): its maker's machine
+(``machine.machine_key``) and pid, so that a sweep can tell one whose maker is gone (``session_shm.sweep_stale``).
+
+Imports nothing beyond the standard library, ``env_settings`` and ``machine`` (the worker host and the Ray node
+import it).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import threading
 from pathlib import Path
 
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.private.machine import machine_key
 
 log = logging.getLogger("nbworkers")
 
@@ -201,9 +206,15 @@ def runtime_dir(name: str, base: str | os.PathLike | None = None) -> Path:
         key = (str(base), name)
         with _fallback_lock:
             if key not in _fallbacks:
-                _fallbacks[key] = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+                _fallbacks[key] = Path(tempfile.mkdtemp(prefix=fallback_prefix(name), dir=base))
                 log.warning("nbworkers: not using %s (%s); using %s instead", wanted, error, _fallbacks[key])
             return _fallbacks[key]
+
+
+def fallback_prefix(name: str) -> str:
+    """The start of the name of ``runtime_dir(name)``'s fall-back folders made by this process (``mkdtemp`` adds
+    random characters): ``<name>-<uid>-<machine>-<pid>-``."""
+    return f"{name}-{os.getuid()}-{machine_key()}-{os.getpid()}-"
 
 
 UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (Linux sockaddr_un.sun_path, less its NUL)
