@@ -60,6 +60,7 @@ class CommandChannel:
         self.address = sockets.bind(self._socket, bind_host, advertise_host, "commands")
         self.shm = session_shm.ShmFiles() if bind_host == sockets.IPC else None  # local: pushes by shared memory
         self.shm_failed = ""  # why a push's shared-memory file could not be written: pushes go as frames since
+        self.shm_note = ""  # what the cell was told then (SHM_FALLBACK)
         self._lock = threading.Lock()
         self._seq = 0
         self._peers: dict[int, bytes] = {}  # worker index -> routing id, for the current generation
@@ -189,7 +190,7 @@ class CommandChannel:
             first, self.shm_failed = not self.shm_failed, error.strerror or str(error) or type(error).__name__
         if first:
             folder = self.shm.folder if self.shm is not None else "?"
-            text = SHM_FALLBACK.format(folder=folder, why=self.shm_failed)
+            text = self.shm_note = SHM_FALLBACK.format(folder=folder, why=self.shm_failed)
             log.info("%s", text)  # info: a warning would reach the cell twice (logging's last resort)
             print(text, file=sys.stderr, flush=True)
 

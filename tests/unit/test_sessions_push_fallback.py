@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import errno
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zmq
 
+from nbworkers.magics.notebook.remote.detached_session import DetachedSession
 from nbworkers.magics.sessions.channel import CommandChannel
+from nbworkers.magics.sessions.detach.handlers import handle
 from nbworkers.magics.sessions.push import _encode
 from nbworkers.magics.run import sockets
 from nbworkers.protocol import session_data, session_shm, session_values, wire
@@ -100,3 +103,30 @@ def test_a_push_that_fits_still_goes_through_shared_memory(peer, tmp_path):
     _, content, _ = session_data.unpack(peer.worker.recv_multipart(), peer.key, 1 << 30,
                                         open_shm=session_shm.open_named)
     assert content["shm_path"].startswith(str(folder)) and not peer.channel.shm_failed
+
+
+class FallingBackSession:
+    """A detached session's ``Session`` as the supervisor's handlers see it: its first push falls back."""
+
+    def __init__(self) -> None:
+        self.channel = types.SimpleNamespace(shm_failed="", shm_note="")
+
+    def push(self, workers=None, allow_pickle=False, **values):
+        self.channel.shm_failed, self.channel.shm_note = "No space left on device", "nbworkers: a push through ..."
+        return [0]
+
+
+def test_a_detached_sessions_fallback_is_said_in_the_kernels_cell_once(capsys):
+    """The supervisor's answer carries the note the first time (its own stderr is its log, not the cell); the
+    kernel's handle prints it."""
+    session = FallingBackSession()
+    tree, frames = session_values.encode({"a": np.ones(3)})
+    first, _ = handle(session, "push", {"values": tree, "workers": None}, frames)
+    second, _ = handle(session, "push", {"values": tree, "workers": None}, frames)
+    assert first == {"ok": True, "workers": [0], "note": "nbworkers: a push through ..."}
+    assert second == {"ok": True, "workers": [0]}
+    remote = DetachedSession.__new__(DetachedSession)
+    answers = iter([(first, []), (second, [])])
+    remote.client = types.SimpleNamespace(request=lambda *args, **kwargs: next(answers))
+    assert remote.push(a=np.ones(3)) == [0] and remote.push(a=np.ones(3)) == [0]
+    assert capsys.readouterr().err.count("nbworkers: a push through ...") == 1

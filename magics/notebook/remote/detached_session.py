@@ -11,6 +11,7 @@ their state belong to its supervisor process: a kernel restart, ``kill -9`` or c
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,6 +106,8 @@ class DetachedSession(DetachedCluster):
             answer, _ = self.client.request("push", {"values": tree, "workers": workers}, blobs, timeout=None)
         except (SessionRefused, session_values.PullValueError) as error:
             raise PushError(str(error)) from None
+        if answer.get("note"):  # its shared memory failed: this push and the next go as frames (said once)
+            print(str(answer["note"])[:1000], file=sys.stderr, flush=True)
         return list(answer["workers"])
 
     # ------------------------------------------------------------------------------ what the views ask

@@ -133,7 +133,13 @@ def _push(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any])
     values = session_values.decode(content["values"], blobs, allow_pickle=False, source="the kernel's push")
     if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
         raise ValueError("values must map names to values")
-    return {"ok": True, "workers": session.push(workers, False, **values)}, []
+    channel = getattr(session, "channel", None)  # a push that falls back to frames says so once (channel.py)
+    failed_before: str = getattr(channel, "shm_failed", "")
+    answer: dict[str, Any] = {"ok": True, "workers": session.push(workers, False, **values)}
+    failed_now: str = getattr(channel, "shm_failed", "")
+    if failed_now and not failed_before:
+        answer["note"] = str(getattr(channel, "shm_note", ""))  # for the kernel's cell, not only this process's log
+    return answer, []
 
 
 def _restore(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any]) -> Answer:
