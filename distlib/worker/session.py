@@ -209,7 +209,9 @@ class SessionWorker:
             self.in_cell = False
             self.bindings.after(self.namespace, cell)  # also what a failed cell bound before its error
         stop_trace = ""
-        if status == "interrupted":  # a Stop, not a crash: one line in the cell, the traceback after its end marker
+        if self.aborted and status != "ok":  # a peer failed (abort): what that raised here is not the cell's error
+            status, error, stop_trace, text = "interrupted", "aborted", text, ""  # its traceback: in the log only
+        elif status == "interrupted":  # a Stop, not a crash: one line in the cell, the traceback after its end marker
             error = f"stopped at step {self.last_step}" if self.last_step is not None else "stopped"
             stop_trace, text = text, ""
             sys.stderr.write(f"KeyboardInterrupt: {error} (traceback in this worker's log)\n")

@@ -17,6 +17,9 @@ with ``shown_log``):
   at 2 and up, ``E...`` at 3, plus absl's warning and, at 2 and up, the "failed call to cuInit" error every
   CPU-only machine prints. A user who sets the level lower (kernel environment or ``--env``) sees them all. The
   launch line records the level, so the server extension filters a log file as the kernel filtered its lines.
+  A hidden C++ line takes the rest of its message along (``CPP_CONTINUATIONS``: the gRPC detail under "Aborting
+  RingReduce with UNAVAILABLE: Socket closed" after a Stop), and a C++ line written into a progress bar's open
+  line ends that line first (stderr beside stdout), as a terminal shows it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from nbworkers.protocol.terminal import TerminalStream, settled_lines
 
 # glog/absl format: severity letter, MMDD, time, thread id, file:line]
 CPP_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.\-/]+:\d+\] ")
+# the same written into an open line (TensorFlow logs to stderr while a progress bar's line on stdout has no newline)
+CPP_LOG_GLUED = re.compile(CPP_LOG_LINE.pattern[1:])
+# the rest of a multi-line C++ log message (a Status with its gRPC payload: after a Stop or a peer's end, the lines
+# under "Aborting RingReduce with UNAVAILABLE: Socket closed"), hidden with the line they belong to
+CPP_CONTINUATIONS = re.compile(r"^(Additional GRPC error information from |:UNKNOWN:|:\{\"created\"|"
+                               r"The error could be from a previous operation\. |\t \[\[\{\{)")
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 NO_GPU_ERRORS = ("failed call to cuInit",)  # printed at E level on every machine without a GPU driver
 SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
@@ -89,18 +98,36 @@ def is_noise(line: str, level: int) -> bool:
     return is_own_line(line) or is_chatter(line, level)
 
 
+def unglued(text: str) -> str:
+    """``text`` with a newline before each C++ log line written into a progress bar's open line (a line redrawn
+    with ``\\r``): on a terminal the bar ends there. Other text before a C++ line keeps it (not chatter)."""
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        redrawn = line.find("\r")
+        glued = CPP_LOG_GLUED.search(line, redrawn + 1) if redrawn != -1 else None
+        if glued is not None:
+            lines[i] = line[:glued.start()] + "\n" + line[glued.start():]
+    return "\n".join(lines)
+
+
 def shown_log(text: str, tail: int | None = None) -> str:
     """A worker's log file as the user's views show it (the sidebar's Log panel): the noise left out at the level
-    its launch line records (``DEFAULT_LEVEL`` before one is seen, as when the file's start was cut); then its
-    last ``tail`` lines. Escape codes stripped, a progress bar's updates collapsed (``protocol/terminal.py``)."""
+    its launch line records (``DEFAULT_LEVEL`` before one is seen, as when the file's start was cut), with the
+    rest of a hidden C++ message (``CPP_CONTINUATIONS``); then its last ``tail`` lines. Escape codes stripped, a
+    progress bar's updates collapsed (``protocol/terminal.py``)."""
     level = DEFAULT_LEVEL
     kept: list[str] = []
-    for line in settled_lines(text):
+    hidden = False  # the line before was a C++ line left out: its message's further lines go too
+    for line in settled_lines(unglued(text)):
         launch = LAUNCH_LINE.match(line)
         if launch and launch.group("level") is not None:
             level = noise_level(launch.group("level"))
-        if not is_noise(line, level):
+        chatter = is_chatter(line, level) or (hidden and bool(CPP_CONTINUATIONS.match(line)))
+        if not chatter and not is_own_line(line):
             kept.append(line)
+        hidden = chatter
     if tail is not None:
         kept = kept[-tail:] if tail > 0 else []
     return "\n".join(kept)
@@ -120,6 +147,8 @@ class NoiseFilter:
         self.dropped = 0
         self.own_dropped = 0
         self._at_line_start = True
+        self._hidden = False  # the last line was a C++ line dropped: its message's further lines go too
+        self._redrawn = False  # the open line was redrawn (``\\r``: a progress bar): a C++ line written into it ends it
         self._terminal = TerminalStream()
 
     def filter(self, chunks: list[str], own_lines: tuple[re.Pattern[str], ...] = UNROUTED_OWN_LINES) -> list[str]:
@@ -131,15 +160,32 @@ class NoiseFilter:
                 end = chunk.find("\n", start)
                 end = len(chunk) if end == -1 else end + 1
                 piece = chunk[start:end]
+                glued = self._glued(piece)
+                if glued is not None:  # a C++ line written into a progress bar's open line: the bar ends there
+                    out.append(piece[:glued] + "\n")
+                    piece, self._at_line_start, self._redrawn = piece[glued:], True, False
+                self._redrawn = not piece.endswith("\n") and (self._redrawn or "\r" in piece)
                 whole = self._at_line_start and piece.endswith("\n")
                 if whole and is_own_line(piece, own_lines):
                     self.own_dropped += 1
-                elif whole and is_chatter(piece, self.level):
+                elif whole and (is_chatter(piece, self.level)
+                                or self._hidden and CPP_CONTINUATIONS.match(piece) and self.level > 0):
                     self.dropped += 1
+                    self._hidden = True
                 else:
                     out.append(piece)
+                    self._hidden = False
                 self._at_line_start = piece.endswith("\n")
                 start = end
             if out:
                 kept.append("".join(out))
         return kept
+
+    def _glued(self, piece: str) -> int | None:
+        """Where a C++ log line starts inside ``piece`` after a redrawn line's text (None: nowhere)."""
+        if not self._redrawn and "\r" not in piece:
+            return None
+        glued = CPP_LOG_GLUED.search(piece, 1 if self._at_line_start else 0)
+        if glued is None or not (self._redrawn or "\r" in piece[:glued.start()]):
+            return None
+        return glued.start() if glued.start() or not self._at_line_start else None

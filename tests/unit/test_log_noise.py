@@ -80,3 +80,41 @@ def test_a_runs_log_events_carry_neither_kind_of_noise():
     text = FORKED + "".join(CHATTER) + session_wire.marker(2, "start") + "epoch 1\n" + session_wire.marker(2, "end")
     [logged], drop = message_events(Message("log", {"gen": 0, "worker": 0, "lines": [text]}), 0, noise, lambda i: "")
     assert drop is None and "".join(logged.lines) == "epoch 1\n" and logged.hidden == len(CHATTER)
+
+
+# After a Stop of a Keras fit (worker 0's log, TensorFlow 2.21): the C++ line comes on stderr while the progress bar's
+# line on stdout is open, and its message goes on over lines of gRPC detail; the Python traceback after it stays.
+OPEN_BAR = "\b" * 20 + "\r\x1b[1m 14/200\x1b[0m \x1b[32m━\x1b[0m\x1b[37m━━━\x1b[0m \x1b[1m2s\x1b[0m 13ms/step - loss: 0.0882"
+GRPC = ("Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+        "/tensorflow.WorkerService/RecvBuf:\n"
+        ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"recvmsg:Connection reset by peer"}\n')
+ABORTED_AFTER_STOP = [
+    OPEN_BAR,
+    "E0000 00:00:1795901023.106908   24614 ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE: Socket closed\n"
+    + GRPC + GRPC + "The error could be from a previous operation. Restart your program to reset.\n"
+    "\t [[{{function_node __inference_one_step_on_data_500}}{{node sgd/CollectiveReduceV2}}]] "
+    "[type.googleapis.com/tensorflow.DerivedStatus='']\n",
+    "Traceback (most recent call last):\n  File \"cell.py\", line 14, in <module>\n"
+    "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n"
+    "Collective ops is aborted by: recvmsg:Connection reset by peer\n" + GRPC,
+]
+SHOWN_AFTER_STOP = [" 14/200 ━━━━ 2s 13ms/step - loss: 0.0882", "Traceback (most recent call last):",
+                    '  File "cell.py", line 14, in <module>',
+                    "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:",
+                    "Collective ops is aborted by: recvmsg:Connection reset by peer", *GRPC.splitlines()]
+
+
+def test_after_a_stop_the_aborted_ring_reduce_and_its_grpc_lines_are_hidden_the_traceback_is_not():
+    from nbworkers.magics.run.core.logtail import LogTail
+
+    for chunks in (ABORTED_AFTER_STOP, ["".join(ABORTED_AFTER_STOP)]):  # the C++ line in a chunk of its own, or not
+        noise, tail = NoiseFilter(DEFAULT_LEVEL), LogTail()
+        for chunk in chunks:
+            tail.feed(noise.filter([chunk]))
+        assert tail.lines() == SHOWN_AFTER_STOP and noise.dropped == 1 + 2 * 2 + 2
+    unredrawn = NoiseFilter(DEFAULT_LEVEL)  # text before a C++ line that no progress bar redrew: not chatter
+    assert unredrawn.filter(["note E0000 00:00:1.5   1 ring_alg.cc:291] Aborting RingReduce\n"]) == [
+        "note E0000 00:00:1.5   1 ring_alg.cc:291] Aborting RingReduce\n"]
+    assert shown_log("".join(ABORTED_AFTER_STOP)).split("\n") == SHOWN_AFTER_STOP  # the sidebar's Log panel
+    everything = NoiseFilter(0)  # TF_CPP_MIN_LOG_LEVEL=0: the user asked for all of it
+    assert "".join(everything.filter(ABORTED_AFTER_STOP)).count("Additional GRPC") == 3

@@ -37,7 +37,7 @@ from typing import assert_never
 
 from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions.core import events as ev
-from nbworkers.magics.sessions.core import restart_save
+from nbworkers.magics.sessions.core import notes, restart_save
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
 from nbworkers.magics.sessions.core.notes import error_text, nothing_lost, stop_note, with_notes, workers_text
 from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
@@ -161,12 +161,13 @@ class SessionCore:
         cell = self.record(event.cell)
         actions: list[ev.Action] = []
         if event.worker not in cell.ends:
-            cell.ends[event.worker] = event.end
-            if event.end.status == CellEnd.ERROR and cell.first_error_worker is None:
+            end = notes.peer_aborted(event.end, event.worker, cell.first_error_worker)  # "aborted: worker 1 failed"
+            cell.ends[event.worker] = end
+            if end.status == CellEnd.ERROR and cell.first_error_worker is None:
                 cell.first_error_worker, cell.first_error_at = event.worker, self.clock()
             if len(cell.ends) == self.workers:
                 cell.all_ended_at = self.clock()
-            actions.append(ev.CellWorkerEnded(cell.number, event.worker, event.end))
+            actions.append(ev.CellWorkerEnded(cell.number, event.worker, end))
         return actions + [ev.MarkProgress(event.worker)]
 
     def _check_cell(self, cell: CellRecord, group: Group) -> list[ev.Action]:

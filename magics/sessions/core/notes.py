@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from nbworkers.magics.run.core.statuses import CellEnd
+from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.sessions.core.records import CellRecord
 
 TRACEBACK_START = "Traceback (most recent call last):"  # the widget splits the error there too (widget_cards.js)
@@ -38,16 +40,33 @@ def stop_note(cell: CellRecord) -> str:
     return f"stopped by you at step {max(steps)}" if steps else "stopped by you"
 
 
+def peer_aborted(end: WorkerEnd, worker: int, failed: int | None) -> WorkerEnd:
+    """``worker``'s end as its card reads it. When its collectives were aborted because worker ``failed`` raised,
+    what the abort made TensorFlow raise in it (``UnavailableError``, a ``KeyboardInterrupt``, pybind11's
+    "MISMATCH of original and normalized active exception types", through frames of nbworkers' own modules) is
+    not its error: it was interrupted, "aborted: worker N failed" (the worker's log keeps its traceback)."""
+    if not end.aborted or end.status == CellEnd.OK or failed is None or failed == worker:
+        return end
+    return replace(end, status=CellEnd.INTERRUPTED, error=f"aborted: worker {failed} failed", traceback="")
+
+
 def error_text(cell: CellRecord) -> str:
-    """A failed cell's error: the first failing worker's message and traceback, and who was interrupted."""
+    """A failed cell's error: the first failing worker's message and traceback, then the others: interrupted
+    because of it (a Stop's KeyboardInterrupt, aborted collectives), failed the same way, or failed too with
+    their own error."""
     worker = cell.first_error_worker
     end = cell.ends.get(worker) if worker is not None else None
     if end is None:
         return cell.error or "failed"
-    others = [w for w, e in cell.ends.items() if w != worker and e.status != CellEnd.OK]
-    interrupted = [f"{workers_text(others)} {'was' if len(others) == 1 else 'were'} interrupted because of it"]
-    return with_notes(f"worker {worker}: {end.error or 'error'}\n{end.traceback or ''}", interrupted if others
-                      else [])
+    ends = {w: e for w, e in sorted(cell.ends.items()) if w != worker and e.status != CellEnd.OK}
+    interrupted = [w for w, e in ends.items() if e.status != CellEnd.ERROR]
+    same = [w for w, e in ends.items() if e.status == CellEnd.ERROR and e.error == end.error]
+    notes = [f"{workers_text(interrupted)} {'was' if len(interrupted) == 1 else 'were'} interrupted because of it"
+             ] if interrupted else []
+    notes += [f"{workers_text(same)} failed the same way"] if same else []
+    notes += [f"worker {w} failed too: {e.error or 'error'}" for w, e in ends.items()
+              if e.status == CellEnd.ERROR and w not in same]
+    return with_notes(f"worker {worker}: {end.error or 'error'}\n{end.traceback or ''}", notes)
 
 
 def workers_text(items: Iterable[int]) -> str:
