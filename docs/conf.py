@@ -83,6 +83,7 @@ napoleon_numpy_docstring = False
 html_theme = "pydata_sphinx_theme"
 html_title = "nbworkers"
 html_static_path = ["_static"]
+html_css_files = ["nbworkers.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

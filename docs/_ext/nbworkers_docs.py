@@ -21,10 +21,8 @@ Everything under ``docs/_generated/`` (not in git) comes from here, so the refer
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -288,8 +286,22 @@ def _on_builder_inited(app) -> None:
     copy_tutorials()
 
 
+LIVE_ONLY = 'src="/nbworkers/'  # an output that shows a route of the Jupyter server (`%workers tensorboard`'s frame)
+
+
+def _on_doctree_resolved(app, doctree, docname) -> None:
+    """A static page has no Jupyter server behind it: an output framing one of its routes says so instead."""
+    from docutils import nodes
+
+    for node in list(doctree.findall(nodes.raw)):
+        if node.get("format") == "html" and LIVE_ONLY in node.astext():
+            node.replace_self(nodes.paragraph(text="(In the notebook, TensorBoard shows here, served through the "
+                                                   "Jupyter server; this static page has no server behind it.)"))
+
+
 def setup(app):
     app.connect("builder-inited", _on_builder_inited)
+    app.connect("doctree-resolved", _on_doctree_resolved)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -10,15 +10,21 @@ the saved output of the cell that started it, and that no worker process is left
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import nbformat
 import pytest
+from browser_helpers import CHROMIUM, chromium_page
 from conftest import kill_leftovers, processes_of_run_root, wait_until
+import docs_site
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -32,7 +38,10 @@ LEFTOVER_TIMEOUT = 20  # seconds for worker processes to be gone after the kerne
 SUMMARY_MARKER = "nbw-summary"  # the final summary's HTML (magics/views/summary.py render_summary_html)
 DEMO_TIMEOUT = 900  # seconds for `python -m nbworkers.demo`
 
+SITE_BUILD_TIMEOUT = 1800  # s for the site's build; it executes the tutorials its cache lacks (~3 min for all alone)
+
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))
+OUTCOMES: dict[str, bool] = {}  # tutorial -> executed without error in this pytest run (the site's test reads it)
 
 
 def worker_cells(notebook) -> list:
@@ -70,6 +79,7 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
     # The kernel is this venv's ipykernel (whatever "python3" kernelspec the machine has elsewhere).
     client.km = client.create_kernel_manager()
     client.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    OUTCOMES[name] = False
     try:
         client.execute(env=env, cwd=str(workdir))
     except CellExecutionError as error:
@@ -87,6 +97,8 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
             f"{name}: no final summary in the output of the cell\n{cell.source[:200]}\n"
             f"outputs: {[o.get('output_type') for o in cell.outputs]}"
         )
+    OUTCOMES[name] = True
+    docs_site.store_executed(name, notebook)  # the site's page of this tutorial shows these outputs (see below)
 
 
 @pytest.mark.slow
@@ -103,3 +115,91 @@ def test_demo_trains_prints_progress_and_result_and_leaves_nothing(tmp_path):
     assert "epoch 3/3 step 4/4" in out and "workers in sync: yes" in out and "nbworkers demo OK" in out, out
     assert "worker 0: loss" in out and "worker 1: loss" in out, out
     assert not kill_leftovers(tmp_path), "the demo left worker processes behind"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(SITE_BUILD_TIMEOUT + 300)
+def test_docs_site_builds_with_the_tutorials_outputs_and_its_pages_open_in_chromium(tmp_path):
+    """`make docs`' build of the site (warnings are errors), then its pages in chromium: the index, a tutorial with
+    its outputs, the reference with every %%worker option, the search. Last in this module: the tutorials executed
+    above are in the site's notebook cache (docs_site.store_executed), so the build executes none of them again; run
+    alone, it executes the tutorials its cache lacks, as `make docs` on a fresh clone does."""
+    failed = sorted(name for name, ok in OUTCOMES.items() if not ok)
+    assert not failed, f"tutorials that failed in this run (the site's build would execute them again): {failed}"
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: make browser-deps (the site's test never skips)"
+    missing = [name for name in NOTEBOOKS if not docs_site.cached(name)]
+    assert not set(missing) & set(OUTCOMES), f"executed in this run but not in the site's cache: {missing}"
+    env = dict(os.environ)
+    env.update({"NBWORKERS_RUN_ROOT": str(tmp_path / "runs"), "TF_CPP_MIN_LOG_LEVEL": "1",
+                "NBWORKERS_TF215_PYTHON": str(TF215_PYTHON) if TF215_PYTHON.exists() else ""})
+    env.pop("TF_CONFIG", None)
+    env.pop("NBWORKERS_DOCS_EXECUTION", None)
+    (tmp_path / "runs").mkdir(mode=0o700)
+    done = docs_site.build(tmp_path, env, SITE_BUILD_TIMEOUT)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"the site's build failed:\n{log[-8000:]}"
+    assert log.count(docs_site.EXECUTING) == len(missing), f"executed other than {missing}:\n{log[-4000:]}"
+    html_dir = tmp_path / "html"
+    assert not docs_site.broken_links(html_dir), "\n".join(docs_site.broken_links(html_dir))
+    assert not docs_site.external_links(html_dir), docs_site.external_links(html_dir)
+
+    for name in NOTEBOOKS:  # every tutorial is a page with its outputs
+        page = (html_dir / "tutorials" / name.replace(".ipynb", ".html")).read_text(encoding="utf-8")
+        runs = len(worker_cells(nbformat.read(TUTORIALS / name, as_version=4)))
+        assert 'class="cell_output' in page and page.count(SUMMARY_MARKER) >= runs, f"{name}: its page lacks outputs"
+
+    from nbworkers.magics.notebook.magic import WorkerMagics
+
+    options = [o for a in WorkerMagics.worker.parser._actions for o in a.option_strings if o not in ("-h", "--help")]
+    with _served(html_dir) as base, chromium_page() as page:
+        outside: list[str] = []
+        missing_files: list[str] = []
+        page.on("request", lambda r: not r.url.startswith((base, "data:")) and outside.append(r.url))
+        page.on("response", lambda r: r.status >= 400 and not r.url.endswith("/favicon.ico")
+                and missing_files.append(f"{r.status} {r.url}"))
+        page.goto(f"{base}/index.html")
+        assert "nbworkers" in page.title()
+        page.get_by_role("link", name="Get started").first.click()
+        page.wait_for_url("**/get-started.html")
+        assert page.locator("img[src*='widget.png']").count() == 1
+
+        page.goto(f"{base}/tutorials/01_quickstart.html")
+        page.locator(".cell_output").first.wait_for()
+        summary = page.locator(f".{SUMMARY_MARKER}").first
+        summary.wait_for()
+        assert summary.is_visible() and "worker" in summary.inner_text()
+
+        page.goto(f"{base}/reference/worker.html")
+        text = page.locator("main").inner_text()
+        assert not [o for o in options if o not in text], [o for o in options if o not in text]
+        assert "usage: %%worker" in text
+
+        page.goto(f"{base}/search.html?q=session")
+        page.locator("#search-results li").first.wait_for()
+        assert page.locator("#search-results li").count() >= 3
+        assert not outside, f"the site loaded from elsewhere: {outside}"
+        assert not missing_files, missing_files
+        errors = [e for e in page.console_errors  # the theme's note on a first visit (no saved light/dark mode)
+                  if "invalid theme mode" not in e and "Failed to load resource" not in e]
+        assert not errors, errors
+
+
+@contextlib.contextmanager
+def _served(directory: Path):
+    """The built site over HTTP on 127.0.0.1 (a thread of this process), stopped afterwards."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
+        pass
