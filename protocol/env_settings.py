@@ -1,14 +1,14 @@
 """Every ``NBWORKERS_*`` environment variable in one table: name, default, parser, where it is read, what it does.
 
 In the style of Ray's ``constants.py``: one declaration per variable, and every module reads its variable through
-it (``env_settings.LEADER_WAIT.get()``), so the name, the default and the parsing live here only. README.md's
-environment table is generated from ``ALL`` (``python tools/env_table.py``;
-tests/integration/test_settings_table_scripts.py fails when the README is out of date).
+it (``env_settings.LEADER_WAIT.get()``), so the name, the default and the parsing live here only. The site's
+environment table (docs/reference/environment.md) is generated from ``ALL`` at each build (``tools/env_table.py``'s
+``render()``, called by docs/_ext/nbworkers_docs.py; tests/integration/test_settings_table_scripts.py checks it).
 
 A value that does not parse never crashes the kernel or a worker: ``get()`` warns once (an
 ``EnvSettingWarning`` naming the variable, the value given and what to give instead) and uses the default.
-Variables nbworkers sets itself for its processes (``set_by_nbworkers``) are listed too, so that the README
-names every one of them.
+Variables nbworkers sets itself for its processes (``set_by_nbworkers``) are listed too, so that the site's
+reference names every one of them.
 
 Pure Python: importing this never imports TensorFlow (the kernel and the worker hosts import it).
 """

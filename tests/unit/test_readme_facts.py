@@ -1,4 +1,6 @@
-"""The README's facts that the code defines, held by the code (issue 34: the README said `widget` defaults to False).
+"""The facts the README and the documentation site state that the code defines, held by the code (issue 34: the README
+said `widget` defaults to False). The README's sections moved into the site's pages (docs/*.md, issue 44): these tests
+read README.md and every hand-written page (not docs/_generated/, which is written from the code itself).
 
 - every default the README states for a setting, written ``name`` (VALUE ...), ``name``, VALUE or ``name`` VALUE,
   anywhere in it: against ``magics/settings.py`` (``WorkerSettings``) and the REST API's ``NbworkersAPI``;
@@ -21,14 +23,19 @@ from nbworkers.magics.settings import WorkerSettings
 from nbworkers.protocol import env_settings
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DEVELOPMENT = ROOT / "docs" / "development.md"  # names the tests' own variables
+PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md")
+                                      if "_generated" not in p.parts and ".ipynb_checkpoints" not in p.parts)
+TEXTS = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in PAGES}
+README = "\n".join(TEXTS.values())  # every page's text at once, for the facts stated once somewhere
 UNITS = {"s": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 NUMBER = r"\d+(?:\.\d+)?(?: ?(?:s|KiB|MiB|GiB))?"
 END = r"(?=[\s),;:])"
 # `name` (VALUE ...: a number, True/False or a `word`; `name`, VALUE and `name` VALUE: a number or True/False
 STATED = re.compile(rf"`(?P<name>\w+)`(?:\s+\((?P<value>True|False|`[\w-]+`|{NUMBER}){END}"
                     rf"|(?:,\s+|\s+)(?P<bare>True|False|{NUMBER}){END})")
-USER_DOCS = README.split("\n## Development\n")[0]  # the variables nbworkers reads; Development names the tests' own
+# the variables nbworkers reads: every page but Development (and the README's part above one), which names the tests'
+USER_DOCS = "\n".join(text.split("\n## Development\n")[0] for name, text in TEXTS.items() if ROOT / name != DEVELOPMENT)
 
 
 def _parse(text: str) -> object:
@@ -44,14 +51,10 @@ def _parse(text: str) -> object:
     return int(value) if value.is_integer() else value
 
 
-def _line(position: int) -> int:
-    return README.count("\n", 0, position) + 1
-
-
-def _stated(names: set[str]) -> list[tuple[str, object, int]]:
-    """(name, value, README line) for every default the README states for one of ``names``."""
-    return [(m["name"], _parse(m["value"] or m["bare"]), _line(m.start())) for m in STATED.finditer(README)
-            if m["name"] in names]
+def _stated(names: set[str]) -> list[tuple[str, object, str]]:
+    """(name, value, "page:line") for every default the README or a page states for one of ``names``."""
+    return [(m["name"], _parse(m["value"] or m["bare"]), f"{page}:{text.count(chr(10), 0, m.start()) + 1}")
+            for page, text in TEXTS.items() for m in STATED.finditer(text) if m["name"] in names]
 
 
 @pytest.fixture
@@ -72,7 +75,7 @@ def defaults(monkeypatch) -> dict[str, object]:
 def test_every_default_the_readme_states_for_a_setting_is_the_codes(defaults):
     stated = _stated(set(defaults))
     assert len(stated) >= 55, stated  # the settings paragraph, the sessions section, Security model, ...
-    wrong = [f"README.md:{line}: `{name}` ({value!r}), the code's default is {defaults[name]!r}"
+    wrong = [f"{line}: `{name}` ({value!r}), the code's default is {defaults[name]!r}"
              for name, value, line in stated if value != defaults[name]]
     assert not wrong, "\n".join(wrong)
 
@@ -95,14 +98,14 @@ def test_every_variable_the_readme_names_is_declared_with_the_default_it_states(
         if not isinstance(default, bool) and isinstance(default, (int, float)):
             default = _parse(str(default))
         if value != default:
-            wrong.append(f"README.md:{line}: `{name}` ({value!r}), declared default {default!r}")
+            wrong.append(f"{line}: `{name}` ({value!r}), declared default {default!r}")
     assert not wrong, "\n".join(wrong)
 
 
 def test_the_command_sockets_frame_limit_is_the_codes():
     from nbworkers.magics.sessions.channel import MAX_MESSAGE_BYTES
 
-    [stated] = re.findall(r"(\d+) KiB on the command socket", README)
+    [stated] = set(re.findall(r"(\d+) KiB on the command socket", README))  # the same figure wherever it is stated
     assert int(stated) * 2**10 == MAX_MESSAGE_BYTES
 
 
@@ -114,7 +117,7 @@ def test_the_sidebars_figures_are_its_own():
     assert float(log_row.group(2)) == schema["logRefreshSeconds"]["default"]
     polling = re.search(r"It polls the REST API \(below\) every (second|[\d.]+ s) while shown, every ([\d.]+) s while "
                         r"hidden", README)
-    assert polling, "README: the sidebar's polling sentence moved: update this test"
+    assert polling, "the sidebar's polling sentence (docs/guides/sidebar.md) moved: update this test"
     shown = 1.0 if polling.group(1) == "second" else float(polling.group(1).split()[0])
     assert shown == schema["pollVisibleSeconds"]["default"]
     assert float(polling.group(2)) == schema["pollHiddenSeconds"]["default"]

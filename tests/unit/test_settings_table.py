@@ -1,6 +1,6 @@
 """The settings tables: every NBWORKERS_* variable declared once (protocol/env_settings.py), parsed the same way
-everywhere (a bad value warns and the default applies, never a crash), the README's table generated from it, and
-every kernel-side setting (magics/settings.py) both declared and read."""
+everywhere (a bad value warns and the default applies, never a crash), the site's environment table generated from
+it, and every kernel-side setting (magics/settings.py) both declared and read."""
 
 from __future__ import annotations
 
