@@ -99,6 +99,15 @@ test-installed: installed-env browser-deps estimator-env hub-deps
 	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
 	  code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
 
+# What must hold on a busy shared server: the fault-tolerance tests and the sessions' Stop, error and restore checks,
+# SOAK_RUNS times beside SOAK_BUSY processes that keep the CPU busy (tools/soak.py; not part of make test). Figures in
+# build/soak/summary.txt (README, Development: what it found). SOAK_TESTS: other pytest arguments instead.
+SOAK_RUNS ?= 3
+SOAK_BUSY ?= 6
+SOAK_TESTS ?=
+soak: setup
+	$(PY) tools/soak.py --runs $(SOAK_RUNS) --busy $(SOAK_BUSY) $(SOAK_TESTS)
+
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 

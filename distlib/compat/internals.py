@@ -168,6 +168,8 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "wrapped: a call of a tf.function whose trace ran strategy.run/reduce is a training step",
                "Function Function.__call__",
                upstream="tensorflow/tensorflow#28786 (no way to interrupt a running tf.function)")
+    + _entries("step_calls.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
+               "wrapped: one more hook, a step point before each training step", "Estimator.train")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "

@@ -8,7 +8,9 @@ left no step half-done, and the cell's own bookkeeping of the steps before it is
 - a call of a ``tf.function`` whose trace ran a strategy's ``run`` or ``reduce`` (known once its first call traced
   it): a custom loop's ``train_step``, Keras' train, test and predict functions. Calls made while another function
   traces or runs are not counted (the outermost one is the step);
-- an eager ``strategy.run`` or ``strategy.reduce`` (outside any ``tf.function``).
+- an eager ``strategy.run`` or ``strategy.reduce`` (outside any ``tf.function``);
+- an Estimator's training step (TensorFlow 2.15 environments): ``Estimator.train`` gets one more hook, whose
+  ``before_run`` is the point (``train_and_evaluate`` trains through ``train``).
 
 Only the main thread's calls count: the cell runs there, and a ``KeyboardInterrupt`` raised from ``on_step`` ends it.
 
@@ -27,6 +29,7 @@ from typing import Any
 from nbworkers.distlib.compat import import_hooks, internals
 
 FUNCTION_MODULE = "tensorflow.python.eager.polymorphic_function.polymorphic_function"
+ESTIMATOR_MODULE = "tensorflow_estimator.python.estimator.estimator"
 CONSEQUENCE = "a session's Stop pauses the workers only where the cell calls report()"
 
 
@@ -79,6 +82,25 @@ class StepCalls:
 
         return call
 
+    def estimator_train(self, hook_class: type):
+        """The wrapt wrapper of ``Estimator.train(input_fn, hooks=None, ...)``: one more hook, a step point before
+        each of its training steps."""
+        on_step = self.on_step
+
+        class StepPoint(hook_class):  # type: ignore[misc, valid-type]  # tf.compat.v1.train.SessionRunHook (tf.estimator's)
+            def before_run(self, run_context):
+                if threading.current_thread() is threading.main_thread():
+                    on_step()
+
+        def call(wrapped, instance, args, kwargs):
+            if len(args) >= 2:  # train(input_fn, hooks, ...)
+                args = (args[0], [*(args[1] or []), StepPoint()], *args[2:])
+            else:
+                kwargs = {**kwargs, "hooks": [*(kwargs.get("hooks") or []), StepPoint()]}
+            return wrapped(*args, **kwargs)
+
+        return call
+
 
 def install(on_step: Callable[[], None]) -> StepCalls | None:
     """Make every step call of this process's main thread call ``on_step`` first, once TensorFlow is imported (now, if
@@ -96,5 +118,13 @@ def install(on_step: Callable[[], None]) -> StepCalls | None:
         for name in ("run", "reduce"):
             import_hooks.wrap_once(tf.distribute.Strategy, name, strategy_call)
 
+    def wrap_estimator(module) -> None:
+        if not internals.available("step_calls.estimator", CONSEQUENCE + " in an Estimator's training"):
+            return
+        import tensorflow as tf
+
+        import_hooks.wrap_once(module.Estimator, "train", calls.estimator_train(tf.compat.v1.train.SessionRunHook))
+
     import_hooks.when_imported("tensorflow", wrap)
+    import_hooks.when_imported(ESTIMATOR_MODULE, wrap_estimator)
     return calls
