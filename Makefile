@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo docs test test-deps test-fast test-installed lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo docs test test-deps test-fast test-installed soak lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
