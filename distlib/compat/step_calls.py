@@ -42,14 +42,11 @@ class StepCalls:
         self._depth = 0  # eager step calls under way on the main thread (nested calls are part of the outer one)
         self._ran_step = False  # a strategy's run/reduce was called inside the outermost call
 
-    def _watched(self, inside_function: Callable[[], bool]) -> bool:
-        return threading.current_thread() is threading.main_thread() and not inside_function()
-
     def function_call(self, inside_function: Callable[[], bool]):
         """The wrapt wrapper of ``Function.__call__``."""
 
         def call(wrapped, instance, args, kwargs):
-            if self._depth or not self._watched(inside_function):
+            if not _main_thread() or self._depth or inside_function():
                 return wrapped(*args, **kwargs)
             if instance in self.steps:
                 self.on_step()  # (a Stop raises here, before the step: on every worker at the same one)
@@ -68,10 +65,12 @@ class StepCalls:
         """The wrapt wrapper of ``Strategy.run`` and ``Strategy.reduce``."""
 
         def call(wrapped, instance, args, kwargs):
+            if not _main_thread():
+                return wrapped(*args, **kwargs)
             if self._depth:  # traced (or run eagerly) inside an outermost function call: that call is the step
                 self._ran_step = True
                 return wrapped(*args, **kwargs)
-            if not self._watched(inside_function):
+            if inside_function():  # a function this process traces some other way
                 return wrapped(*args, **kwargs)
             self.on_step()
             self._depth = 1  # functions the strategy makes and calls itself are part of this step
@@ -87,9 +86,9 @@ class StepCalls:
         each of its training steps."""
         on_step = self.on_step
 
-        class StepPoint(hook_class):  # type: ignore[misc, valid-type]  # tf.compat.v1.train.SessionRunHook (tf.estimator's)
+        class StepPoint(hook_class):  # type: ignore[misc, valid-type]  # tf.estimator's SessionRunHook
             def before_run(self, run_context):
-                if threading.current_thread() is threading.main_thread():
+                if _main_thread():
                     on_step()
 
         def call(wrapped, instance, args, kwargs):
@@ -102,9 +101,13 @@ class StepCalls:
         return call
 
 
-def install(on_step: Callable[[], None]) -> StepCalls | None:
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def install(on_step: Callable[[], None]) -> StepCalls:
     """Make every step call of this process's main thread call ``on_step`` first, once TensorFlow is imported (now, if
-    it is). None when TensorFlow moved what this wraps (one warning says so)."""
+    it is). Where TensorFlow moved what this wraps, nothing is wrapped and one warning says so (``internals``)."""
     calls = StepCalls(on_step)
 
     def wrap(tf) -> None:
