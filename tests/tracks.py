@@ -1,6 +1,7 @@
-"""Which run of `make test` a test belongs to (tools/test_suite.sh runs them; README, Development).
+"""Which run of `make test` a test belongs to (tools/test_suite.sh runs them; docs/development.md).
 
-Each test is in one track: ``beside``, the browser tests and the tutorial notebooks; ``main``, the rest on ``.venv``
+Each test is in one track: ``beside``, the browser tests, the tutorial notebooks and the documentation site's build
+(after the tutorials, in their module); ``main``, the rest on ``.venv``
 (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption, the watchdog, restart policies); ``ray``,
 the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES: launches, zygotes, roles, stops, detached
 runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the workers); ``installed``, the tests marked

@@ -6,6 +6,10 @@ environment has ``NBWORKERS_MOCK_DATA=1`` (the one setting that switches the tut
 any cell error, including its result cell, which asserts that the final loss and accuracy are in range and
 that the workers ended in sync. The test also checks that the final summary of every training run is in
 the saved output of the cell that started it, and that no worker process is left afterwards.
+
+Each executed notebook then goes into the documentation site's notebook cache (tests/docs_site.py), and the last
+test here builds the site from it, as `make docs` does, executing no tutorial a second time, and opens its pages in
+chromium (docs/development.md, "The documentation site").
 """
 
 from __future__ import annotations
