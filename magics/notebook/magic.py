@@ -9,31 +9,26 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from nbworkers.magics.backends.isolation import isolation_fact, isolation_text
+from nbworkers.magics.backends.arguments import backend_arguments
 from nbworkers.magics.errors import LaunchError, RunFailed
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
 from nbworkers.magics.notebook.help_cell import install
+from nbworkers.magics.notebook.listing import cluster_table as _cluster_table
 from nbworkers.magics.notebook.parse import build_spec
 from nbworkers.magics.notebook.remote.detach import detached_run, run_detached, workers_attach
 from nbworkers.magics.notebook.session_magic import (
     restore_session,
     run_session_cell,
-    saved_lines,
-    session_column,
     stop_cell,
 )
-from nbworkers.magics.notebook.version_info import listing_footer, version_text
-from nbworkers.magics.notebook.zygotes_listing import warm_text_html
+from nbworkers.magics.notebook.version_info import version_text
 from nbworkers.magics.run.cluster import Cluster
 from nbworkers.magics.run.failed import mark_error_below, run_failure
 from nbworkers.magics.rundir.layout import RunNotFound, run_dir_of
 from nbworkers.magics.settings import settings
-from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.summary import ECHOED_KEY, render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle
-from nbworkers.magics.views.words import STATUS_LABELS
 from nbworkers.protocol.private.dirs import UnsafeDirectory
-from nbworkers.protocol.statuses import ClusterStatus
 
 
 @magics_class
@@ -69,17 +64,7 @@ class WorkerMagics(Magics):
     @argument("--ps", type=int, default=None, metavar="N",
               help="N parameter servers for ParameterServerStrategy: the cell runs on the chief (the coordinator, "
                    "implied), the -n workers and the parameter servers run TensorFlow servers it drives")
-    @argument("--isolation", choices=("auto", "required", "off"), default=None,
-              help="local: the workers in a private network namespace of the run's own ('auto': when this machine "
-                   "allows it; 'off': with the machine's network, e.g. to download data; default: the setting "
-                   "`isolation`)")
-    @argument("--backend", choices=("local", "ray"), default="local",
-              help="where the workers run: local processes (default) or a Ray cluster (pip install nbworkers[ray])")
-    @argument("--address", default="", metavar="HOST:PORT",
-              help="ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster started on this machine)")
-    @argument("--cpus-per-worker", type=float, default=None, metavar="C",
-              help="ray: CPUs reserved per worker (default 1)")
-    @argument("--spread", action="store_true", help="ray: at most one worker per node")
+    @backend_arguments()  # --backend and each registered backend's flags (magics/backends/arguments.py)
     @argument("--min-workers", type=int, default=None, metavar="M",
               help="ray: elastic — start with as many workers as the cluster can place (at least M, at most -n), "
                    "go on with fewer after a node loss while M fit, grow back when room returns")
@@ -288,6 +273,10 @@ def _release_idle_ray_groups() -> int:
     return drain_if_used()
 
 
+def _running_names() -> set[str]:
+    return {c.name for c in registry.running()}
+
+
 def _stopped_text(stopped: list, idle_groups: int = 0) -> str:
     """What `%workers stop --all` did, one line per cluster (and the idle Ray worker groups let go)."""
     released = (f"\nReleased {idle_groups} idle Ray worker group{'s' if idle_groups != 1 else ''} (kept for warm runs)."
@@ -299,17 +288,6 @@ def _stopped_text(stopped: list, idle_groups: int = 0) -> str:
     return "\n".join(lines) + released
 
 
-def _size_column(snap: ClusterSnapshot) -> str:
-    """The listing's worker count: an elastic run's ``2/4 (min 2)``."""
-    bounds = snap.get("elastic")
-    count = len(snap["workers"])
-    return f"{count}/{bounds['max']} (min {bounds['min']})" if bounds else str(count)
-
-
-def _status_column(snap: ClusterSnapshot) -> str:
-    """The run's status as recorded, but a run whose kernel is gone reads as every view says it (words.py)."""
-    status = snap["status"]
-    return STATUS_LABELS[ClusterStatus.LOST] if status == ClusterStatus.LOST else status
 
 
 def _wants_help(line: str) -> bool:
@@ -324,62 +302,6 @@ def _usage(magic, prog: str) -> str:
     return "usage: " + text.split("::", 1)[-1].lstrip("\n ") if text.startswith("::") else text
 
 
-def _worker_label(worker: WorkerSnapshot, roles: bool) -> str:
-    """The worker's index; with roles (--chief, --ps, --evaluator) also its role: ``0 chief``, ``1 worker0``."""
-    if not roles:
-        return str(worker["index"])
-    role = worker.get("role") or "worker"
-    suffix = "" if role in ("chief", "evaluator") else str(worker.get("role_index", 0))
-    return f"{worker['index']} {role}{suffix}"
 
 
-def _running_names() -> set[str]:
-    return {c.name for c in registry.running()}
 
-
-def _cluster_table() -> tuple[str, str]:
-    warm_text, warm_html = warm_text_html()
-    clusters = registry.all_clusters()
-    if not clusters:
-        text = "no clusters yet: run a cell with %%worker"
-        page = "<p>No clusters yet: run a cell with <code>%%worker</code>.</p>"
-        return _with_footer(text + "\n" + warm_text if warm_text else text, page + warm_html)
-    rows = []
-    for cluster in clusters:
-        snap = cluster.snapshot()
-        roles = any((w.get("role") or "worker") != "worker" for w in snap["workers"])
-        statuses = ", ".join(_worker_label(w, roles) + f":{w['status']}" for w in snap["workers"])
-        rows.append((snap["name"], snap["backend"], _size_column(snap), _status_column(snap) + _session_column(snap),
-                     statuses, str(snap["restarts"]), f"{snap['wall_time']:.1f} s",
-                     _isolation_column(cluster), snap["run_dir"]))
-    header = ("name", "backend", "workers", "status", "per worker", "restarts", "wall time", "isolation", "run dir")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [header] + rows)
-    import html
-
-    saved = saved_lines([cluster.snapshot() for cluster in clusters])  # what a session can restore
-    if saved:
-        text += "\n" + "\n".join(saved)
-        warm_html = "".join(f"<p>{html.escape(line)}</p>" for line in saved) + warm_html
-
-    cells = lambda row, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)  # noqa: E731
-    table = f"<table><tr>{cells(header, 'th')}</tr>" + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
-    return _with_footer(text + "\n" + warm_text if warm_text else text, table + warm_html)
-
-
-def _with_footer(text: str, page: str) -> tuple[str, str]:
-    """The listing ends with nbworkers' version (a user pastes it into a bug report)."""
-    import html
-
-    footer = listing_footer()
-    return f"{text}\n{footer}", f"{page}<p><small>{html.escape(footer)}</small></p>"
-
-
-def _isolation_column(cluster) -> str:
-    """``namespace``, or ``off (why)`` (backends/isolation.py); ``?`` for a run this kernel did not launch."""
-    backend = getattr(cluster, "backend", None)
-    return "?" if backend is None else isolation_text(isolation_fact(backend))
-
-
-def _session_column(snapshot: ClusterSnapshot) -> str:
-    return session_column(snapshot)
