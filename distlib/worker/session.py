@@ -11,9 +11,10 @@ The bootstrap hands over to ``main()`` when ``NBWORKERS_SESSION`` is set. After 
 - runs ``run``, ``pull`` and ``push`` commands in the main thread, one at a time, in order; ``pull`` sends the
   value to the kernel's data socket and ``push`` brings values in, both as raw frames (``session_data``: the
   signature covers a Poly1305 MAC of the frames; arrays as ``.npy``, read in place with ``np.frombuffer``);
-- answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same report
-  (training step) as every other worker (``step_point``), ``interrupt`` with SIGINT to its main thread (a
-  plain ``KeyboardInterrupt``, for cells that do not report), and ``abort`` by aborting this process's pending
+- answers a Stop (``pause``, then ``resume`` with a step) by raising ``KeyboardInterrupt`` at the same training
+  step as every other worker (``step_point``: each eager call of a distributed step, ``compat/step_calls.py``, or
+  each report in a cell that has none), ``interrupt`` with SIGINT to its main thread (a plain
+  ``KeyboardInterrupt``, for cells with no step at all), and ``abort`` by aborting this process's pending
   collective ops first
   (``context.abort_collective_ops``, as MultiWorkerMirroredStrategy's own health check does), for a cell
   blocked in a collective whose peer failed, where a KeyboardInterrupt alone cannot reach it.
@@ -38,7 +39,7 @@ import uuid
 from typing import Any
 
 from nbworkers.distlib import reporting
-from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib.compat import eager_context, step_calls
 from nbworkers.distlib.saved_state.rebuild import Bindings, RestoreOnRebuild
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.rich.cell_code import split_last_expression, user_traceback
@@ -63,6 +64,7 @@ class SessionWorker:
         self.dropped = 0
         # Stop at a step every worker agrees on (see step_point): the kernel's pause, then resume(stop_at)
         self.steps = 0
+        self.step_calls = 0  # this cell's distributed step calls (compat/step_calls.py): once one ran, only they count
         self.pause_requested = False
         self.stop_at: int | None = None
         self.last_step: int | None = None  # the step of this cell's last report (what its card shows last)
@@ -108,6 +110,8 @@ class SessionWorker:
                 self.interrupt()
             elif kind == "pause" and content.get("cell") == self.cell and self.in_cell:
                 self.pause_requested = True
+                if self.steps:  # a cell with steps pauses at the next one: the kernel waits for it, whatever it takes
+                    self._send("cell", event="pausing", cell=self.cell, step=self.steps)
             elif kind == "resume" and content.get("cell") == self.cell and isinstance(content.get("stop_at"), int):
                 self.stop_at = content["stop_at"]
                 self.resumed.set()
@@ -131,13 +135,20 @@ class SessionWorker:
             print(f"nbworkers: could not abort collective ops: {error!r}", file=sys.stderr, flush=True)
         self.interrupt()
 
-    def step_point(self) -> None:
-        """Called at every report (each training step of distlib.fit, ReportCallback, report()): where a Stop
-        ends the cell. On the kernel's ``pause`` the worker says at which step it is and waits; the kernel
-        answers ``resume`` with the step at which every worker raises KeyboardInterrupt (the furthest one,
-        plus one when a worker could not pause: it is inside that step's collective, waiting for the others).
-        So no worker is left waiting in a collective for a peer that already stopped."""
+    def step_point(self, call: bool = False) -> None:
+        """Where a Stop ends the cell: before each distributed step call (``call``: a ``tf.function`` whose trace ran
+        ``strategy.run``/``reduce``, or an eager ``strategy.run``/``reduce``; ``compat/step_calls.py``), and at each
+        report (distlib.fit, ReportCallback, report()) until the cell's first step call: every worker runs the same
+        code, so the same count is the same point of it on every worker. On the kernel's ``pause`` the worker says
+        at which step it is and waits; the kernel answers ``resume`` with the step at which every worker raises
+        KeyboardInterrupt (the furthest one, plus one when a worker could not pause: it is inside that step's
+        collective, waiting for the others). So no worker is left waiting in a collective for a peer that already
+        stopped."""
         if not self.in_cell:
+            return
+        if call:
+            self.step_calls += 1
+        elif self.step_calls:  # a report beside step calls is not a step of its own
             return
         self.steps += 1
         if self.stop_at is None and self.pause_requested:
@@ -179,7 +190,7 @@ class SessionWorker:
         code = "\n" + code  # line 1 is the cell's %%worker line: line numbers as in the notebook
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         self.cell, self.aborted = cell, False
-        self.steps, self.pause_requested, self.stop_at = 0, False, None
+        self.steps, self.step_calls, self.pause_requested, self.stop_at = 0, 0, False, None
         self.last_step = None
         self.resumed.clear()
         sys.stdout.write(session_wire.marker(cell, "start"))
@@ -212,7 +223,8 @@ class SessionWorker:
         if self.aborted and status != "ok":  # a peer failed (abort): what that raised here is not the cell's error
             status, error, stop_trace, text = "interrupted", "aborted", text, ""  # its traceback: in the log only
         elif status == "interrupted":  # a Stop, not a crash: one line in the cell, the traceback after its end marker
-            error = f"stopped at step {self.last_step}" if self.last_step is not None else "stopped"
+            error = (f"stopped at step {self.last_step}" if self.last_step is not None
+                     else "stopped between two training steps" if self.step_calls else "stopped")
             stop_trace, text = text, ""
             sys.stderr.write(f"KeyboardInterrupt: {error} (traceback in this worker's log)\n")
         if text:
@@ -379,6 +391,7 @@ def main(module: types.ModuleType) -> int:
     _put_back_saved_values(worker)
     install_rich_output(worker.rich)
     _hook_reports(worker)
+    step_calls.install(lambda: worker.step_point(call=True))  # every distributed step call is a step point too
     thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),
                               name="nbworkers-session-commands", daemon=True)
     thread.start()

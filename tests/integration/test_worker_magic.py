@@ -203,6 +203,19 @@ def test_bad_flags_give_a_clear_error_and_start_nothing(kernel, run_root, line, 
     assert not processes_of_run_root(run_root)
 
 
+def test_a_worker_python_with_another_nbworkers_version_is_refused_with_the_command_that_fixes_it(kernel, run_root,
+                                                                                                  tmp_path):
+    """Its worker would never say that its cell ran to its end (nor speak this version's messages): refused first."""
+    old = tmp_path / "python-with-nbworkers-0.0.1"
+    old.write_text("#!/bin/sh\necho 0.0.1\n")  # answers the check as an interpreter with nbworkers 0.0.1 would
+    old.chmod(0o755)
+    before = set(run_root.iterdir())
+    result = kernel.run(f"%%worker --python {old}\nprint('hi')\n")
+    assert result.status == "error" and "has nbworkers 0.0.1, this kernel " in result.failure, result
+    assert f"`{old} -m pip install --no-deps nbworkers==" in result.failure, result.failure
+    assert set(run_root.iterdir()) == before
+
+
 def test_syntax_error_is_shown_once_with_its_line_and_nothing_starts(kernel, run_root):
     before = set(run_root.iterdir())
     result = kernel.run("%%worker -n 2\nx = 1\nif x ==:\n    pass\n")

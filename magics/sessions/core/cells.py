@@ -117,6 +117,11 @@ class SessionCore:
             case ev.Began():
                 return [self._stale(event.cell, event.worker) if self.current != event.cell
                         else ev.MarkProgress(event.worker)]
+            case ev.Pausing():
+                if self.current != event.cell:
+                    return [self._stale(event.cell, event.worker)]
+                self.record(event.cell).pausing.add(event.worker)
+                return [ev.MarkProgress(event.worker)]
             case ev.Paused():
                 if self.current != event.cell:
                     return [self._stale(event.cell, event.worker)]
@@ -222,17 +227,18 @@ class SessionCore:
 
     def _stop_at_common_step(self, cell: CellRecord, running: tuple[int, ...], now: float,
                              timings: SessionTimings) -> list[ev.Action]:
-        """Stop: every worker raises KeyboardInterrupt at the same step. Workers at a report point pause and
+        """Stop: every worker raises KeyboardInterrupt at the same step. Workers at a training step pause and
         say their step; one that did not pause within session_pause_wait is inside the next step's collective,
-        waiting for the paused ones: all stop one step later. No worker paused (the cell does not report):
-        plain KeyboardInterrupt everywhere."""
+        waiting for the paused ones: all stop one step later. No worker paused: when one said it is inside a step
+        (``pausing``), wait for the first to pause (the interrupt grace still ends a stuck cell); else the cell has
+        no step at all, and gets a plain KeyboardInterrupt everywhere."""
         paused = {w: step for w, step in cell.paused.items() if w in running}
         waited = cell.interrupted_at is not None and now - cell.interrupted_at >= timings.pause_wait
         if paused and (len(paused) == len(running) or waited):
             cell.resumed = True
             stop_at = max(paused.values()) + (0 if len(paused) == len(running) else 1)
             return [ev.SendResume(cell.number, running, stop_at)]
-        if waited:
+        if waited and not cell.pausing & set(running):
             cell.resumed = True
             return [ev.SendInterrupt(cell.number, running)]
         return []
@@ -319,10 +325,11 @@ class SessionCore:
         """Ask ``savers`` to save now and tell ``running`` to end the cell (each saves once it did)."""
         if not savers and not running:
             return [ev.SaveFinished()] if held else [ev.RestartLosingState(reason)]
-        holder = min(savers, default=restart_save.NO_HOLDER)  # worker 0 when it can save now
+        holder = restart_save.pick_holder(savers, cell.ends)
         self._saving = Saving(self.clock(), reason, held, set(running))
         self._save = SavedState(cell.title, savers, wait=self.timings().save_wait, holder=holder, gone=gone,
-                                shown={c.number: c.shown for c in self.records})
+                                shown={c.number: c.shown for c in self.records},
+                                aborted=tuple(w for w in savers if w in cell.ends and cell.ends[w].aborted))
         actions: list[ev.Action] = [ev.SendAbort(cell.number, running, reason)] if running else []
         return actions + ([ev.SendSave(cell.number, savers, holder)] if savers else [])
 
