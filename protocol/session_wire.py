@@ -25,8 +25,8 @@ Commands (``msg_type``; content fields):
                  in the shared-memory file ``shm_path`` (local sessions, large pushes)
 - ``interrupt``  seq, gen, cell: KeyboardInterrupt in the running cell (SIGINT to the worker's main thread)
 - ``pause``      seq, gen, cell: at its next training step (a distributed step call, or a report) the worker says
-                 ``paused`` and waits; a worker whose cell has had steps says ``pausing`` at once (it is inside a
-                 step: wait for it, do not interrupt it)
+                 ``paused`` and waits; a worker inside a step (a distributed step call) says ``pausing`` at once: wait
+                 for it, do not interrupt it
 - ``resume``     seq, gen, cell, stop_at: go on, and raise KeyboardInterrupt at step number ``stop_at``
 - ``abort``      seq, gen, cell, reason: abort this process's pending collective ops, then interrupt
 - ``save``       seq, gen, cell, max_bytes, holder: before the kernel restarts the processes (collectives aborted,

@@ -41,6 +41,7 @@ class StepCalls:
         self.steps: weakref.WeakSet[Any] = weakref.WeakSet()  # the functions whose trace ran a strategy step
         self._depth = 0  # eager step calls under way on the main thread (nested calls are part of the outer one)
         self._ran_step = False  # a strategy's run/reduce was called inside the outermost call
+        self.in_step = False  # the main thread is inside a known step (read by other threads: a Stop's pause)
 
     def function_call(self, inside_function: Callable[[], bool]):
         """The wrapt wrapper of ``Function.__call__``."""
@@ -48,15 +49,16 @@ class StepCalls:
         def call(wrapped, instance, args, kwargs):
             if not _main_thread() or self._depth or inside_function():
                 return wrapped(*args, **kwargs)
-            if instance in self.steps:
+            known = instance in self.steps
+            if known:
                 self.on_step()  # (a Stop raises here, before the step: on every worker at the same one)
-            self._depth, self._ran_step = 1, False
+            self._depth, self._ran_step, self.in_step = 1, False, known
             try:
                 result = wrapped(*args, **kwargs)
                 if self._ran_step:
                     self.steps.add(instance)
             finally:
-                self._depth = 0
+                self._depth, self.in_step = 0, False
             return result
 
         return call
@@ -73,23 +75,27 @@ class StepCalls:
             if inside_function():  # a function this process traces some other way
                 return wrapped(*args, **kwargs)
             self.on_step()
-            self._depth = 1  # functions the strategy makes and calls itself are part of this step
+            self._depth, self.in_step = 1, True  # functions the strategy makes and calls itself are part of this step
             try:
                 return wrapped(*args, **kwargs)
             finally:
-                self._depth = 0
+                self._depth, self.in_step = 0, False
 
         return call
 
     def estimator_train(self, hook_class: type):
         """The wrapt wrapper of ``Estimator.train(input_fn, hooks=None, ...)``: one more hook, a step point before
         each of its training steps."""
-        on_step = self.on_step
+        calls = self
 
         class StepPoint(hook_class):  # type: ignore[misc, valid-type]  # tf.estimator's SessionRunHook
             def before_run(self, run_context):
                 if _main_thread():
-                    on_step()
+                    calls.on_step()
+                    calls.in_step = True
+
+            def after_run(self, run_context, run_values):
+                calls.in_step = False
 
         def call(wrapped, instance, args, kwargs):
             if len(args) >= 2:  # train(input_fn, hooks, ...)

@@ -74,6 +74,8 @@ class SessionWorker:
         self.namespace.setdefault("display", self.rich.display)  # as in IPython's namespace
         self.bindings = Bindings()  # the cell that last bound each name (the save says it)
         self.rebuilds: RestoreOnRebuild | None = None  # saved trackables put back when a cell rebuilds them
+        # every distributed step call is a step point (compat/step_calls.py); it knows when the cell is inside one
+        self.step_hook = step_calls.install(lambda: self.step_point(call=True))
 
     # ------------------------------------------------------------------------------ the command thread
     def listen(self, address: str) -> None:
@@ -110,7 +112,7 @@ class SessionWorker:
                 self.interrupt()
             elif kind == "pause" and content.get("cell") == self.cell and self.in_cell:
                 self.pause_requested = True
-                if self.steps:  # a cell with steps pauses at the next one: the kernel waits for it, whatever it takes
+                if self.step_hook.in_step:  # pauses once this step is done: the kernel waits for it, not interrupts
                     self._send("cell", event="pausing", cell=self.cell, step=self.steps)
             elif kind == "resume" and content.get("cell") == self.cell and isinstance(content.get("stop_at"), int):
                 self.stop_at = content["stop_at"]
@@ -391,7 +393,6 @@ def main(module: types.ModuleType) -> int:
     _put_back_saved_values(worker)
     install_rich_output(worker.rich)
     _hook_reports(worker)
-    step_calls.install(lambda: worker.step_point(call=True))  # every distributed step call is a step point too
     thread = threading.Thread(target=worker.listen, args=(os.environ[session_wire.ENV_COMMANDS],),
                               name="nbworkers-session-commands", daemon=True)
     thread.start()

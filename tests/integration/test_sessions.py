@@ -223,6 +223,31 @@ def test_stop_of_a_custom_loop_that_never_reports_stops_both_workers_at_the_same
         assert (t0, t1) == (0, 1) and steps0 == steps1 > 0 and it0 == it1 == steps0, (steps0, steps1, it0, it1)
 
 
+TRAIN_THEN_WAIT = """%%worker --session train
+for _ in range(3):
+    loop_step(loop_iterator)
+print("WAITING", flush=True)
+time.sleep(300)  # Python work after the training: no worker is inside a step
+"""
+
+
+def test_stop_of_python_work_after_the_steps_is_a_plain_interrupt_with_the_state_kept(session_kernel):
+    """No worker is inside a step when Stop comes (the cell trained, then works in Python): a plain KeyboardInterrupt
+    ends it on both, at once, and the processes live on (waiting for a step that never comes would restart them)."""
+    k = session_kernel
+    restarts = k.value("nbworkers.session('train').restarts")
+    assert not k.run("%%worker --session train --block\nimport time").error
+    assert not k.run(TRAIN_THEN_WAIT).error
+    number = k.value("len(nbworkers.session('train').cells)")
+    assert wait_until(lambda: all("WAITING" in cell_log(k, number, w) for w in (0, 1)), 120, interval=0.5)
+    assert "interrupting" in k.run("%workers stop train --cell").stdout
+    k.run("nbworkers.session('train').cells[-1].wait(120, raise_on_failure=False)")
+    cell = "nbworkers.session('train').cells[-1]"
+    assert k.value(f"{cell}.state") == "stopped", k.value(f"{cell}.error")
+    assert k.value("nbworkers.session('train').restarts") == restarts, k.value(f"{cell}.error")
+    assert [k.value(f"nbworkers.session('train').pull('task_id', worker={w})") for w in (0, 1)] == [0, 1]
+
+
 HOSTILE = """
 import io, pickle, threading, time
 import zmq

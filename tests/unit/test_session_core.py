@@ -158,7 +158,7 @@ def test_a_cell_that_never_reports_gets_a_plain_keyboard_interrupt():
 
 
 def test_workers_inside_long_steps_are_waited_for_not_interrupted():
-    """A worker whose cell has had steps says ``pausing``: no plain KeyboardInterrupt (it would stop one worker
+    """A worker inside a step says ``pausing``: no plain KeyboardInterrupt (it would stop one worker
     between steps while another waits in the next step's collective); the first to pause sets the step."""
     s = Session()
     s.submit()

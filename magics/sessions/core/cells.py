@@ -230,8 +230,9 @@ class SessionCore:
         """Stop: every worker raises KeyboardInterrupt at the same step. Workers at a training step pause and
         say their step; one that did not pause within session_pause_wait is inside the next step's collective,
         waiting for the paused ones: all stop one step later. No worker paused: when one said it is inside a step
-        (``pausing``), wait for the first to pause (the interrupt grace still ends a stuck cell); else the cell has
-        no step at all, and gets a plain KeyboardInterrupt everywhere."""
+        (``pausing``), wait for the first to pause (the interrupt grace still ends a stuck cell); else no worker is
+        in a step (a cell with no step at all, or its Python work after the training), and every worker gets a plain
+        KeyboardInterrupt."""
         paused = {w: step for w, step in cell.paused.items() if w in running}
         waited = cell.interrupted_at is not None and now - cell.interrupted_at >= timings.pause_wait
         if paused and (len(paused) == len(running) or waited):

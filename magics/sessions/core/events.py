@@ -104,8 +104,8 @@ class Began:
 
 @dataclass(frozen=True)
 class Pausing:
-    """A worker whose cell has had training steps got the Stop's pause: it pauses at its next step, however long
-    this one takes (no plain interrupt for it)."""
+    """A worker got the Stop's pause inside a training step (a distributed step call: a collective may be under
+    way): it pauses when the step is done, however long it takes (no plain interrupt for it)."""
 
     worker: int
     cell: int
