@@ -29,7 +29,11 @@ def store_executed(name: str, executed: nbformat.NotebookNode) -> None:
 
     source = nbformat.read(REPO / "tutorials" / name, as_version=4)
     notebook = nbformat.from_dict(executed)
-    notebook.metadata["kernelspec"] = source.metadata.get("kernelspec", {})  # what the cache's key reads
+    # what the cache's key reads: the code, the kernelspec and every cell's metadata (nbclient adds its timings there)
+    notebook.metadata["kernelspec"] = source.metadata.get("kernelspec", {})
+    assert [c.source for c in notebook.cells] == [c.source for c in source.cells], f"{name}: not the tutorial's cells"
+    for cell, original in zip(notebook.cells, source.cells):
+        cell.metadata = original.metadata
     CACHE.mkdir(parents=True, exist_ok=True)
     get_cache(str(CACHE)).cache_notebook_bundle(
         CacheBundleIn(notebook, str(DOCS / "tutorials" / name), data={"source": "tests/integration/test_tutorials.py"}),
