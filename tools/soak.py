@@ -30,6 +30,7 @@ SESSIONS = "tests/integration/test_sessions.py::test_"
 DEFAULT_TESTS = [
     SESSIONS + "state_lives_across_three_cells_and_workers_stay_in_sync",
     SESSIONS + "stop_of_a_custom_loop_that_never_reports_stops_both_workers_at_the_same_step",
+    SESSIONS + "stop_of_python_work_after_the_steps_is_a_plain_interrupt_with_the_state_kept",
     SESSIONS + "stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state",
     SESSIONS + "the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps_the_state",
     "tests/integration/test_sessions_saved_state.py",
