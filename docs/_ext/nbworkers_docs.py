@@ -105,7 +105,8 @@ def check_hand_table(prog: str, page: Path) -> None:
     missing = {action.option_strings[-1] for action in actions if not named & set(action.option_strings)}
     unknown = named - parser_options - {"--help", "-h"}
     if missing or unknown:
-        raise DocsError(f"{page.relative_to(ROOT)}: the table of {prog}'s flags does not match its parser "
+        where = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
+        raise DocsError(f"{where}: the table of {prog}'s flags does not match its parser "
                         f"(magics/notebook/magic.py): missing {sorted(missing)}, not in the parser {sorted(unknown)}")
 
 
