@@ -103,7 +103,7 @@ def integer(minimum: int) -> Parser[int]:
     return Parser(_integer(minimum), f"a whole number, {minimum} or more")
 
 
-# Where a variable is read (the README's "where" column).
+# Where a variable is read (the "where" column of the site's environment table).
 KERNEL = "kernel"
 WORKERS = "workers"
 KERNEL_AND_WORKERS = "kernel (inherited by the workers)"
@@ -126,7 +126,7 @@ class EnvSetting(Generic[T]):
         self.where = where
         self.description = description
         self.set_by_nbworkers = set_by_nbworkers  # nbworkers sets it for its own processes; users leave it alone
-        self.default_text = default_text  # how the README shows the default, when not ``str(default)``
+        self.default_text = default_text  # how the environment table shows the default, when not ``str(default)``
 
     def __repr__(self) -> str:
         return f"EnvSetting({self.name!r}, default={self.default!r})"
@@ -340,7 +340,7 @@ VISIBLE_GPUS = _declare(EnvSetting(
     "the GPUs the workers share (the kernel's own `CUDA_VISIBLE_DEVICES` at start, or `all`)",
     set_by_nbworkers=True))
 
-# ---- TensorFlow's own variables that nbworkers treats specially (listed for the README; read where noted)
+# ---- TensorFlow's own variables that nbworkers treats specially (listed in the environment table; read where noted)
 
 TF_CPP_MIN_LOG_LEVEL = _declare(EnvSetting(
     "TF_CPP_MIN_LOG_LEVEL", "2", TEXT, WORKERS,
