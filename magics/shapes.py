@@ -19,6 +19,7 @@ No ``from __future__ import annotations`` here: TypedDict reads ``NotRequired`` 
 (``ClusterSnapshot.__optional_keys__``).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NotRequired, Protocol, TypedDict
@@ -181,6 +182,7 @@ class WorkerHandle(Protocol):
     def host(self) -> HostProcess: ...
 
     worker_pid: int | None  # the pid the worker reported (``hello``); None off this machine
+    node_label: str  # the worker's machine as the backend knows it ("": its host name, as the worker says it)
 
     def poll(self) -> int | None: ...  # exit code (negative: killed by that signal), None while it runs
     def request_stop(self) -> None: ...  # INT, TERM, the stop grace, KILL; returns at once
@@ -193,19 +195,42 @@ class WorkerHandle(Protocol):
     def close(self) -> None: ...
 
 
-class Backend(Protocol):
-    """Where workers run (``%%worker --backend``): plans their addresses and GPUs, launches them."""
+class PlannedTask(Protocol):
+    """One process a backend places (``launch.tfconfig.Task``): its role and index within that role."""
 
     @property
-    def name(self) -> str: ...  # "local", "ray": the snapshot's ``backend``
+    def role(self) -> str: ...
+
+    @property
+    def index(self) -> int: ...
+
+
+class RelayKeys(Protocol):
+    """What a backend may do with the run's relay (``run.relay.RelayReceiver``): let a node's CurveZMQ key in."""
+
+    def allow_client(self, public_key: str, worker: int | None = None) -> None: ...
+
+
+# What a run records in ``state.json`` (``isolation``) and ``%workers`` shows (backends/isolation.py):
+# {"mode": "namespace"} | {"mode": "off", "reason": "..."} (a Ray run adds "ray_tls")
+IsolationFact = dict[str, str]
+
+
+class Backend(Protocol):
+    """Where workers run (``%%worker --backend``): plans their addresses and GPUs, launches them. Made by its
+    registration (``magics/backends/registry.py``: ``BackendKind.create``)."""
+
+    @property
+    def name(self) -> str: ...  # its registered name: the snapshot's ``backend``
 
     @property
     def encrypt_relay(self) -> bool: ...  # the relay crosses machines: CurveZMQ (ray); False: a private ipc socket
 
     def relay_hosts(self) -> tuple[str, str | None]: ...  # (bind, advertise) addresses of the kernel's relay
-    def attach_relay(self, relay: Any) -> None: ...  # the run's relay, once bound (ray: allows each node's key)
+    def attach_relay(self, relay: RelayKeys) -> None: ...  # the run's relay, once bound (ray: allows each node's key)
     def capacity(self) -> int: ...  # how many workers it can place now (--min-workers: elastic runs)
-    def plan(self, tasks: list[Any], gpus_per_worker: int | None) -> list[Placement]: ...
+    def isolation_fact(self) -> IsolationFact: ...  # the run's isolation (state.json, %workers)
+    def plan(self, tasks: Sequence[PlannedTask], gpus_per_worker: int | None) -> list[Placement]: ...
     def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
                role: str = "worker") -> WorkerHandle: ...
     def close(self) -> None: ...  # the run ended: let go of what the backend held for it (a no-op if nothing)

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from nbworkers.magics.errors import IsolationUnavailable
+from nbworkers.magics.shapes import Backend, IsolationFact
 from nbworkers.protocol import env_settings
 from nbworkers.protocol.private import netns
 from nbworkers.protocol.private.dirs import runtime_dir
@@ -91,7 +92,6 @@ class RunNamespace:
         self._end(self.proc)
 
 
-IsolationFact = dict[str, str]  # {"mode": "namespace"} | {"mode": "off", "reason": "..."}
 
 
 def namespace_for_run(mode: str, timeout: float) -> tuple[RunNamespace | None, str]:
@@ -123,13 +123,14 @@ def namespace_for_run(mode: str, timeout: float) -> tuple[RunNamespace | None, s
     return None, why
 
 
-def isolation_fact(backend: Any) -> IsolationFact:
-    """The run's isolation as ``state.json`` and ``%workers`` show it (the backend's ``isolation_fact()``;
-    a backend without one: off)."""
-    fact = getattr(backend, "isolation_fact", None)
-    if callable(fact):
-        return fact()
-    return {"mode": "off", "reason": f"the {getattr(backend, 'name', '?')} backend makes no private network namespace"}
+def isolation_fact(backend: Backend) -> IsolationFact:
+    """The run's isolation as ``state.json`` and ``%workers`` show it: the backend's ``isolation_fact()``."""
+    return backend.isolation_fact()
+
+
+def no_namespace(name: str) -> IsolationFact:
+    """The fact of a backend that makes no private network namespace for its workers."""
+    return {"mode": "off", "reason": f"the {name} backend makes no private network namespace"}
 
 
 def isolation_text(fact: Any) -> str:

@@ -20,19 +20,21 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from nbworkers.host.command import host_command
-from nbworkers.magics.backends.isolation import IsolationFact, RunNamespace, namespace_for_run
+from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
+from nbworkers.magics.backends.registry import BackendKind, Flag
 from nbworkers.magics.backends.zygotes import zygotes
 from nbworkers.magics.launch.gpus import assign_gpus, visible_gpus
 from nbworkers.magics.launch.ports import pick_free_ports
+from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.settings import settings
-from nbworkers.magics.shapes import Placement
+from nbworkers.magics.shapes import IsolationFact, Placement, PlannedTask, RelayKeys
 from nbworkers.procs.kill import group_alive, kill_group, kill_groups
 from nbworkers.procs.ownership import RUN_ID_ENV, RunMarker, boot_clock, record_of, started_since_boot
 from nbworkers.protocol.private.files import open_own
@@ -46,6 +48,7 @@ class WorkerProcess:
     host: subprocess.Popen
     log_path: Path
     worker_pid: int | None = None
+    node_label: str = ""  # this machine: the worker's own host name
     extra_pgids: list[int] = field(default_factory=list)
     marker: RunMarker | None = None  # the run's marker and start (ownership.py); the records are added on use
     records: dict[int, float] = field(default_factory=dict)  # pid -> create time of what this kernel started
@@ -152,11 +155,11 @@ class LocalBackend:
         private runtime directory (``magics/run/sockets.py``): no TCP port, no other user can connect."""
         return "ipc", None
 
-    def attach_relay(self, relay: Any) -> None:
+    def attach_relay(self, relay: RelayKeys) -> None:
         """Nothing to allow: only this user's processes reach the relay's ipc socket."""
 
     def capacity(self) -> int:
-        """As many as asked: this machine's processes (elastic runs, --min-workers, are Ray's: checks.py)."""
+        """As many as asked: this machine's processes (elastic runs, --min-workers, are not its: ``LOCAL``)."""
         return sys.maxsize
 
     @property
@@ -168,7 +171,7 @@ class LocalBackend:
         """``{"mode": "namespace"}``, or ``off`` and why (``state.json``'s ``isolation``, ``%workers``)."""
         return dict(self._isolation)
 
-    def plan(self, tasks: list, gpus_per_worker: int | None) -> list[Placement]:
+    def plan(self, tasks: Sequence[PlannedTask], gpus_per_worker: int | None) -> list[Placement]:
         """Every worker on this machine: ports free here, an equal share of the visible GPUs (or as asked).
         The first plan of a run also makes its private network namespace (``isolation``)."""
         if self._namespace is not None and not self._namespace.alive():  # its holder was killed: a new one
@@ -228,3 +231,27 @@ class LocalBackend:
             host = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env,
                                     cwd=cwd, start_new_session=True, close_fds=True)
         return WorkerProcess(index=index, host=host, log_path=log_path)
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """``--backend local``'s options (its flags)."""
+
+    isolation: str | None = None  # auto | required | off (--isolation); None: settings().isolation
+
+
+def _create(spec: LaunchSpec, options: LocalOptions) -> LocalBackend:
+    return LocalBackend(isolation=options.isolation or "")
+
+
+ISOLATION = Flag("--isolation", {
+    "choices": ("auto", "required", "off"), "default": None,
+    "help": "local: the workers in a private network namespace of the run's own ('auto': when this machine allows "
+            "it; 'off': with the machine's network, e.g. to download data; default: the setting `isolation`)"},
+    elsewhere="--isolation: only for the local backend (a Ray run's workers talk across machines: the cluster's "
+              "network protects them, see the README's Security model). Leave it out.")
+
+# The registration (pyproject.toml, entry point group nbworkers.backends): this machine's processes.
+LOCAL: BackendKind[LocalOptions] = BackendKind(
+    name="local", title="local", summary="local processes (default)", options=LocalOptions, create=_create,
+    flags=(ISOLATION,), can_detach=True, runs_here=True)

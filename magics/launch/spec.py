@@ -19,12 +19,9 @@ class LaunchSpec:
     block: bool = False
     timeout: float | None = None
     push: dict[str, object] = field(default_factory=dict)
-    backend: str = "local"  # local | ray (--backend)
-    address: str = ""  # ray: the Ray cluster (--address HOST:PORT; "" = RAY_ADDRESS or the one on this machine)
-    cpus_per_worker: float | None = None  # ray: CPUs Ray reserves per worker (None: 1)
-    spread: bool = False  # ray: at most one worker per node (--spread: STRICT_SPREAD placement)
-    min_workers: int | None = None  # ray: --min-workers, an elastic group of min_workers..workers (None: fixed)
-    isolation: str = ""  # local: auto | required | off (--isolation; "" = settings().isolation)
+    backend: str = "local"  # --backend: a registered backend's name (magics/backends/registry.py)
+    options: object = None  # that backend's options dataclass, filled from its flags (None: its defaults)
+    min_workers: int | None = None  # --min-workers, an elastic group of min_workers..workers (None: fixed)
     max_restarts: int | None = None  # None: settings().max_restarts
     stall_timeout: float | None = None  # None: settings().stall_timeout; 0: no watchdog
     chief: bool = False  # --chief: a chief task besides the -n workers (implied by --ps)

@@ -10,6 +10,9 @@ import sys
 from argparse import Namespace
 from typing import Any
 
+from nbworkers.magics.backends import registry
+from nbworkers.magics.backends.arguments import chosen
+from nbworkers.magics.backends.registry import BackendKind
 from nbworkers.magics.errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from nbworkers.magics.launch.bounds import check_bounds, existing_run_names
 from nbworkers.magics.launch.names import fresh_name, valid_name
@@ -115,20 +118,20 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
     check_min_workers(args)
-    backend = check_backend(args)  # --backend ray: Ray importable, its address answering
+    kind, options = check_backend(args)  # the registered backend, its options (--backend ray: Ray answering)
     name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory
     if not valid_name(name):
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
     if name in running:
         raise ClusterNameError(
             f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
-    if not os.path.isdir(cwd) and backend == "local":  # ray: the directory is looked for on each node
+    if not os.path.isdir(cwd) and kind.runs_here:  # else (ray): the directory is looked for on each node
         raise LaunchError(f"--cwd {args.cwd}: no such directory.")
     return LaunchSpec(
         code=cell,
         workers=args.workers,
         name=name,
-        python=check_python(args.python) if backend == "local" else nodes_python(args.python),
+        python=check_python(args.python) if kind.runs_here else nodes_python(args.python),
         env=parse_env(args.env),
         cwd=cwd,
         gpus_per_worker=args.gpus_per_worker,
@@ -140,12 +143,9 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         chief=chief or bool(ps),
         evaluator=evaluator,
         ps=ps or 0,
-        backend=backend,
-        address=getattr(args, "address", "") or "",
-        cpus_per_worker=getattr(args, "cpus_per_worker", None),
-        spread=bool(getattr(args, "spread", False)),
+        backend=kind.name,
+        options=options,
         min_workers=getattr(args, "min_workers", None),
-        isolation=getattr(args, "isolation", None) or "",
         scan=scan,
     )
 
@@ -157,9 +157,12 @@ def check_min_workers(args: Namespace) -> None:
         return
     if not 1 <= least <= args.workers:
         raise LaunchError(f"--min-workers {least}: give 1 to -n ({args.workers}), for example -n 4 --min-workers 2.")
-    if (getattr(args, "backend", None) or "local") != "ray":
-        raise LaunchError("--min-workers: only for the Ray backend, where nodes come and go (one machine keeps its "
-                          "-n workers). Add --backend ray, or leave it out.")
+    if not _kind(args).elastic:
+        elastic = registry.names(lambda kind: kind.elastic)
+        raise LaunchError(f"--min-workers: only for the {registry.titles(lambda kind: kind.elastic)} backend, where "
+                          "nodes come and go (one machine keeps its -n workers). Add "
+                          f"{' or '.join('--backend ' + name for name in elastic) or 'another backend'}, or leave it "
+                          "out.")
     roles = [flag for attr, flag in (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"))
              if getattr(args, attr, None)]
     if roles:
@@ -167,28 +170,20 @@ def check_min_workers(args: Namespace) -> None:
                           "(MultiWorkerMirroredStrategy). Leave one of them out.")
 
 
-def check_backend(args: Namespace) -> str:
-    """``--backend`` and its flags; for ray, Ray must import and its address answer (nothing starts otherwise)."""
-    backend = getattr(args, "backend", None) or "local"
-    address = getattr(args, "address", "")
-    cpus, spread = getattr(args, "cpus_per_worker", None), getattr(args, "spread", False)
-    if backend == "local":
-        ray_flags = (("--address", address), ("--cpus-per-worker", cpus), ("--spread", spread))
-        used = [flag for flag, value in ray_flags if value]
-        if used:
-            raise LaunchError(f"{', '.join(used)}: only for the Ray backend. Add --backend ray.")
-        return backend
-    if getattr(args, "isolation", None):
-        raise LaunchError("--isolation: only for the local backend (a Ray run's workers talk across machines: the "
-                          "cluster's network protects them, see the README's Security model). Leave it out.")
-    if cpus is not None and cpus <= 0:
-        raise LaunchError(f"--cpus-per-worker {cpus:g}: give a positive number of CPUs, for example 1 or 0.5.")
-    from nbworkers.magics.backends.ray.backend import check_launch  # lazily: only --backend ray loads its code
+def check_backend(args: Namespace) -> tuple[BackendKind[Any], Any]:
+    """``--backend`` and its flags: (its registration, its options), checked as it says (for ray, Ray must import
+    and its address answer: nothing starts otherwise); another backend's flags are refused."""
+    return chosen(args)
 
-    check_launch(address)
-    return backend
+
+def _kind(args: Namespace) -> BackendKind[Any]:
+    try:
+        return registry.get(getattr(args, "backend", None) or registry.DEFAULT)
+    except LookupError as error:
+        raise LaunchError(str(error)) from None
 
 
 def nodes_python(python: str) -> str:
-    """The workers' interpreter on the Ray nodes: as given (it must exist there), or "" for the node's own."""
+    """The workers' interpreter on another machine (the Ray nodes): as given (it must exist there), or "" for the
+    node's own."""
     return os.path.abspath(os.path.expanduser(python)) if python else ""

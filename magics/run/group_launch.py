@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.backends.local import LocalBackend
+from nbworkers.magics.backends import registry
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.launch.spec import LaunchSpec
@@ -89,12 +89,8 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
 
 
 def backend_for(spec: LaunchSpec) -> Backend:
-    """The backend a launch asked for (``--backend``); Ray is imported only when it is used."""
-    if spec.backend == "ray":
-        from nbworkers.magics.backends.ray.backend import RayBackend  # lazily: only --backend ray loads its code
-
-        return RayBackend.from_spec(spec)
-    return LocalBackend(isolation=spec.isolation)
+    """The backend a launch asked for (``--backend``), made by its registration (magics/backends/registry.py)."""
+    return registry.backend_for(spec)
 
 
 def _notebook_cell() -> tuple[str, str]:

@@ -52,7 +52,7 @@ class WorkerGroup:
 
     def node_label(self, index: int) -> str:
         """A remote backend knows the worker's machine better than the worker's host name (simulated nodes)."""
-        return getattr(self.handles[index], "node_label", "")
+        return self.handles[index].node_label
 
     def exits(self, running: list[int]) -> list[tuple[int, int, str]]:
         """``(index, exit code, log tail)`` of each worker of ``running`` whose process has exited since; the tail

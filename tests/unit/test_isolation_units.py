@@ -151,9 +151,8 @@ def test_a_run_records_its_isolation_and_a_restart_keeps_it_or_fails(monkeypatch
     with pytest.raises(IsolationUnavailable, match="user namespaces now refused"):
         backend.plan([object()], None)
     assert isolation.isolation_text(None) == "?"  # a state.json of an older nbworkers
-    ray_like = type("RayLike", (), {"name": "ray"})()
-    assert isolation.isolation_fact(ray_like) == {"mode": "off",
-                                                  "reason": "the ray backend makes no private network namespace"}
+    # a backend that makes no namespace says so through the protocol (Backend.isolation_fact)
+    assert isolation.no_namespace("fake") == {"mode": "off", "reason": "the fake backend makes no private network namespace"}
 
 
 def test_the_isolation_variable_takes_three_words():
@@ -168,11 +167,12 @@ def test_the_isolation_flag_reaches_the_local_backend_and_is_refused_for_ray():
     from argparse import Namespace
 
     from nbworkers.magics.errors import LaunchError
+    from nbworkers.magics.backends.local import LocalOptions
     from nbworkers.magics.launch.spec import LaunchSpec
     from nbworkers.magics.notebook.parse import check_backend
     from nbworkers.magics.run.group_launch import backend_for
 
-    backend = backend_for(LaunchSpec(code="x = 1", isolation="off"))
+    backend = backend_for(LaunchSpec(code="x = 1", options=LocalOptions(isolation="off")))
     assert backend.isolation == "off"
     backend.plan([object(), object()], None)  # off: no namespace made, whatever the setting says
     assert backend.isolated is False

@@ -11,6 +11,7 @@ class FakeHandle:
     def __init__(self, index: int, log_path: Path, code: int | None = None, alive: bool = True) -> None:
         self.index, self.log_path, self.code, self._alive = index, log_path, code, alive
         self.calls: list[str] = []
+        self.node_label = ""  # WorkerHandle: a local worker's machine is its own host name
 
     def poll(self) -> int | None:
         return self.code

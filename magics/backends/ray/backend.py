@@ -29,6 +29,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,16 @@ from nbworkers.magics.backends.ray.groups.place import Group, let_go, new_group,
 from nbworkers.magics.backends.ray.groups.pool import actor_pool
 from nbworkers.magics.backends.ray.node import NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
+from nbworkers.magics.backends.ray.options import RayOptions
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.backends.zygotes import why_not_forked
 from nbworkers.magics.launch.environment import worker_env
+from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
 from nbworkers.magics.settings import settings as current_settings
-from nbworkers.magics.shapes import Placement
+from nbworkers.magics.shapes import Placement, PlannedTask, RelayKeys
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.cell_scan import CellScan
 
@@ -103,22 +106,23 @@ class RayBackend:
         self.python = ""  # the workers' interpreter (--python; "" = each node's own)
         self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
-        self._relay: Any = None  # the cluster's RelayReceiver (attach_relay): allows the nodes' client keys
+        self._relay: RelayKeys | None = None  # the run's relay (attach_relay): allows the nodes' client keys
         self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
         self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (tls.py), known once the workers are placed
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "RayBackend":
-        backend = cls(address=spec.address, cpus_per_worker=spec.cpus_per_worker,
-                      gpus_per_worker=spec.gpus_per_worker, spread=spec.spread, extra_env=spec.env,
+    def from_spec(cls, spec: LaunchSpec, options: RayOptions) -> "RayBackend":
+        backend = cls(address=options.address, cpus_per_worker=options.cpus_per_worker,
+                      gpus_per_worker=spec.gpus_per_worker, spread=options.spread, extra_env=spec.env,
                       cluster_name=spec.name)
         backend.python, backend.scan = spec.python, cell_scan.of_spec(spec)
         return backend
 
     # ------------------------------------------------------------------ connection
-    def _connect(self):
+    def connect(self):
+        """Ray, connected to this backend's cluster (``ray.init`` once per kernel)."""
         ray = import_ray()
         with _connect_lock:
             return self._connected(ray)
@@ -154,14 +158,14 @@ class RayBackend:
                 " (one per kernel). Use that address (or auto), or restart the kernel to use another cluster."
             )
 
-    def attach_relay(self, relay: Any) -> None:
+    def attach_relay(self, relay: RelayKeys) -> None:
         """The cluster's relay, to allow each placed actor's CurveZMQ client key (made on its node)."""
         self._relay = relay
 
     def relay_hosts(self) -> tuple[str, str | None]:
         """(bind, advertise) for the kernel's relay, command and data sockets: the address the nodes reach us at,
         bound on that address alone when this machine has it (``sockets.bind_host``; else every interface)."""
-        ray = self._connect()
+        ray = self.connect()
         if self.settings.relay_host:
             advertise = self.settings.relay_host
         elif self.address.startswith("ray://"):  # Ray Client: the kernel is no Ray node; the route to the head
@@ -180,10 +184,10 @@ class RayBackend:
         return {**fact, "ray_tls": self.ray_tls} if self.ray_tls else fact
 
     # ------------------------------------------------------------------ placement
-    def plan(self, tasks: list[Any], gpus_per_worker: int | None = None) -> list[Placement]:
+    def plan(self, tasks: Sequence[PlannedTask], gpus_per_worker: int | None = None) -> list[Placement]:
         """Place one actor per task; each worker's TensorFlow address (its node's IP, a port free there) and
         GPUs (those Ray assigned, or ``-1``). An idle group of the same shape in the kernel's pool is taken first."""
-        ray = self._connect()
+        ray = self.connect()
         self._release_group()
         gpus = self.gpus_per_worker if gpus_per_worker is None else (gpus_per_worker or 0)
         shape = Shape(len(tasks), self.cpus_per_worker, gpus, self.spread)
@@ -202,7 +206,7 @@ class RayBackend:
 
     def capacity(self) -> int:
         """How many workers Ray could place now, this run's own group included (an elastic run's size): capacity.py."""
-        ray = self._connect()
+        ray = self.connect()
         held = [w.get("node_id", "") for w in (self._group.where if self._group else [])]
         held += actor_pool().held_nodes()  # idle groups of this kernel's pool give way to a new group
         return placeable(ray.nodes(), dict(ray.available_resources()), held, self.cpus_per_worker,

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nbworkers.magics.backends import registry
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.run.detach import start_log
@@ -48,9 +49,9 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
     session's, magics/sessions/detach/supervisor.py); its run directory once it runs.
 
     ``LaunchError``: the launch was refused (nothing left behind, as for a run in the kernel)."""
-    if spec.backend not in ("local", "ray"):
-        raise LaunchError(f"--detach: not with --backend {spec.backend} (local and ray only); run it without "
-                          "--detach (it then ends with its kernel).")
+    if spec.backend not in registry.names(_can_detach):
+        raise LaunchError(f"--detach: not with --backend {spec.backend} ({registry.titles(_can_detach)} only); run it "
+                          "without --detach (it then ends with its kernel).")
     push = pickle.dumps(spec.push) if spec.push else None  # passed on as bytes: its values' classes are ours
     shipped = dataclasses.replace(spec, push=dict.fromkeys(spec.push))  # the names alone
     values = settings_values(config)
@@ -98,3 +99,7 @@ def start_detached(spec: LaunchSpec, config: WorkerSettings, python: str = sys.e
     # reaped when it ends (no zombie in this kernel's process table); the kernel never waits on it otherwise
     threading.Thread(target=process.wait, daemon=True, name="nbworkers-detached-reaper").start()
     return Path(str(answer["run_dir"]))
+
+
+def _can_detach(kind: registry.BackendKind[Any]) -> bool:
+    return kind.can_detach

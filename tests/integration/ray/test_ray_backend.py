@@ -164,9 +164,9 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     checks = kernel.run(
         "from nbworkers.magics.backends.ray.backend import RayBackend, RayBackendError\n"
         f"for address in ['localhost:{port}', 'auto', '127.0.0.1:{port}']:\n"
-        "    RayBackend(address=address)._connect()\n"
+        "    RayBackend(address=address).connect()\n"
         "try:\n"
-        f"    RayBackend(address='127.0.0.1:{other}')._connect()\n"
+        f"    RayBackend(address='127.0.0.1:{other}').connect()\n"
         "except RayBackendError as error:\n"
         "    print('REFUSED', error)\n")
     assert not checks.error, checks.error

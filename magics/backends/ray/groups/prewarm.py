@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbworkers.magics.settings import settings as current_settings
+
+if TYPE_CHECKING:
+    from nbworkers.magics.backends.ray.backend import RayBackend
 
 
 def prewarm_nodes(address: str) -> threading.Thread | None:
@@ -34,12 +37,12 @@ def _prewarm(address: str) -> None:
 
     try:
         backend = RayBackend(address=address)
-        prewarm_on(backend._connect(), backend)
+        prewarm_on(backend.connect(), backend)
     except Exception:  # the first run connects again and says why it cannot
         pass
 
 
-def prewarm_on(ray: Any, backend: Any) -> list[str]:
+def prewarm_on(ray: Any, backend: RayBackend) -> list[str]:
     """Ask every live node with CPUs for the zygote a run of ``backend`` with the kernel's environment forks from
     (the key ``RayBackend._ask_zygotes`` asks for); the nodes asked."""
     from nbworkers.magics.backends.ray.groups.spares import make_spares
