@@ -58,7 +58,7 @@ class ViewStatus(Status):
     """What a view shows that no run records: a card's status beside ``ClusterStatus`` and ``WorkerStatus``."""
 
     QUEUED = "queued"  # a session cell waiting for the cells before it (magics/sessions/cell.py)
-    DETACHED = "detached"  # a widget card whose kernel restarted or died (the widget's front end sets it)
+    DETACHED = "detached"  # a --detach run's card in a view whose kernel restarted or died (it goes on without it)
 
 
 # The ended statuses, defined here once: a run (or a worker) in one of them has ended and no status follows.

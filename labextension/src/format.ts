@@ -27,6 +27,33 @@ export function stoppedWithKernel(row: IRunRow): boolean {
   return isEnded(row) && !row.kernel_alive && !row.detached;
 }
 
+/** Whether running ``row`` again means running the cell that started it, in its notebook's kernel: a run its
+ * kernel's restart stopped, or a --detach run that ended (its supervisor process is gone with it). */
+export function rerunsItsCell(row: IRunRow): boolean {
+  return isEnded(row) && !row.kernel_alive;
+}
+
+/** "train.ipynb": the notebook a run's kernel got the path of ("" when not known). */
+export function notebookName(row: IRunRow): string {
+  return row.notebook ? row.notebook.split('/').pop() || '' : '';
+}
+
+/** Where a run runs, for its row: its notebook (a --detach run's, whose "kernel" is its own supervisor process,
+ * or the one ``notebookOf`` finds for its kernel), else its kernel, then whether that kernel is gone. */
+export function whereText(row: IRunRow, notebookOfKernel: string, kernelHere: boolean): string {
+  if (row.detached) {
+    return notebookName(row) || 'its own process (--detach)';
+  }
+  const kernel = notebookOfKernel
+    ? notebookOfKernel
+    : row.kernel?.id
+      ? `kernel ${row.kernel.id.slice(0, 8)}`
+      : `kernel pid ${row.kernel?.pid ?? '?'}`;
+  // a kernel that restarted keeps its id (its notebook is still open): only a kernel this server lost is gone
+  const gone = row.kernel_alive ? '' : kernelHere ? ' (kernel restarted)' : ' (gone)';
+  return `${kernel}${gone}`;
+}
+
 export function isEnded(row: IRunRow): boolean {
   return ENDED.has(row.status);
 }

@@ -17,9 +17,11 @@ import {
   placement,
   progressText,
   rate,
+  rerunsItsCell,
   statusLabel,
   stoppedWithKernel,
   summary,
+  whereText,
   workersText
 } from './format';
 
@@ -62,6 +64,14 @@ const BUTTONS: [Action, string, string][] = [
   ['remove', 'Remove', "Remove the ended run's directory (logs, state, TensorBoard files)"]
 ];
 
+/** Why a row's Restart is greyed out (its tooltip then says so, not what the button would do). */
+function restartRefused(row: IRunRow): string {
+  if (row.stop_requested && !isEnded(row)) {
+    return 'Stopping: Restart comes back once it stopped';
+  }
+  return "Not from here: its kernel is not one of this server's. Run its cell again in its notebook";
+}
+
 function capitalize(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
 }
@@ -91,7 +101,15 @@ class RowView {
     for (const part of ['name', 'status', 'isolation', 'age']) {
       this.parts[part] = div(`nbw-sb-${part}`, head);
     }
-    this.parts.where = div('nbw-sb-where', this.node);
+    const where = div('nbw-sb-where', this.node);
+    this.parts.marks = where;
+    for (const mark of ['session', 'detached']) {
+      this.parts[mark] = div(`nbw-sb-mark nbw-sb-mark-${mark}`, where);
+      this.parts[mark].textContent = mark;
+    }
+    this.parts.session.title = 'An interactive session (%%worker --session): its cells run in the same processes';
+    this.parts.detached.title = "Started with --detach: it goes on when its notebook's kernel restarts or dies";
+    this.parts.where = div('nbw-sb-where-text', where);
     this.parts.bar = div('nbw-sb-bar', this.node);
     this.parts.fill = div('nbw-sb-fill', this.parts.bar);
     this.parts.progress = div('nbw-sb-progress', this.node);
@@ -119,8 +137,10 @@ class RowView {
     node.dataset.status = row.status;
     node.dataset.step = String(row.progress?.step ?? '');
     node.dataset.progress = progressText(row);
-    this.parts.name.textContent = row.session ? `${row.name} (session)` : row.name;
-    this.parts.name.title = row.name;
+    this.parts.name.textContent = row.name; // "session" and "detached" are marks under it: the name is never cut
+    this.parts.name.title = row.session ? `${row.name} (session)` : row.name;
+    this.showMark('session', !!row.session);
+    this.showMark('detached', !!row.detached);
     this.parts.status.textContent = statusLabel(row.status);
     this.parts.status.className = `nbw-sb-status nbw-sb-status-${statusLabel(row.status)}`;
     const isolation = isolationBadge(row);
@@ -130,16 +150,9 @@ class RowView {
     this.parts.isolation.style.display = isolation ? '' : 'none';
     this.parts.age.textContent = age(row.started);
     this.parts.age.title = row.started ? new Date(row.started * 1000).toLocaleString() : '';
-    const notebook = this.panel.actions.notebookOf(row.kernel?.id || '');
-    const kernel = notebook
-      ? notebook
-      : row.kernel?.id
-        ? `kernel ${row.kernel.id.slice(0, 8)}`
-        : `kernel pid ${row.kernel?.pid ?? '?'}`;
-    // a kernel that restarted keeps its id (its notebook is still open): only a kernel this server lost is gone
-    const here = this.panel.actions.kernelHere(row.kernel?.id || '');
-    const gone = row.kernel_alive ? '' : here ? ' (kernel restarted)' : ' (gone)';
-    this.parts.where.textContent = `${kernel}${gone} · ${placement(row)}`;
+    const kernelId = row.kernel?.id || '';
+    const here = this.panel.actions.kernelHere(kernelId);
+    this.parts.where.textContent = `${whereText(row, this.panel.actions.notebookOf(kernelId), here)} · ${placement(row)}`;
     this.parts.where.title = row.nodes && row.nodes.length ? `nodes: ${row.nodes.join(', ')}` : '';
     const done = percent(row);
     // a bar when the share done is known; a faint full bar while a run without totals runs; none after it
@@ -157,8 +170,9 @@ class RowView {
     } else if (!this.parts.message.dataset.local) {
       this.parts.message.textContent = '';
     }
-    // a run its kernel's restart stopped: its Restart runs the cell that started it in the notebook's new kernel
-    const rerun = stoppedWithKernel(row);
+    // a run its kernel's restart stopped (or an ended --detach run): its Restart runs the cell that started it in
+    // the notebook's kernel
+    const rerun = rerunsItsCell(row);
     const blocked = !rerun
       ? ''
       : row.processes_alive > 0
@@ -175,18 +189,34 @@ class RowView {
       attach: true,
       remove: ended && row.processes_alive === 0
     };
+    // five buttons on one line: Stop while the run (or its processes) lives, Remove once it ended
+    const shown: Partial<Record<Action, boolean>> = { stop: can.stop, remove: ended };
     for (const [action, button] of this.buttons) {
       button.disabled = !can[action] || this.busy.has(action);
+      button.style.display = shown[action] === false ? 'none' : '';
     }
     // an ended run of a kernel that restarted or died: the new kernel does not hold it, the cell starts it again
     const restart = this.buttons.get('restart');
     if (restart) {
       restart.textContent = rerun ? RERUN_LABEL : 'Restart';
-      restart.title = !rerun
-        ? RESTART_TITLE
-        : blocked
-          ? `${capitalize(KERNEL_GONE)}. Not from here: ${blocked}`
-          : `Run the cell that started it again in ${this.panel.actions.notebookName(row)} (its kernel now)`;
+      const ended = stoppedWithKernel(row) ? capitalize(KERNEL_GONE) : 'It ended with its supervisor process';
+      restart.title = rerun
+        ? blocked
+          ? `${ended}. Not from here: ${blocked}`
+          : `Run the cell that started it again in ${this.panel.actions.notebookName(row)} (its kernel now)`
+        : can.restart
+          ? RESTART_TITLE
+          : restartRefused(row);
+    }
+  }
+
+  /** A mark before where the run runs, in the row while it applies (out of it, and of its text, when not). */
+  private showMark(mark: string, on: boolean): void {
+    const node = this.parts[mark];
+    if (on && !node.parentNode) {
+      this.parts.marks.insertBefore(node, this.parts.where);
+    } else if (!on && node.parentNode) {
+      node.remove();
     }
   }
 
@@ -205,7 +235,7 @@ class RowView {
       if (action === 'stop') {
         this.parts.status.textContent = 'stopping';
         await panel.api.stop(name);
-      } else if (action === 'restart' && stoppedWithKernel(this.row)) {
+      } else if (action === 'restart' && rerunsItsCell(this.row)) {
         await panel.actions.rerunCell(this.row); // the notebook comes to the front, the cell runs there
       } else if (action === 'restart' && isEnded(this.row)) {
         await panel.actions.restartEnded(this.row);

@@ -18,7 +18,7 @@ function render({ model, el }) {
     closed: false,
     local: {
       follow: true, metric: null, scope: "all", logWorker: 0, receivedAt: Date.now(), pending: null, pendingTimer: null,
-      detached: "", attached: "", attachedStatus: "", attachedError: "", attachedDetached: false,  // detached: why this view no longer hears from its kernel; attached: the run's state then
+      kernelGone: "", attached: "", attachedStatus: "", attachedError: "", attachedDetached: false,  // kernelGone: why this view no longer hears from its kernel; attached: the run's state then
       confirming: false, confirmTimer: null, // a session's Restart waits for a second click (restart_confirm trait)
       picked: null, // compact view: the worker picked in the heat strip, the rows or the log picker
     },
@@ -40,7 +40,7 @@ function render({ model, el }) {
   root.append(...head.nodes, cards, compactBox, panels.node);
 
   function renderCards() {
-    const workers = (view.cluster().workers || []).map(detachedCard);
+    const workers = (view.cluster().workers || []).map(goneCard);
     const data = view.compactState();
     root.dataset.compact = data ? "1" : "";
     cards.style.display = data ? "none" : "";
@@ -64,16 +64,17 @@ function render({ model, el }) {
     local.logWorker = index;
     local.follow = true;
     const data = view.compactState();
-    if (data && !(data.logs_of || []).includes(index) && !local.detached) model.send({ action: "log", worker: index });
+    if (data && !(data.logs_of || []).includes(index) && !local.kernelGone) model.send({ action: "log", worker: index });
     renderCards();
     panels.renderLogs();
   }
 
-  // Detached, a card no longer hears from its worker: one that had not ended says "detached" (not "running"),
+  // Its kernel gone, a card no longer hears from its worker: one that had not ended says "stopping" ("detached" for a
+  // --detach run, which goes on: kernelGoneStatus in widget_header.js), not "running",
   // then the run's end as the server sees it (e.g. "lost": its processes are gone).
-  function detachedCard(w) {
-    if (!local.detached || DONE.has(w.status)) return w;
-    const status = DONE.has(local.attachedStatus) ? local.attachedStatus : "detached";
+  function goneCard(w) {
+    if (!local.kernelGone || DONE.has(w.status)) return w;
+    const status = kernelGoneStatus(!!view.cluster().detached || local.attachedDetached, local.attachedStatus);
     return { ...w, status, detail: "" };
   }
 
@@ -101,11 +102,11 @@ function render({ model, el }) {
   model.on("change:compact", onCluster);
   // The kernel restarted or died: the widget manager marks the comm dead ("comm_live_update", on a restart), and
   // the kernel connection reports its status. Either way no update or button click reaches a kernel any more.
-  const onCommLive = () => head.detach("The kernel restarted");
+  const onCommLive = () => head.kernelGone("The kernel restarted");
   model.on("comm_live_update", onCommLive);
   const kernel = model.widget_manager && model.widget_manager.kernel;
   const onKernelStatus = (_, status) => {
-    if (DEAD_KERNEL_STATES.has(status)) head.detach(status === "dead" ? "The kernel died" : "The kernel restarted");
+    if (DEAD_KERNEL_STATES.has(status)) head.kernelGone(status === "dead" ? "The kernel died" : "The kernel restarted");
   };
   if (kernel && kernel.statusChanged && typeof kernel.statusChanged.connect === "function") {
     kernel.statusChanged.connect(onKernelStatus);

@@ -13,8 +13,8 @@
 
 The front end is one ES module joined from these files (``ESM_PARTS``): uPlot (``vendor-uplot/``, MIT; the chart),
 widget_cards.js (labels, formatting, cards, the compact view's rows), widget_chart.js (the chart), widget_title.js (the
-browser tab's title), widget_header.js (header, buttons, a detached view), widget_panels.js (chart and log panels)
-and widget.js (the view that builds and wires them). Its CSS is uPlot's followed by widget.css and
+browser tab's title), widget_header.js (header, buttons, a view whose kernel went away), widget_panels.js (chart and
+log panels) and widget.js (the view that builds and wires them). Its CSS is uPlot's followed by widget.css and
 widget_compact.css (the compact view of many workers). All of it ships in the package: nothing is fetched at run time.
 
 The whole dashboard state lives in synced traits (``cluster``, ``logs``, ``series``, ``compact``, ``notice``), so a
@@ -53,7 +53,7 @@ CARD_FIELDS = (
 )  # fmt: skip
 CLUSTER_FIELDS = (
     "name", "backend", "status", "error", "started", "ended", "wall_time", "restarts", "restart_causes",
-    "restart_history", "generation", "run_dir", "elastic", "isolation",
+    "restart_history", "generation", "run_dir", "elastic", "isolation", "detached",
 )  # fmt: skip
 ACTIONS = ("stop", "restart")
 PICK_ACTION = "log"  # the compact view's worker picker: {"action": "log", "worker": i} sends that worker's log too

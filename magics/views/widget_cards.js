@@ -14,7 +14,7 @@ const STATUS_LABELS = {
   failed: "failed",
   stopped: "stopped",
   lost: "stopped", // its kernel restarted or died (LOST_LABEL in protocol/statuses.py): its workers are being stopped
-  detached: "detached", // a card of a view whose kernel restarted or died (widget.js)
+  detached: "detached", // a --detach run's card in a view whose kernel restarted or died (kernelGoneStatus)
 };
 const DONE = new Set(["finished", "failed", "stopped", "lost"]); // ENDED in protocol/statuses.py (tests/unit/test_vocabulary.py)
 // Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py; test_vocabulary.py)

@@ -1,9 +1,9 @@
 // nbworkers widget: the view's header (title, status, Stop/Restart, notice), its session line and error box, and
-// what it does when its kernel restarts or dies (detached). Joined after widget_title.js, before widget.js.
+// what it does when its kernel restarts or dies (kernelGone). Joined after widget_title.js, before widget.js.
 
 const BUTTON_PENDING_MS = 8000;
 const CONFIRM_MS = 4000; // a session's Restart: how long the "Confirm restart (state of cells 1-N is lost)" step lasts
-const ATTACH_POLL_MS = 2000; // detached: how often the run's state is read from the server extension ...
+const ATTACH_POLL_MS = 2000; // its kernel gone: how often the run's state is read from the server extension ...
 const ATTACH_POLLS = 30; // ... and how many times, until it says the run ended
 
 // The Jupyter server's base URL (JupyterLab and Notebook 7 put it in the page's config data).
@@ -34,6 +34,20 @@ function isolationBadge(fact) {
   return { text: `isolation: ${fact.mode}`, title: `${why}${tls}`, mode: fact.mode };
 }
 
+// The status a view shows once its kernel restarted or died (it hears from the run no more): how the run ended, once
+// the server says it ended; before that a --detach run (`detachedRun`) is "detached" (it goes on without the kernel),
+// any other "stopping" (its worker hosts stop it with its kernel): "detached" is the --detach feature's word only.
+function kernelGoneStatus(detachedRun, serverStatus) {
+  if (DONE.has(serverStatus)) return serverStatus;
+  return detachedRun ? "detached" : "stopping";
+}
+
+// `text` into `node`, a `command` between backticks as code (the messages' Markdown-style quoting, never shown raw).
+function setCodeText(node, text) {
+  const parts = String(text || "").split(/`([^`\n]+)`/);
+  node.replaceChildren(...parts.map((part, i) => (i % 2 ? h("code", { text: part }) : document.createTextNode(part))));
+}
+
 // `view`: the state render() shares with its parts (widget.js). Returns the header's nodes and what the view calls.
 function headerPart(view) {
   const { model, local, root } = view;
@@ -41,10 +55,12 @@ function headerPart(view) {
   const headBadge = h("span");
   const meta = h("span", { class: "nbw-meta" });
   const isolation = h("span", { class: "nbw-isolation" });
+  const detachedMark = h("span", { class: "nbw-detached-mark", text: "detached",
+    title: "Started with --detach: it goes on when this notebook's kernel restarts or dies (%workers attach NAME shows it again)" });
   const notice = h("span", { class: "nbw-notice" });
   const stopButton = h("button", { class: "nbw-button nbw-stop", type: "button", text: "Stop", title: "Stop every worker" });
   const restartButton = h("button", { class: "nbw-button nbw-restart", type: "button", text: "Restart", title: "Restart the whole group" });
-  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, isolation, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
+  const header = h("div", { class: "nbw-header" }, title, headBadge, meta, isolation, detachedMark, notice, h("span", { class: "nbw-spacer" }), stopButton, restartButton);
   // the error: its short list (what failed, what is kept, what to run), then the traceback once, never scrolled
   const errorText = h("div", { class: "nbw-error-text" });
   const errorTraceback = h("pre", { class: "nbw-traceback" });
@@ -68,12 +84,12 @@ function headerPart(view) {
     const c = view.cluster();
     const workers = c.workers || [];
     title.textContent = c.name ? `Cluster ${c.name}` : "Cluster";
-    if (local.detached) headBadge.replaceChildren(badge(detachedStatus(), STATUS_LABELS[detachedStatus()]));
+    if (local.kernelGone) headBadge.replaceChildren(badge(goneStatus(), STATUS_LABELS[goneStatus()]));
     else headBadge.replaceChildren(badge(c.status || "starting", c.status === "stopped" ? "stopped by you" : ""));
     root.dataset.status = c.status || "";
-    root.dataset.detached = local.detached ? "1" : "";
+    root.dataset.kernelGone = local.kernelGone ? "1" : "";
     let wall = c.wall_time;
-    if (typeof wall === "number" && !DONE.has(c.status) && !local.detached) wall += (Date.now() - local.receivedAt) / 1000;
+    if (typeof wall === "number" && !DONE.has(c.status) && !local.kernelGone) wall += (Date.now() - local.receivedAt) / 1000;
     const size = c.elastic ? `${workers.length} of ${c.elastic.max} workers (elastic, min ${c.elastic.min})`
       : `${workers.length} worker${workers.length === 1 ? "" : "s"}`;
     const parts = [size, fmtDuration(wall)];
@@ -87,45 +103,47 @@ function headerPart(view) {
     isolation.textContent = iso ? iso.text : "";
     isolation.title = iso ? iso.title : "";
     isolation.dataset.mode = iso ? iso.mode : "";
+    detachedMark.style.display = c.detached && !(local.kernelGone && goneStatus() === "detached") ? "" : "none";
     const done = DONE.has(c.status);
-    stopButton.disabled = done || local.pending === "stop" || !!local.detached;
-    restartButton.disabled = local.pending === "restart" || !!local.detached; // after a run, Restart runs it again
+    stopButton.disabled = done || local.pending === "stop" || !!local.kernelGone;
+    restartButton.disabled = local.pending === "restart" || !!local.kernelGone; // after a run, Restart runs it again
     const confirm = model.get("restart_confirm") || {}; // sessions only: what a restart loses
     restartButton.title = confirm.title || "Restart the whole group";
     if (local.confirming && !local.pending) restartButton.textContent = confirm.label || "Confirm restart";
-    notice.textContent = local.detached ? detachedText() : model.get("notice") || "";
-    setTitleProgress(view.id, local.detached ? null : titleProgress(c, view.chief(workers)), root);
+    setCodeText(notice, local.kernelGone ? goneText() : model.get("notice") || "");
+    setTitleProgress(view.id, local.kernelGone ? null : titleProgress(c, view.chief(workers)), root);
     renderError();
   }
 
-  // ---- a kernel that restarted or died: this view is detached from its run
+  // ---- a kernel that restarted or died: this view hears from its run no more
   // The name `%workers attach` and the server extension know the run by: a session cell's is its session's.
   function runName() {
     const info = model.get("session") || {};
     return info.name || view.cluster().name || "";
   }
 
-  // One status for a run whose kernel went away: "detached" until the server says how the run ended ("stopped",
-  // with the same words as the sidebar and `%workers attach`: KERNEL_GONE), then that.
-  function detachedStatus() {
-    return DONE.has(local.attachedStatus) ? local.attachedStatus : "detached";
+  // One status for a run whose kernel went away (kernelGoneStatus): "stopping", or "detached" for a --detach run,
+  // until the server says how the run ended ("stopped", with the same words as the sidebar and `%workers attach`:
+  // KERNEL_GONE), then that.
+  function goneStatus() {
+    return kernelGoneStatus(!!view.cluster().detached || local.attachedDetached, local.attachedStatus);
   }
 
-  function detachedText() {
+  function goneText() {
     const name = runName() || "NAME";
     const logs = ` \`%workers attach ${name}\` in a cell shows its state and logs.`;
-    if (!local.attached) return `${local.detached}: this view no longer updates.${logs}`; // the server not asked yet
+    if (!local.attached) return `${local.kernelGone}: this view no longer updates.${logs}`; // the server not asked yet
     if (!DONE.has(local.attachedStatus)) {
       const fate = local.attachedDetached ? "the run goes on (--detach)" : "the run stops with it; run the cell again";
-      return `${local.detached}: ${fate}, and this view no longer updates.${logs}`;
+      return `${local.kernelGone}: ${fate}, and this view no longer updates.${logs}`;
     }
     const why = local.attachedError || local.attachedStatus;
     return `${why.charAt(0).toUpperCase() + why.slice(1)}.${logs}`; // e.g. KERNEL_GONE: the why, said once
   }
 
-  function detach(reason) {
-    if (local.detached) return;
-    local.detached = reason;
+  function kernelGone(reason) {
+    if (local.kernelGone) return;
+    local.kernelGone = reason;
     clearPending();
     renderHeader();
     view.renderCards();
@@ -170,7 +188,7 @@ function headerPart(view) {
       if (tail.length) traceback = `${workerName(w)}, last lines of its log:\n${tail.join("\n")}`;
     });
     const text = parts.filter(Boolean).join("\n");
-    errorText.textContent = text;
+    setCodeText(errorText, text);
     errorText.style.display = text ? "" : "none";
     errorTraceback.textContent = traceback.trimEnd();
     errorTraceback.style.display = traceback ? "" : "none";
@@ -221,7 +239,7 @@ function headerPart(view) {
   }
 
   function act(action) {
-    if (local.detached) return;
+    if (local.kernelGone) return;
     local.pending = action;
     (action === "stop" ? stopButton : restartButton).textContent = action === "stop" ? "Stopping…" : "Restarting…";
     model.send({ action });
@@ -229,7 +247,7 @@ function headerPart(view) {
     local.pendingTimer = setTimeout(() => {
       clearPending();
       renderHeader();
-      if (!local.detached) notice.textContent = `No answer from the kernel to ${action}: it may be gone or restarted.`;
+      if (!local.kernelGone) notice.textContent = `No answer from the kernel to ${action}: it may be gone or restarted.`;
     }, BUTTON_PENDING_MS);
     renderHeader();
   }
@@ -253,5 +271,5 @@ function headerPart(view) {
     model.off("change:logs", renderError);
   }
 
-  return { nodes: [header, sessionLine, error], renderHeader, detach, clearPending, dispose };
+  return { nodes: [header, sessionLine, error], renderHeader, kernelGone, clearPending, dispose };
 }

@@ -26,7 +26,7 @@ from cells import SLEEP, worker_cell  # noqa: E402
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_MS = 120_000
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-DETACH_TIMEOUT_MS = 30_000  # restart -> the widget says detached
+DETACH_TIMEOUT_MS = 30_000  # restart -> the widget says its kernel is gone
 
 SLEEP_CELL = worker_cell("-n 2 --name {name}", SLEEP)
 SETUP = f"""
@@ -44,6 +44,15 @@ def lab(tmp_path_factory):
         yield server
 
 
+SEEN_STATUSES = """() => {
+  window.__nbwSeen = [];
+  const look = () => document.querySelectorAll('.nbw-header .nbw-badge, .nbw-card .nbw-badge')
+    .forEach((b) => { if (!window.__nbwSeen.includes(b.textContent)) window.__nbwSeen.push(b.textContent); });
+  new MutationObserver(look).observe(document.querySelector('.nbw'), { subtree: true, childList: true, characterData: true });
+  look();
+}"""
+
+
 def _status(page) -> str:
     return page.evaluate("() => document.querySelector('.nbw').dataset.status")
 
@@ -53,9 +62,10 @@ def test_kernel_restart_detaches_the_widget_and_stop_does_not_hang(lab):
     with chromium_page() as page:
         open_and_run_two_cells(page, lab, "restart.ipynb")
         wait_widget_status(page, 'running', RUN_TIMEOUT_MS)
-        assert page.locator(".nbw").get_attribute("data-detached") in ("", None)
+        assert page.locator(".nbw").get_attribute("data-kernel-gone") in ("", None)
+        page.evaluate(SEEN_STATUSES)  # every status the header and the cards show from now on
         page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
-        page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=DETACH_TIMEOUT_MS)
+        page.wait_for_function("() => document.querySelector('.nbw').dataset.kernelGone === '1'", timeout=DETACH_TIMEOUT_MS)
         header = page.inner_text(".nbw-header")
         assert "kernel restarted" in header, header  # "The kernel restarted", then the run's end: one reason
         assert "%workers attach restarted" in header, header
@@ -69,6 +79,10 @@ def test_kernel_restart_detaches_the_widget_and_stop_does_not_hang(lab):
             """() => /Stopped because its kernel restarted or died: run the cell again/.test(
                 document.querySelector('.nbw-notice').textContent)""", timeout=DETACH_TIMEOUT_MS)
         assert page.inner_text(".nbw-header .nbw-badge") == "stopped"
+        # a run started without --detach never reads "detached" (the --detach feature's word): "stopping", then "stopped"
+        seen = page.evaluate("() => window.__nbwSeen")
+        assert "detached" not in seen and "stopped" in seen, seen
+        assert not page.locator(".nbw-detached-mark").is_visible()
         screenshot(page, "widget-detached.png")
 
 

@@ -181,7 +181,7 @@ def test_a_queued_cell_says_queued_and_a_detached_session_widget_hints_a_command
             assert page.evaluate("() => document.querySelectorAll('.nbw')[1].dataset.status") == "queued"
             assert set(page.evaluate(CARD_STATUSES, 1)) == {"queued"}
             page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
-            page.wait_for_function("() => document.querySelector('.nbw').dataset.detached === '1'", timeout=30_000)
+            page.wait_for_function("() => document.querySelector('.nbw').dataset.kernelGone === '1'", timeout=30_000)
             header = page.inner_text(".nbw-header")
             assert "%workers attach gone`" in header or "%workers attach gone " in header, header
             assert "running" not in page.evaluate(CARD_STATUSES, 0)  # the cards no longer hear from the workers

@@ -87,3 +87,25 @@ def test_the_headers_isolation_badge_and_its_tooltip():
     assert out["off"]["title"] == "Not isolated: isolation is off for this run (--isolation off / the isolation setting)."
     assert out["ray"]["title"].endswith("Ray's TLS: on.") and out["ray"]["mode"] == "off"
     assert out["none"] == [None, None, None]
+
+
+GONE_HARNESS = r"""
+globalThis.document = { createTextNode: (text) => ({ text }), createElement: (tag) => ({ tag, setAttribute() {} }) };
+const node = { replaceChildren(...children) { this.children = children; } };
+setCodeText(node, "run `%workers attach plain` in a cell");
+console.log(JSON.stringify({
+  plain: ["", "running", "stopped", "lost"].map((s) => kernelGoneStatus(false, s)),
+  detach: ["", "running", "finished"].map((s) => kernelGoneStatus(true, s)),
+  code: node.children.map((c) => (c.tag ? `<${c.tag}>${c.textContent}` : c.text)),
+}));
+"""
+
+
+def test_a_view_whose_kernel_went_away_says_detached_for_a_detach_run_only():
+    """After Restart Kernel a view hears from its run no more: a run started without --detach reads "stopping" until
+    the server says how it ended, never "detached" (the --detach feature's word); a --detach run reads "detached"
+    (it goes on). Backticked commands in a message become code, not literal backticks."""
+    out = run_node("widget_cards.js", "widget_title.js", "widget_header.js", harness=GONE_HARNESS)
+    assert out["plain"] == ["stopping", "stopping", "stopped", "lost"]
+    assert out["detach"] == ["detached", "detached", "finished"]
+    assert out["code"] == ["run ", "<code>%workers attach plain", " in a cell"]
