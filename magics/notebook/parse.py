@@ -20,6 +20,7 @@ from nbworkers.magics.launch.roles import check_roles
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.settings import settings
 from nbworkers.protocol import cell_scan
+from nbworkers.version import installed_version
 
 _checked_pythons: dict[tuple[str, float], None] = {}
 
@@ -40,7 +41,9 @@ def check_syntax(cell: str) -> None:
 
 
 def check_python(python: str) -> str:
-    """The worker interpreter's absolute path, once we know it can run nbworkers' worker bootstrap."""
+    """The worker interpreter's absolute path, once we know it can run nbworkers' worker bootstrap, of this kernel's
+    version (the messages between a worker, its host and the kernel change between versions: an older worker would
+    never say that its cell ran to its end, and every run would fail)."""
     if not python:
         return sys.executable
     path = os.path.abspath(os.path.expanduser(python))
@@ -55,7 +58,8 @@ def check_python(python: str) -> str:
         result = subprocess.run(
             # no working directory on sys.path (nothing another user planted there is imported)
             [path, "-c",
-             "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.worker.bootstrap"],
+             "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nimport nbworkers.distlib.worker.bootstrap\n"
+             "from importlib.metadata import version\nprint(version('nbworkers'))"],
             capture_output=True, text=True,
             timeout=settings().python_check_timeout,
         )
@@ -66,6 +70,12 @@ def check_python(python: str) -> str:
         raise WorkerPythonError(
             f"--python {python} cannot run nbworkers workers: {last}\n"
             f"Install nbworkers there: `{path} -m pip install nbworkers` (with --no-deps to keep its TensorFlow)."
+        )
+    theirs, ours = (result.stdout.strip().splitlines() or [""])[-1], installed_version()
+    if theirs != ours:
+        raise WorkerPythonError(
+            f"--python {python} has nbworkers {theirs or '(unknown)'}, this kernel {ours}: a worker must run the "
+            f"kernel's version. Install it there: `{path} -m pip install --no-deps nbworkers=={ours}`."
         )
     _checked_pythons[key] = None
     return path
