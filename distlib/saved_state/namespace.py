@@ -43,6 +43,7 @@ from nbworkers.distlib.saved_state.plan import (
     Kinds,
     NotSaved,
     SavePlan,
+    a_type,
     flatten,
     kind_of,
     nbytes,
@@ -141,7 +142,7 @@ def _add_arrays(name: str, value: Any, kinds: Kinds, arrays: dict[str, Any], con
         else:
             scalars[str(index)] = leaf
     containers[name] = {"structure": flat.structure, "scalars": scalars}
-    return f"a {type(value).__name__} of {len(flat.leaves)}"
+    return f"{a_type(value)} of {len(flat.leaves)}"
 
 
 def _write_trackable(name: str, value: Any, kinds: Kinds, folder: Path,
@@ -157,7 +158,7 @@ def _write_trackable(name: str, value: Any, kinds: Kinds, folder: Path,
               "builds": saved_objects.build_plan(trackables, namespace)}
     detail = saved_objects.write(trackables, str(folder / name))
     if flat.structure != {"leaf": 0}:
-        detail = f"a {type(value).__name__} of {len(flat.leaves)}: {detail}"
+        detail = f"{a_type(value)} of {len(flat.leaves)}: {detail}"
     written = saved_objects.files_of(str(folder / name))
     if leaf_arrays:
         files.write_arrays(folder / f"{name}.npz", leaf_arrays)
@@ -285,13 +286,13 @@ def _restore_trackable(entry: Mapping[str, Any], namespace: MutableMapping[str, 
     except NotSaved as why:
         raise ValueError(f"here it is {why}, not what was saved: build it as the cell that made the saved one did")
     if not same_shape(entry["structure"], flat.structure):
-        raise ValueError(f"here it is a {type(namespace[name]).__name__} of another shape than the saved one: build "
+        raise ValueError(f"here it is {a_type(namespace[name])} of another shape than the saved one: build "
                          "it as the cell that made the saved one did")
     leaves = {}
     for key in entry["trackables"]:
         kind, obj = flat.leaves[int(key[len("leaf"):])]
         if kind not in TF_KINDS:
-            raise ValueError(f"here its {key} is a {type(obj).__name__}, saved was a {entry['kind']}: build it as "
+            raise ValueError(f"here its {key} is {a_type(obj)}, saved was a {entry['kind']}: build it as "
                              "the cell that made the saved one did")
         leaves[key] = (kind, obj)
     text = saved_objects.read(leaves, str(source / name), entry.get("builds", {}), namespace)

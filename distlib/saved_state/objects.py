@@ -199,7 +199,9 @@ def _restored(leaves: list[tuple[str, Any]]) -> str:
         return f"{len(obj.weights)} weights" + (f" + {slots} optimizer variables" if slots else "")
     if kind == "variable":
         return "variable assigned"
-    return f"{type(obj).__name__} read{_iterations(obj)}"
+    iterations: Any = getattr(obj, "iterations", None)  # an optimizer: how far it was ("Adam, 21 steps taken")
+    return f"{type(obj).__name__}, {int(iterations.numpy())} steps taken" if hasattr(iterations, "numpy") else (
+        f"{type(obj).__name__} read")
 
 
 def _iterations(obj: Any) -> str:

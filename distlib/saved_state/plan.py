@@ -64,6 +64,12 @@ class NotSaved(ValueError):
     """Why a value is not saved (its message is what the cell shows)."""
 
 
+def a_type(value: Any) -> str:
+    """"a Generator", "an EagerTensor": the value's type with its article."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def leaf_kind(value: Any, kinds: Kinds) -> str | None:
     """``model``, ``variable``, ``checkpoint``, ``array``, ``scalar`` (JSON number, string, bool, None) or None."""
     if kinds.models and isinstance(value, kinds.models):
@@ -89,13 +95,13 @@ def flatten(value: Any, kinds: Kinds, depth: int = 0, path: str = "") -> Flat:
         return Flat({"leaf": 0}, [(kind, value)])
     if isinstance(value, (tuple, list, dict)):
         if isinstance(value, tuple) and type(value) is not tuple:
-            raise NotSaved(f"a {type(value).__name__}{_at(path)} (a named tuple: its class is code)")
+            raise NotSaved(f"{a_type(value)}{_at(path)} (a named tuple: its class is code)")
         items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
         leaves: list[tuple[str, Any]] = []
         parts: list[Any] = []
         for key, item in items:
             if isinstance(value, dict) and not isinstance(key, str):
-                raise NotSaved(f"a dict with a {type(key).__name__} key{_at(path)} (only str keys are saved)")
+                raise NotSaved(f"a dict with {a_type(key)} key{_at(path)} (only str keys are saved)")
             inner = flatten(item, kinds, depth + 1, f"{path}[{key!r}]")
             parts.append([key, _shift(inner.structure, len(leaves))] if isinstance(value, dict)
                          else _shift(inner.structure, len(leaves)))
@@ -212,7 +218,7 @@ def _shift(structure: Any, offset: int) -> Any:
 def _why_not(value: Any, path: str) -> str:
     if isinstance(value, types.GeneratorType) or type(value).__name__ in ("generator", "async_generator"):
         return f"a generator{_at(path)}: where it got to cannot be saved; run the cell that makes it again"
-    return f"a {type(value).__name__}{_at(path)}"
+    return f"{a_type(value)}{_at(path)}"
 
 
 def _at(path: str) -> str:

@@ -71,7 +71,7 @@ fresh = build()  # the cells run again: fresh objects, the optimizers not built 
 fresh["pair"] = (fresh["net"], np.zeros(3), "other")
 fresh["by_name"] = {"m": fresh["loss"], "n": 0}
 restored = restore(fresh)
-assert restored["opt"] == "Adam read (iterations 7)", restored
+assert restored["opt"] == "Adam, 7 steps taken", restored
 assert same([v.numpy() for v in fresh["opt"].variables], before["opt"])  # iterations, learning rate, m and v
 assert same(fresh["net"].get_weights(), before["net"])
 assert same([v.numpy() for v in fresh["compiled"].optimizer.variables], before["sgd"])  # momentum too

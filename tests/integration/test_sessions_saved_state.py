@@ -110,7 +110,7 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert not custom.error, custom.text
     for worker in (0, 1):
         assert "nbworkers: restored model (4 weights + " in "".join(cell_log(k, number + 2, worker)), worker
-        assert "opt (Adam read (iterations 5))" in "".join(cell_log(k, number + 3, worker)), worker
+        assert "opt (Adam, 5 steps taken)" in "".join(cell_log(k, number + 3, worker)), worker
     equal = "all(np.array_equal(a, b) for a, b in zip({}, {}))"
     for worker in (0, 1):
         assert k.value(equal.format(OPTIMIZER_STATE.format(worker=worker), "opt_before")), worker  # slots too

@@ -36,7 +36,9 @@ def test_a_restarted_kernel_names_this_notebooks_earlier_runs_and_how_to_see_the
     assert [row["name"] for row in earlier_runs({"plain"}, NOTEBOOK, str(root))] == ["held"]  # this kernel holds it
     assert earlier_runs(set(), "", str(root)) == []  # a kernel that was not told its notebook
     # %workers in the restarted kernel: no cluster of its own yet, the earlier runs instead of "no clusters yet"
-    monkeypatch.setenv("NBWORKERS_RUN_ROOT", str(root))
+    from nbworkers.magics.settings import settings
+
+    monkeypatch.setattr(settings(), "run_root", str(root))
     monkeypatch.setenv("JPY_SESSION_NAME", NOTEBOOK)
     monkeypatch.setattr(listing.registry, "all_clusters", lambda: [])
     monkeypatch.setattr(listing.registry, "names", lambda: set())

@@ -53,9 +53,9 @@ def test_a_namespace_is_sorted_into_what_is_saved_and_what_is_left_out_and_why()
                             ("batches", "array")]
     skipped = dict(plan.skipped)  # code and _names: not listed
     assert list(skipped) == ["objects", "history", "stream", "by_number"]
-    assert skipped["history"] == "a object" and skipped["objects"] == "a ndarray"
+    assert skipped["history"] == "an object" and skipped["objects"] == "a ndarray"
     assert skipped["stream"] == "a generator: where it got to cannot be saved; run the cell that makes it again"
-    assert skipped["by_number"] == "a dict with a int key (only str keys are saved)"
+    assert skipped["by_number"] == "a dict with an int key (only str keys are saved)"
     other = session_state.plan_save(namespace, KINDS, worker=1, max_bytes=2**20)
     assert [n for n, _ in other.entries] == ["x", "epochs", "config", "shape", "rate", "batches"]  # trackables: 0's
     small = session_state.plan_save({"big": np.zeros(1000), "x": np.zeros(2)}, KINDS, worker=0, max_bytes=100)
@@ -64,7 +64,7 @@ def test_a_namespace_is_sorted_into_what_is_saved_and_what_is_left_out_and_why()
     nested = session_state.plan_save({"deep": [[[[[[[[[[1]]]]]]]]], [object()]]}, KINDS, 0, 2**20)
     assert nested.entries == [] and "nested deeper than 8 containers" in dict(nested.skipped)["deep"]
     inside = session_state.plan_save({"mixed": (Model(), [np.zeros(1), object()])}, KINDS, 0, 2**20)
-    assert dict(inside.skipped)["mixed"] == "a object at [1][1]"
+    assert dict(inside.skipped)["mixed"] == "an object at [1][1]"
 
 
 def test_a_container_comes_apart_into_leaves_and_back():
@@ -152,7 +152,7 @@ def test_restore_reads_the_saved_state_into_rebuilt_objects_on_every_worker(run_
     rebuilt = rebuilt_namespace()
     restored = session_state.restore_session_state(namespace=rebuilt)
     assert restored == {"model": "2 weights + 3 optimizer variables", "scale": "variable assigned",
-                        "net": "2 weights + 1 optimizer variables", "adam": "Optimizer read (iterations 7)",
+                        "net": "2 weights + 1 optimizer variables", "adam": "Optimizer, 7 steps taken",
                         "loss": "Metric read", "pair": "2 weights + 1 optimizer variables", "x": "value"}
     assert rebuilt["model"].weights[0].value.tolist() == [[1.5] * 3] * 2  # worker 0's model, on worker 1
     assert rebuilt["model"].optimizer.iterations.value == 42.0  # the compiled optimizer, built as saved
@@ -190,7 +190,7 @@ def test_an_optimizer_is_not_read_before_the_variables_its_slots_are_for(run_dir
     built = Optimizer()
     built.build([Variable(np.zeros(2))])  # the cell built it itself: read as it is
     assert session_state.restore_session_state(["other"], namespace={"other": built}) == {
-        "other": "Optimizer read (iterations 0)"}
+        "other": "Optimizer, 0 steps taken"}
 
 
 def test_restore_names_what_it_could_not_put_back_and_what_to_do(run_dir, monkeypatch):

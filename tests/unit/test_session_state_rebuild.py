@@ -76,6 +76,6 @@ def test_a_standalone_optimizer_rebuilt_before_its_model_waits_for_it(run_dir, m
     assert rebuilds.restore_rebuilt(["adam"]) == {}  # net is not rebuilt yet: adam waits
     namespace["net"] = Model()
     assert rebuilds.restore_rebuilt(["net"]) == {"net": "2 weights + 1 optimizer variables",
-                                                 "adam": "Optimizer read (iterations 7)"}
+                                                 "adam": "Optimizer, 7 steps taken"}
     assert namespace["adam"].slots[0].value.tolist() == [[0.5] * 3] * 2 and rebuilds.waiting == {
         "model", "scale", "loss", "pair"}
