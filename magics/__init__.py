@@ -31,9 +31,6 @@ def load_ipython_extension(ipython) -> None:
 
         warnings.warn(f"nbworkers: could not prewarm the zygote ({error}); the first %%worker run starts it. "
                       "Set NBWORKERS_ZYGOTE_PREWARM=0 to skip this.", stacklevel=2)
-    import os
+    from nbworkers.magics.backends import registry
 
-    if os.environ.get("RAY_ADDRESS"):  # and each Ray node's zygote (backends/ray/groups/prewarm.py), in the background
-        from nbworkers.magics.backends.ray.groups.prewarm import prewarm_nodes
-
-        prewarm_nodes(os.environ["RAY_ADDRESS"])
+    registry.prewarm()  # each backend's, in the background (Ray with RAY_ADDRESS: each node's zygote, ray/kind.py)

@@ -4,7 +4,8 @@
 A backend is one module and one registration. The module declares a ``BackendKind``: its name, the magic's
 arguments it adds (``Flag``; ``%%worker --help`` lists them under its name), the dataclass of its options those
 arguments fill, its checks of them, whether a run of it can ``--detach``, be elastic (``--min-workers``) or have its
-``--python`` and ``--cwd`` checked on this machine, and how it makes the run's ``Backend`` (``magics/shapes.py``:
+``--python`` and ``--cwd`` checked on this machine, what it prewarms at ``%load_ext`` and lets go at ``%workers stop
+--all``, and how it makes the run's ``Backend`` (``magics/shapes.py``:
 its relay, placement, launch, isolation fact; its handles' node labels). The registration is an entry point in the
 group ``nbworkers.backends`` (the built-in ``local`` and ``ray`` are registered in nbworkers' pyproject.toml like a
 third party's)::
@@ -67,6 +68,8 @@ class BackendKind(Generic[Options]):
     can_detach: bool = False  # %%worker --detach: a supervisor process of its own runs it (pickles the spec)
     elastic: bool = False  # --min-workers: its capacity() changes while a run goes on (nodes come and go)
     runs_here: bool = True  # its workers run on this machine: --python and --cwd are checked here
+    prewarm: Callable[[], None] = lambda: None  # at %load_ext, in the background: what its first run needs ready
+    release_idle: Callable[[], int] = lambda: 0  # %workers stop --all, the kernel's exit: what it kept, how many
 
     def options_of(self, spec: LaunchSpec) -> Options:
         """The options the spec carries (its defaults for a spec made without them)."""
@@ -137,6 +140,20 @@ def get(name: str) -> BackendKind[Any]:
 def backend_for(spec: LaunchSpec) -> Backend:
     """The backend a launch asked for (``--backend``), made by its registration."""
     return get(spec.backend).backend_for(spec)
+
+
+def prewarm() -> None:
+    """At ``%load_ext nbworkers``: each backend prepares what its first run needs (in the background)."""
+    for kind in kinds().values():
+        try:
+            kind.prewarm()
+        except Exception as error:  # the first run says what is wrong
+            log.warning("nbworkers: backend %r could not prewarm: %s", kind.name, error)
+
+
+def release_idle() -> int:
+    """What the backends keep for the next runs between runs (Ray's idle worker groups) let go: how many."""
+    return sum(kind.release_idle() for kind in kinds().values())
 
 
 def names(where: Callable[[BackendKind[Any]], bool] = lambda kind: True) -> list[str]:

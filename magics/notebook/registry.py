@@ -50,6 +50,6 @@ def _stop_all_at_exit() -> None:
         cluster.stop()
     for cluster in ending:
         cluster.wait(timeout=cluster.settings.stop_grace + cluster.settings.exit_stop_margin)
-    from nbworkers.magics.backends.ray.groups.pool import drain_if_used  # imports no Ray
+    from nbworkers.magics.backends.registry import release_idle
 
-    drain_if_used()  # the idle Ray worker groups, those the runs just stopped gave back included
+    release_idle()  # what the backends keep between runs (Ray's idle worker groups), those just given back included

@@ -126,3 +126,24 @@ def test_no_code_outside_the_backends_branches_on_a_backends_name_or_probes_one(
                 if node.args and _names_backend(node.args[0]):
                     found.append(f"{where}: {ast.unparse(node)}")
     assert not found, "\n".join(found)
+
+
+def test_load_ext_prewarms_and_stop_all_releases_through_the_registry(isolated_registry, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    registry.register(registry.BackendKind(
+        name="keeper", title="keeper", summary="keeps things", options=FakeOptions, create=FAKE.create,
+        prewarm=lambda: calls.append("prewarm"), release_idle=lambda: 2))
+    registry.prewarm()  # Ray without RAY_ADDRESS: nothing
+    assert calls == ["prewarm"]
+    assert registry.release_idle() == 2  # Ray's pool never used: 0
+
+
+def test_rays_prewarm_starts_the_nodes_zygotes_when_ray_address_is_set(monkeypatch):
+    from nbworkers.magics.backends.ray.groups import prewarm
+
+    asked: list[str] = []
+    monkeypatch.setattr(prewarm, "prewarm_nodes", asked.append)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    registry.get("ray").prewarm()
+    assert asked == ["127.0.0.1:6379"]

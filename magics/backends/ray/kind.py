@@ -1,9 +1,11 @@
 """The Ray backend's registration (pyproject.toml, entry point group ``nbworkers.backends``): its flags, its options,
-its checks before a launch. Imports no Ray and not the backend's code (``backend.py``): only a ``--backend ray``
-launch loads them.
+its checks before a launch, its prewarm and what it lets go. Imports no Ray and not the backend's code
+(``backend.py``): only a ``--backend ray`` launch loads them.
 """
 
 from __future__ import annotations
+
+import os
 
 from nbworkers.magics.backends.ray.options import RayOptions
 from nbworkers.magics.backends.registry import BackendKind, Flag
@@ -37,6 +39,23 @@ def create(spec: LaunchSpec, options: RayOptions) -> Backend:
     return RayBackend.from_spec(spec, options)
 
 
+def prewarm() -> None:
+    """With ``RAY_ADDRESS`` set, each Ray node's zygote and a spare worker host start now (groups/prewarm.py)."""
+    address = os.environ.get("RAY_ADDRESS", "")
+    if address:
+        from nbworkers.magics.backends.ray.groups.prewarm import prewarm_nodes  # imports no Ray
+
+        prewarm_nodes(address)
+
+
+def release_idle() -> int:
+    """The idle worker groups kept for warm runs (groups/pool.py), if this kernel ever used Ray."""
+    from nbworkers.magics.backends.ray.groups.pool import drain_if_used  # imports no Ray
+
+    return drain_if_used()
+
+
 RAY: BackendKind[RayOptions] = BackendKind(
     name="ray", title="Ray", summary="a Ray cluster (pip install nbworkers[ray])", options=RayOptions,
-    create=create, check=check, flags=FLAGS, can_detach=True, elastic=True, runs_here=False)
+    create=create, check=check, flags=FLAGS, can_detach=True, elastic=True, runs_here=False, prewarm=prewarm,
+    release_idle=release_idle)
