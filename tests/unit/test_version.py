@@ -47,6 +47,9 @@ def test_workers_help_still_prints_the_usage_and_names_version(capsys):
     WorkerMagics().workers("--help")
     usage = capsys.readouterr().out
     assert usage.startswith("usage: %workers") and "--version" in usage and "--tail" in usage
+    # issue 43: the actions, one a line, come first, not after "positional arguments"
+    actions = [line.split()[0] for line in usage.split("positional arguments")[0].splitlines()[3:] if line.strip()]
+    assert actions == ["(no", "logs", "stop", "wait", "attach", "tensorboard", "resize", "restore", "--version"]
 
 
 def test_the_listing_ends_with_the_version():
