@@ -241,15 +241,17 @@ function renderRows(workers, compact, flagged, picked, onPick) {
   for (const index of order.length ? order : workers.map((w) => w.index)) {
     const w = byIndex.get(index);
     const fraction = progressFraction(w);
-    const bar = h("div", { class: "nbw-bar" }, h("div", { class: "nbw-bar-fill" }));
-    bar.firstChild.style.width = `${(fraction === null ? 0 : fraction) * 100}%`;
+    const words = progressWords(w);
+    // a bar only where a share done is known; a worker that reported no step says so (not an empty grey bar)
+    const bar = fraction === null ? "" : h("div", { class: "nbw-bar" }, h("div", { class: "nbw-bar-fill" }));
+    if (bar) bar.firstChild.style.width = `${fraction * 100}%`;
     const status = h("td", {}, badge(w.status));
     if (exitText(w)) status.append(` ${exitText(w)}`);
     const own = Object.entries(w.metrics || {}).map(([k, v]) => `${k} ${fmtNumber(v)}`).join(" · ");
     const row = h("tr", { class: `nbw-row${w.index === picked ? " nbw-picked" : ""}`, "data-index": w.index, "data-status": w.status, title: w.detail || "" },
       h("td", { class: "nbw-row-name" }, flagged.has(w.index) ? h("span", { class: "nbw-flag", title: "errors or warnings in its log", text: "⚠ " }) : "", workerName(w)),
       status,
-      h("td", {}, h("div", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: progressWords(w) }))),
+      h("td", {}, h("div", { class: "nbw-row-progress" }, bar, h("span", { class: "nbw-row-words", text: words || (DONE.has(w.status) ? "" : "no steps reported") }))),
       h("td", { class: "nbw-num", text: typeof w.steps_per_sec === "number" ? fmtRate(w.steps_per_sec) : "" }),
       h("td", { class: "nbw-num", text: String(w.restarts || 0) }),
       h("td", { class: "nbw-row-metrics", text: own }),

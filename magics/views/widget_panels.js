@@ -31,9 +31,13 @@ function panelsPart(view) {
   function renderPanels() {
     const info = model.get("session") || {};
     const session = info.name;
-    const hasChart = (model.get("series") || []).some((e) => e && (e.x || []).length && Object.keys(e.metrics || {}).length);
+    const compact = view.compactState();
+    const hasChart = compact
+      ? Object.keys((compact.chart && compact.chart.band) || {}).length > 0
+      : (model.get("series") || []).some((e) => e && (e.x || []).length && Object.keys(e.metrics || {}).length);
     const hasLog = !info.echoed && (model.get("logs") || []).some((lines) => lines && lines.length);
-    chartPanel.style.display = !session || hasChart ? "" : "none";
+    // a session cell, or the compact view of many workers, without metrics: no empty chart beside the log
+    chartPanel.style.display = (!session && !compact) || hasChart ? "" : "none";
     logPanel.style.display = !session || hasLog ? "" : "none";
     panels.style.display = !session || hasChart || hasLog ? "" : "none";
   }

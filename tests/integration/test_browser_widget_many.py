@@ -6,7 +6,7 @@ The page must show one row per worker (the straggler first), a heat strip, the c
 outliers as lines, tabs only for the chief and the flagged worker with a picker for the others, ``lr`` once, and
 the run's progress in the tab title until the run ends (or its output is cleared: the widget goes away), and only
 while its notebook is the tab in view. Rows stay put through updates (compact.SteadyRows).
-``NBWORKERS_UPDATE_SCREENSHOT=1`` copies the picture to docs/widget-many.png (the README's).
+``NBWORKERS_UPDATE_SCREENSHOT=1`` copies the pictures to docs/widget-many.png (the README's) and docs/widget-16.png.
 """
 
 from __future__ import annotations
@@ -107,6 +107,11 @@ def test_32_workers_render_the_compact_view(lab):
         # a second run puts its progress in the title; clearing the outputs (the widget goes away) takes it off
         run_cell(page, 3)
         page.wait_for_function("() => /^\\[ep \\d\\/5 · \\d+%\\] ./.test(document.title)")
+        page.wait_for_function("() => document.querySelectorAll('.nbw')[1].querySelectorAll('.nbw-row').length === 16")
+        page.wait_for_timeout(1500)
+        sixteen = screenshot(page, "widget-16.png", ".nbw >> nth=1")  # the 16-worker view (docs/widget-16.png)
+        if os.environ.get("NBWORKERS_UPDATE_SCREENSHOT"):
+            shutil.copy(sixteen, REPO / "docs" / "widget-16.png")
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
         page.wait_for_function("() => !document.querySelector('.nbw') && !document.title.startsWith('[')")
         run_cell(page, 4)

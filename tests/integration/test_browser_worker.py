@@ -54,6 +54,9 @@ model.fit(dataset, epochs={epochs}, steps_per_epoch=30, callbacks=[ReportCallbac
 print("done training")
 """
 
+# Keras 3 with its default progress bar (verbose=1: escape codes, backspaces, carriage returns): the widget's log
+# shows one plain line per finished bar (protocol/terminal.py; issue 43)
+KERAS3_TRAIN_CELL = TRAIN_CELL.replace(" --env TF_USE_LEGACY_KERAS=1", "").replace(", verbose=2", "")
 REPORT_LOOP_CELL = """%%worker -n 2 --name {name}
 import time
 from nbworkers.distlib import report
@@ -118,7 +121,7 @@ def wait_status(page, status: str, timeout_ms: int) -> None:
 
 def test_training_run_cards_chart_and_log(lab):
     with chromium_page() as page:
-        start(page, lab, "train.ipynb", TRAIN_CELL.format(name="train", epochs=3, pause=0.05))
+        start(page, lab, "train.ipynb", KERAS3_TRAIN_CELL.format(name="train", epochs=3, pause=0.05))
         cell_executed(page, 1)  # %%worker returned at once; the widget goes on updating
         page.wait_for_function("() => Number(document.querySelector('.nbw-chart').dataset.points) > 3", timeout=RUN_TIMEOUT_MS)
         screenshot(page, "widget-train-running.png")
@@ -129,6 +132,8 @@ def test_training_run_cards_chart_and_log(lab):
         assert chart_points(page) > 3
         text = log_text(page)
         assert "done training" in text and "Epoch 3/3" in text
+        assert not any(code in text for code in ("\x1b", "\b", "\r", "[37", "[0m")), repr(text)
+        assert sum(line.startswith("30/30 ━") for line in text.splitlines()) == 3, text  # one finished bar an epoch
         assert "full log: " + str(lab.run_root / "train" / "worker-0.log") in page.inner_text(".nbw-logpath")
         assert "epoch 3/3" in page.inner_text(".nbw-card")
         shot = screenshot(page, "widget-train-finished.png")

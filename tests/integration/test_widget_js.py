@@ -109,3 +109,29 @@ def test_a_view_whose_kernel_went_away_says_detached_for_a_detach_run_only():
     assert out["plain"] == ["stopping", "stopping", "stopped", "lost"]
     assert out["detach"] == ["detached", "detached", "finished"]
     assert out["code"] == ["run ", "<code>%workers attach plain", " in a cell"]
+
+
+ROWS_HARNESS = r"""
+const node = (tag) => ({ tag, children: [], style: {}, attrs: {}, textContent: "",
+  setAttribute(k, v) { this.attrs[k] = v; }, append(c) { this.children.push(c); }, addEventListener() {},
+  get firstChild() { return this.children[0]; } });
+globalThis.document = { createElement: node, createTextNode: (text) => ({ text }) };
+const find = (n, cls, out = []) => { if (n && n.className === cls) out.push(n); for (const c of (n && n.children) || []) find(c, cls, out); return out; };
+const workers = [
+  { index: 0, status: "running", epoch: 2, epochs_total: 4, step: 5, steps_total: 10 },
+  { index: 1, status: "running" },  // printed, reported no step
+  { index: 2, status: "finished" },
+];
+const table = renderRows(workers, null, new Set(), null, () => {});
+console.log(JSON.stringify({
+  bars: find(table, "nbw-bar").length,
+  words: find(table, "nbw-row-words").map((n) => n.textContent),
+}));
+"""
+
+
+def test_the_compact_rows_show_a_bar_only_where_progress_is_known_and_say_when_none_was_reported():
+    """16 workers that print and report no step: no empty grey bar without a label, but "no steps reported"."""
+    out = run_node("widget_cards.js", harness=ROWS_HARNESS)
+    assert out["bars"] == 2  # worker 0 (ep 2/4, step 5/10) and the finished worker 2; none for worker 1
+    assert out["words"] == ["ep 2/4 · step 5/10", "no steps reported", ""]
