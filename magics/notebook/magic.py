@@ -143,12 +143,20 @@ class WorkerMagics(Magics):
               help="nbworkers' version, and a line with it, Python's, TensorFlow's and Ray's for a bug report")
     @line_magic
     def workers(self, line: str):
-        """List clusters and their state; `%workers logs NAME [-w I] [--tail N]`, `%workers stop NAME|--all`,
-        `%workers wait NAME [--timeout S] [--no-raise]`, `%workers attach NAME` (a run this kernel did not start,
-        e.g. one a dead kernel left), `%workers tensorboard NAME` (TensorBoard on the run's summaries),
-        `%workers resize NAME` (an elastic run grows now when its cluster has room), `%workers restore NAME` (a
-        session's models, variables and values saved before its processes restarted), `%workers --version`."""
+        """The clusters and their state, and what to do with one (ACTION NAME):
+
+          (no action), list  this kernel's clusters; after a restart, this notebook's earlier runs too
+          logs NAME          print the workers' logs from disk (-w I: one worker's; --tail N: the last lines)
+          stop NAME          stop it (--all: every running cluster; --cell: a session's running cell only)
+          wait NAME          wait for its end (--timeout S; --no-raise: a failed run does not fail the cell)
+          attach NAME        show a run this kernel did not start (one a restarted kernel left, a --detach run)
+          tensorboard NAME   TensorBoard on the run's summaries
+          resize NAME        an elastic run grows now when its cluster has room
+          restore NAME       a session's models, variables and values saved before its processes restarted
+          --version          nbworkers' version, and a line for a bug report
+        """
         if _wants_help(line):
+            self.workers.parser.usage = "%(prog)s [ACTION] [NAME] [options]"  # the actions come first, listed
             print(_usage(self.workers, "%workers"))
             return None
         try:
