@@ -74,6 +74,9 @@ MAX_SAVED_ENTRIES = 2000  # names in one ``saved`` report (more are cut: the wor
 CELL_STATUSES = ("ok", "error", "interrupted")
 MAX_TRACEBACK_CHARS = 20_000  # of a failed cell's traceback sent to the kernel (the log keeps it whole)
 MARKER = re.compile(r"^--- nbworkers: cell (\d+) (start|end) ---\r?\n", re.M)
+# The line a worker prints when saved state was put back into the names a cell built again (at the cell's end, over
+# what its code made: distlib/saved_state/namespace.py); the kernel says it in that cell's view (sessions/cell.py)
+RESTORED = "nbworkers: restored "
 
 
 def marker(cell: int, event: str) -> str:

@@ -270,7 +270,7 @@ def restore_session_state(names: Iterable[str] | None = None,
                 restored[name] = "value"
     for name in sorted((wanted or set()) - set(restored) - set(problems)):
         problems[name] = "was not saved"
-    print(f"nbworkers: restored {', '.join(f'{n} ({d})' for n, d in restored.items()) or 'nothing'} "
+    print(f"{session_wire.RESTORED}{', '.join(f'{n} ({d})' for n, d in restored.items()) or 'nothing'} "
           f"(saved in {files.generation_dir(run_dir, saved_generation)})", flush=True)
     if problems:
         raise StateNotRestored("not restored:\n  " + "\n  ".join(f"{n}: {why}" for n, why in problems.items()))

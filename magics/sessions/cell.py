@@ -38,6 +38,7 @@ class SessionCell:
         self.outputs_dropped = 0  # over display_max_outputs
         self.blocking = False  # run with --block: the wait publishes the rich outputs into the notebook cell
         self._live: LiveOutputs | None = None  # else: they go to an Output widget under the cell's view
+        self.restored = ""  # saved state put back at its end, over what its code built (the workers' RESTORED line)
         self.echoed = False  # a blocking wait writes the workers' lines into the notebook cell: the widget's log hides
         self.record = record  # the session core's: state, error, failed workers, each worker's end
         self.code = code
@@ -132,7 +133,8 @@ class SessionCell:
             "workers": workers,
             "session": {"name": self.session.name, "cell": self.record.shown or self.number, "label": self.label,
                         "state": self.state, "cells": self.session.user_cells, "running": first_line[:120],
-                        "live_cells": self.session.live_cells(), "echoed": self.echoed},
+                        "live_cells": self.session.live_cells(), "echoed": self.echoed,
+                        "restored": self.restored},
         }
 
     # ------------------------------------------------------------------------------ user-facing
@@ -242,6 +244,9 @@ class SessionCell:
 
     def feed_log(self, worker: int, text: str) -> None:
         self.workers[worker].log_tail.feed([text])
+        if not self.restored and session_wire.RESTORED in text:  # said in the cell's view, not in its log alone
+            line = text[text.index(session_wire.RESTORED) + len(session_wire.RESTORED):].split("\n", 1)[0]
+            self.restored = line.split(" (saved in ", 1)[0]
         self.dirty = True
 
     def worker_ended(self, worker: int, end: WorkerEnd) -> None:

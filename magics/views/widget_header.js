@@ -78,6 +78,8 @@ function headerPart(view) {
     const label = info.label || `cell ${info.cell}`; // "restore": a cell nbworkers runs, not the user's cell N
     const running = info.running && info.running !== label ? ` · ${info.running}` : "";
     sessionLine.textContent = `session ${info.name} · ${label} · ${info.state}${running}`;
+    // saved state put back at the cell's end, over what its code built (issue 43): said here, not in the log alone
+    if (info.restored) sessionLine.append(h("div", { class: "nbw-restored", text: `saved state put back at the end of this cell, over what its code built: ${info.restored}` }));
   }
 
   function renderHeader() {

@@ -135,7 +135,11 @@ def headline(snapshot: ClusterSnapshot) -> str:
 
 def snapshot_note(snapshot: ClusterSnapshot) -> str:
     """What an attached run's summary says while the run goes on in another kernel: it is a snapshot, it will not
-    update, and how to see more (``%workers attach`` marks the snapshot ``attached``); empty otherwise."""
+    update, and how to see more (``%workers attach`` marks the snapshot ``attached``); a session cell whose end put
+    saved state back over what its code built says so (magics/sessions/cell.py); empty otherwise."""
+    restored = (snapshot.get("session") or {}).get("restored")
+    if restored:
+        return f"Saved state put back at the end of this cell, over what its code built: {restored}."
     if not snapshot.get("attached") or snapshot.get("status") in ENDED:
         return ""
     name = snapshot.get("name", "NAME")

@@ -104,6 +104,9 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     # re-running the cells that build them is all it takes: each saved object is read back as its cell ends
     rebuilt = k.run(BUILD.replace("%%worker -n 2 --session train --block", "%%worker --session train --block"))
     assert not rebuilt.error, rebuilt.text
+    # the cell's own output says the saved state was put back over what it built (issue 43), not its log alone
+    assert "Saved state put back at the end of this cell, over what its code built: model (4 weights + " in (
+        rebuilt.shown), rebuilt.text
     started = time.monotonic()
     custom = k.run(CUSTOM)
     print(f"cell 3 re-run, net and opt restored as it ends: {time.monotonic() - started:.2f} s")

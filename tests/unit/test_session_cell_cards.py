@@ -75,3 +75,20 @@ def test_a_restore_is_titled_restore_not_a_user_cell_and_its_cards_count_the_ses
     assert snapshot["isolation"] == {"mode": "namespace"}  # the session's: the cell's widget shows it in its header
     assert snapshot["restarts"] == 1 and [w["restarts"] for w in snapshot["workers"]] == [1, 1]  # header = cards
     assert a_cell().name == "s cell 1"
+
+
+def test_saved_state_put_back_at_a_cells_end_is_said_in_the_cells_view_not_in_its_log_alone():
+    """Issue 43: a cell that builds a model again gets the saved one put back at its end, over its own training; the
+    worker's RESTORED line (protocol/session_wire.py) becomes the cell's note, in its widget and its text summary."""
+    from nbworkers.magics.views.words import snapshot_note
+    from nbworkers.protocol import session_wire
+
+    cell = a_cell()
+    cell.feed_log(1, "epoch 1 loss 0.4\n")
+    assert cell.restored == ""
+    cell.feed_log(0, f"epoch 1 loss 0.4\n{session_wire.RESTORED}model (4 weights + 10 optimizer variables), opt (Adam, "
+                     "5 steps taken) (saved in /runs/train/session-state/gen-0)\n")
+    assert cell.restored == "model (4 weights + 10 optimizer variables), opt (Adam, 5 steps taken)"
+    assert snapshot_note({"session": {"restored": cell.restored}}) == (  # type: ignore[typeddict-item]
+        "Saved state put back at the end of this cell, over what its code built: model (4 weights + 10 optimizer "
+        "variables), opt (Adam, 5 steps taken).")
