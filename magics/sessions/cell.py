@@ -9,6 +9,7 @@ the session carries the core's actions into it (``begin``, ``feed_log``, ``worke
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -241,6 +242,11 @@ class SessionCell:
         for worker in self.workers:
             worker.status = WorkerStatus.RUNNING
         self.dirty = True
+
+    @property
+    def restored_names(self) -> list[str]:
+        """The names saved state was put back into at this cell's end (``restored``: "model (...), opt (...)")."""
+        return re.findall(r"(?:^|\), )([A-Za-z_]\w*) \(", self.restored)
 
     def feed_log(self, worker: int, text: str) -> None:
         self.workers[worker].log_tail.feed([text])

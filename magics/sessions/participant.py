@@ -15,7 +15,7 @@ import time
 from typing import Any, assert_never
 
 from nbworkers.magics.run.core import events as run_ev
-from nbworkers.magics.run.core.statuses import CellEnd, WorkerStatus
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.run.loop import RunLoop
 from nbworkers.magics.run.noise import NoiseFilter
 from nbworkers.magics.run.relay import Message
@@ -24,6 +24,7 @@ from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings, bridge
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import Group, WorkerEnd, WorkerSave
+from nbworkers.magics.sessions.core.records import RESTORE_LABEL
 from nbworkers.magics.sessions.data import DataChannel
 from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.sessions.summary import session_summary, with_session
@@ -108,7 +109,15 @@ class SessionParticipant:
             current.refresh_if_due(self.settings.flush_interval)
 
     def snapshot_part(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
-        return with_session(snapshot, session_summary(self.loop.name, self.core))
+        return with_session(snapshot, session_summary(self.loop.name, self.core, self._put_back()))
+
+    def _put_back(self) -> set[str]:
+        """The saved names the cells since the last restart got back (a rebuilding cell's end, ``%workers restore``):
+        ``%workers`` stops advising a restore already done. ``*``: a finished restore cell put everything back."""
+        since = [cell for cell in self.cells if cell.number >= self.core.alive_from]
+        if any(cell.label == RESTORE_LABEL and cell.state == CellState.FINISHED for cell in since):
+            return {name for name, _, _ in self.core.saved.rebuilt()} if self.core.saved is not None else set()
+        return {name for cell in since for name in cell.restored_names}
 
     def drop_counts(self, counts: dict[str, int]) -> None:
         if self.data is not None:

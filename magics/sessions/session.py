@@ -38,6 +38,7 @@ from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.magics.sessions.cell import SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import events as ev
+from nbworkers.magics.sessions.core.records import RESTORE_LABEL
 from nbworkers.magics.sessions.core.saved_state import SavedState
 from nbworkers.magics.sessions.data import DataChannel
 from nbworkers.magics.sessions.participant import SessionParticipant
@@ -46,7 +47,6 @@ from nbworkers.magics.settings import WorkerSettings
 from nbworkers.magics.shapes import Backend, ClusterSnapshot, View
 from nbworkers.protocol import session_data
 
-RESTORE_LABEL = "restore"  # what the views call the restore cell (not its code, not a user's cell number)
 RESTORE_CELL = ("__import__('nbworkers.distlib.saved_state.namespace', fromlist=['restore_session_state'])"
                 ".restore_session_state()\nNone")  # the line's value is shown in the log, not as the cell's Out
 

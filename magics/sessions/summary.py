@@ -8,18 +8,20 @@ Pure: a plain dict in, a plain dict out.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from nbworkers.magics.sessions.core import SessionCore
 from nbworkers.magics.shapes import ClusterSnapshot
 
 
-def session_summary(name: str, core: SessionCore) -> dict[str, Any]:
-    """``snapshot["session"]``: the shape the sidebar (labextension/src/api.ts ``ISessionSummary``) reads."""
+def session_summary(name: str, core: SessionCore, put_back: Collection[str] = ()) -> dict[str, Any]:
+    """``snapshot["session"]``: the shape the sidebar (labextension/src/api.ts ``ISessionSummary``) reads.
+    ``put_back``: the saved names the cells since the restart got back (``%workers`` no longer advises them)."""
     return {
         "name": name, "cells": core.user_cells, "state": "busy" if core.busy else "idle",
         "cell": core.current, "queued": len(core.queue), "alive_from": core.alive_from, "lost": core.lost_note,
-        "saved": core.saved.summary(name) if core.saved is not None else "",
+        "saved": core.saved.summary(name, put_back) if core.saved is not None else "",
     }
 
 

@@ -114,6 +114,8 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     for worker in (0, 1):
         assert "nbworkers: restored model (4 weights + " in "".join(cell_log(k, number + 2, worker)), worker
         assert "opt (Adam, 5 steps taken)" in "".join(cell_log(k, number + 3, worker)), worker
+    # every saved model and variable is back: %workers no longer advises the restore (issue 43)
+    assert "saved before the restart" not in k.run("%workers").displays[-1]["text/plain"]
     equal = "all(np.array_equal(a, b) for a, b in zip({}, {}))"
     for worker in (0, 1):
         assert k.value(equal.format(OPTIMIZER_STATE.format(worker=worker), "opt_before")), worker  # slots too

@@ -30,6 +30,9 @@ class SessionTimings:
                    save_wait=settings.session_save_wait)
 
 
+RESTORE_LABEL = "restore"  # what the views call the restore cell (not its code, not a user's cell number)
+
+
 @dataclass
 class CellRecord:
     """What the core knows about one cell (times are the core's clock)."""

@@ -10,6 +10,7 @@ JSON values come back by themselves (``distlib/saved_state/namespace.py``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from nbworkers.magics.sessions.core.events import WorkerSave
@@ -72,10 +73,10 @@ class SavedState:
         numbers = {name: self.shown.get(cell, cell) for name, cell in found.items()}
         return {name: cell for name, cell in numbers.items() if cell is not None}
 
-    def cells_to_run(self) -> str:
+    def cells_to_run(self, put_back: Collection[str] = ()) -> str:
         """"session cell 1 (it built model, opt)", "session cells 1 and 3 (1 built model; 3 built opt)", or
-        "the cells that build them" when the cells are not known."""
-        rebuilt = [name for name, _, _ in self.rebuilt()]
+        "the cells that build them" when the cells are not known (``put_back``: names back already, left out)."""
+        rebuilt = [name for name, _, _ in self.rebuilt() if name not in put_back]
         cells = self.built_in()
         known = sorted({cells[name] for name in rebuilt if name in cells})
         unknown = [name for name in rebuilt if name not in cells]
@@ -143,13 +144,17 @@ class SavedState:
                          "finished")
         return found
 
-    def summary(self, session: str) -> str:
-        """One line for ``%workers``: what is waiting for ``%workers restore``."""
-        rebuilt = [name for name, _, _ in self.rebuilt()]
+    def summary(self, session: str, put_back: Collection[str] = ()) -> str:
+        """One line for ``%workers``: what is waiting for ``%workers restore``; "" once every saved model and
+        variable is back (``put_back``: by a rebuilding cell or ``%workers restore``)."""
+        saved = [name for name, _, _ in self.rebuilt()]
+        rebuilt = [name for name in saved if name not in put_back]
+        if saved and not rebuilt:
+            return ""
         text = f"{session}: saved before the restart after {self.cell}: "
         text += ", ".join(rebuilt) if rebuilt else "no model or variable"
         if rebuilt:
-            text += f" (run {self.cells_to_run()} again; or after them `%workers restore {session}`)"
+            text += f" (run {self.cells_to_run(put_back)} again; or after them `%workers restore {session}`)"
         values = self.values()
         if values:
             text += f"; put back by themselves: {', '.join(values)}"
