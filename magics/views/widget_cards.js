@@ -19,7 +19,9 @@ const STATUS_LABELS = {
 const DONE = new Set(["finished", "failed", "stopped", "lost"]); // ENDED in protocol/statuses.py (tests/unit/test_vocabulary.py)
 // Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py; test_vocabulary.py)
 const KERNEL_GONE = "stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)";
-const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale
+const DETAIL_STATES = new Set(["starting", "waiting", "restarting", "failed"]); // elsewhere a detail is stale, but:
+// a session cell's stopped worker says why (magics/sessions/core/notes.py, distlib/worker/session.py)
+const STOPPED_DETAIL = /^(aborted: worker \d+ failed|stopped at step \d+|stopped between two training steps)$/;
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 const TRACEBACK_LINES = 20;
 const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM" };
@@ -150,7 +152,7 @@ function renderCard(w) {
   foot.push(`restarts ${w.restarts || 0}`);
   if (exitText(w)) foot.push(exitText(w));
   card.append(h("div", { class: "nbw-card-foot", text: foot.join(" · ") }));
-  if (w.detail && DETAIL_STATES.has(w.status)) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
+  if (w.detail && (DETAIL_STATES.has(w.status) || (w.status === "stopped" && STOPPED_DETAIL.test(w.detail)))) card.append(h("div", { class: "nbw-card-detail", text: w.detail, title: w.detail }));
   return card;
 }
 
