@@ -8,7 +8,10 @@ from typing import Any
 from nbworkers.magics.run.core.statuses import CellState
 from nbworkers.magics.sessions.core.events import WorkerEnd
 
-LOG_CLOSE_WAIT = 1.0  # seconds after every worker ended a cell: its end markers may still be in flight
+# Seconds after every worker ended a cell that its end markers (the cell's last output, through each worker's host)
+# may still take: they come within milliseconds on a quiet machine; beside six busy processes (make soak) 1 s was
+# not enough and the cell ended without its last lines. Only a marker that never comes waits this long.
+LOG_CLOSE_WAIT = 10.0
 SAVE_WAIT = 120.0  # seconds the workers get to save their namespaces before a restart (session_save_wait)
 
 
