@@ -19,7 +19,7 @@ from typing import Any
 from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, ViewStatus, WorkerStatus
+from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus, ViewStatus, WorkerStatus
 from nbworkers.magics.run.outputs import Waits
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.core.events import WorkerEnd
@@ -28,6 +28,7 @@ from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, Wo
 from nbworkers.protocol import session_wire
 
 QUEUED = ViewStatus.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
+NEW_PROCESSES_POLL = 0.2  # s between looks for the new processes of a restart that ended a cell
 
 
 class SessionCell:
@@ -59,6 +60,7 @@ class SessionCell:
         self._held_stops: dict[int, WorkerEnd] = {}  # workers that stopped; shown once every worker has
         self._views: list[Any] = []
         self._views_lock = threading.Lock()
+        self._finished_with: tuple[bool, bool] | None = None  # the views' last finish (error_below, echoed)
         self._done = threading.Event()
         self._waits = Waits()  # wait() calls refreshing the views themselves
         self.dirty = True
@@ -287,10 +289,27 @@ class SessionCell:
         self.dirty = True
 
     def end(self) -> None:
-        """Called without the session's lock once concluded: wake waiters, or leave the final summary."""
+        """Called without the session's lock once concluded: wake waiters, or leave the final summary. A cell that
+        ended with the processes' restart shows the new ones once they are up (their pids and restart count, on
+        its cards and in its summary; issue 43), not the processes that are gone."""
+        restarting = self.session.state.status == ClusterStatus.RESTARTING
+        old = {w.pid for w in self.session.state.workers}
         self._done.set()
         if not self._waits.any:
             self.finish_views()
+        if restarting:
+            threading.Thread(target=self._show_new_processes, args=(old,), daemon=True,
+                             name=f"nbworkers-{self.name}-new-processes").start()
+
+    def _show_new_processes(self, old: set[Any]) -> None:
+        deadline = time.monotonic() + self.session.settings.session_restart_wait
+        while time.monotonic() < deadline:
+            pids = [w.pid for w in self.session.state.workers]
+            if all(pids) and not old & set(pids):
+                if self._finished_with is not None:
+                    self.finish_views(*self._finished_with)
+                return
+            time.sleep(NEW_PROCESSES_POLL)
 
     # ------------------------------------------------------------------------------ views
     def refresh_if_due(self, interval: float) -> None:
@@ -319,6 +338,7 @@ class SessionCell:
         from nbworkers.magics.run.outputs import final_snapshot
 
         with self._views_lock:
+            self._finished_with = (error_below, echoed)
             snapshot = final_snapshot(self.snapshot(), error_below, echoed)
             for view in self._views:
                 try:

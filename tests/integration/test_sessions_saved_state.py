@@ -11,6 +11,7 @@ import re
 import time
 
 import pytest
+from conftest import wait_until
 from session_helpers import BUILD, RAISE_ON_ONE, TRAIN, cell_log, session_kernel_in
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.installed]
@@ -99,6 +100,12 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert not fresh.error, fresh.text
     for worker in (0, 1):
         assert "FRESH False 1 (512, 8) {'lr': 0.01, 'tags': ['a']}" in cell_log(k, number + 1, worker)
+    # the failed cell's cards show the new processes (their pids, the restart), not the ones gone (issue 43)
+    now = k.value(f"[[w.pid, w.restarts] for w in {session}.state.workers]")
+    failed_view = f"{session}.cells[{number - 1}]._views[0].widget.cluster['workers']"
+    assert wait_until(lambda: k.value(f"[[w['pid'], w['restarts']] for w in {failed_view}]") == now, 30), (
+        now, k.value(f"[[w['pid'], w['restarts']] for w in {failed_view}]"))
+    assert all(restarts >= 1 for _, restarts in now), now
     assert k.value(f"bool(np.array_equal({session}.pull('x[:2]', worker=1), x1_before))")
     assert k.value(f"{session}.snapshot()['session']['alive_from']") == number + 1
     # re-running the cells that build them is all it takes: each saved object is read back as its cell ends
