@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from nbworkers.host.command import ZYGOTE_MODULE
 from nbworkers.magics.backends.run_env import base_env
+from nbworkers.magics.frameworks import registry as frameworks
 from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import kill_group
@@ -58,13 +59,18 @@ ZYGOTE_DIR_NAME = "nbworkers-zygote"
 IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
                         "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "TMPDIR"})
-CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "TF_CONFIG", "PYTHONUNBUFFERED"})
+CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})  # and the frameworks' variables: child_only()
+
+
+def child_only() -> frozenset[str]:
+    """The variables only a zygote's children get: ``CHILD_ONLY`` and every framework's (TF_CONFIG)."""
+    return CHILD_ONLY | frameworks.variables()
 
 
 def import_env(env: dict[str, str]) -> dict[str, str]:
     """The variables of a worker's environment that its zygote must have had when it imported TensorFlow."""
     return {k: v for k, v in base_env(env).items()
-            if k not in CHILD_ONLY and (k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES)}
+            if k not in child_only() and (k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES)}
 
 
 def interpreter_path(python: str) -> str:
@@ -180,7 +186,8 @@ class ZygotePool:
         if not (config.zygote and config.zygote_prewarm):
             return None
 
-        env = worker_env(os.environ if environ is None else environ, {}, "", "", {})  # what a default run gets
+        base = os.environ if environ is None else environ
+        env = worker_env(base, {}, frameworks.blank(), "", {})  # what a default run gets
         key = zygote_key(sys.executable, env)
         with self._lock:
             zygote = self._zygotes.get(key)
@@ -212,7 +219,7 @@ class ZygotePool:
         name = f"{key[:8]}-{os.getpid()}-{secrets.token_hex(4)}"
         socket_file = socket_path(ZYGOTE_DIR_NAME, f"{name}.sock")
         socket_path_text, log_path = str(socket_file), str(socket_file.with_suffix(".log"))
-        zygote_env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
+        zygote_env = {k: v for k, v in base_env(env).items() if k not in child_only()}
         zygote_env[ZYGOTE_MARKER_ENV] = str(config.run_root)
         zygote_env[RUN_ID_ENV] = RUN_ID_PLACEHOLDER  # a forked worker writes its run's id over it (proc_marker.py)
         zygote_env["PYTHONUNBUFFERED"] = "1"

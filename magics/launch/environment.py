@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nbworkers.magics.frameworks import registry as frameworks
+
 # Set by the kernel for itself; wrong or harmful in a plain worker interpreter.
 KERNEL_ONLY_PREFIXES = ("JPY_", "PYDEVD_", "IPY_")
-KERNEL_ONLY_NAMES = ("TF_CONFIG", "CLICOLOR_FORCE", "FORCE_COLOR")
+KERNEL_ONLY_NAMES = ("CLICOLOR_FORCE", "FORCE_COLOR")  # and every framework's variables (TF_CONFIG)
 # TensorFlow's C++ start-up chatter (oneDNN, cuda/cuDNN factory registration, absl, gRPC server lines) hidden
 # unless the user asked for it: "2" keeps C++ errors. The kernel's own setting or --env wins.
 DEFAULT_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def worker_env(base: Mapping[str, str], extra: Mapping[str, str], tf_config: str, cuda_visible_devices: str,
-               wire_env: Mapping[str, str]) -> dict[str, str]:
+def worker_env(base: Mapping[str, str], extra: Mapping[str, str], variables: Mapping[str, str],
+               cuda_visible_devices: str, wire_env: Mapping[str, str]) -> dict[str, str]:
+    """``variables``: the framework's for this worker (``magics/frameworks``: ``{"TF_CONFIG": ...}``)."""
+    per_worker = frameworks.variables() | set(variables)  # never the kernel's own TF_CONFIG
     env = {
         k: v for k, v in base.items()
-        if not k.startswith(KERNEL_ONLY_PREFIXES) and k not in KERNEL_ONLY_NAMES
+        if not k.startswith(KERNEL_ONLY_PREFIXES) and k not in KERNEL_ONLY_NAMES and k not in per_worker
     }
     if env.get("MPLBACKEND", "").startswith("module://"):  # the kernel's inline backend does not exist there
         del env["MPLBACKEND"]
@@ -25,7 +29,7 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str], tf_config: str
         env.setdefault(name, value)
     env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     env.update(extra)  # the user's --env wins over inherited values ...
-    env["TF_CONFIG"] = tf_config  # ... but not over what makes the cluster work
+    env.update(variables)  # ... but not over what makes the cluster work
     env.update({k: v for k, v in wire_env.items() if v})
     return env
 

@@ -1,4 +1,4 @@
-"""``TF_CONFIG`` for every process of a cluster, exactly as TensorFlow's cluster resolvers read it.
+"""The tasks of a cluster (TensorFlow's roles); their ``TF_CONFIG``: ``magics/frameworks/tensorflow.py``.
 
 Roles (TF_CONFIG task types) and who runs what:
 
@@ -17,10 +17,7 @@ Order of the processes (their ``NBWORKERS_WORKER`` index): chief, workers, param
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-
-TRAINING_CLUSTER_ROLES = ("chief", "worker", "ps")  # the jobs in every task's TF_CONFIG cluster
 
 
 @dataclass(frozen=True)
@@ -63,20 +60,3 @@ def plan_tasks(workers: int, chief: bool = False, evaluator: bool = False, ps: i
     if evaluator:
         tasks.append(Task("evaluator", 0))
     return tasks
-
-
-def cluster_spec(tasks: list[Task], host: str | list[str], ports: list[int]) -> dict[str, list[str]]:
-    """The training cluster: chief, worker and ps addresses (never the evaluator, which is outside it).
-    ``host``: one for every task, or each task's own (tasks on several machines, e.g. the Ray backend)."""
-    hosts = [host] * len(tasks) if isinstance(host, str) else host
-    spec: dict[str, list[str]] = {}
-    for task, task_host, port in zip(tasks, hosts, ports):
-        if task.role in TRAINING_CLUSTER_ROLES:
-            spec.setdefault(task.role, []).append(f"{task_host}:{port}")
-    return spec
-
-
-def tf_configs(tasks: list[Task], host: str | list[str], ports: list[int]) -> list[str]:
-    """The TF_CONFIG value (JSON text) of each task, in the order of ``tasks``."""
-    spec = cluster_spec(tasks, host, ports)
-    return [json.dumps({"cluster": spec, "task": {"type": t.role, "index": t.index}}) for t in tasks]

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.backends import registry
+from nbworkers.magics.frameworks import registry as frameworks
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.launch.spec import LaunchSpec
-from nbworkers.magics.launch.tfconfig import Task, tf_configs
+from nbworkers.magics.launch.tfconfig import Task
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
 from nbworkers.magics.run.noise import LEVEL_NAME, launch_line
 from nbworkers.magics.run.relay import RelayReceiver
@@ -58,11 +59,13 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
     # each worker's TensorFlow address (its machine's, a port free there) and GPUs, chosen by the backend
     placements = backend.plan(tasks, spec.gpus_per_worker)
     gpu_lists = [p.gpus for p in placements]
-    configs = tf_configs(tasks, [p.host for p in placements], [p.port for p in placements])
+    hosts, ports = [p.host for p in placements], [p.port for p in placements]
+    framework = frameworks.get(spec.framework)  # what joins the group: TF_CONFIG (magics/frameworks/)
     gpu_counts = ",".join("0" if g == "-1" else str(len(g.split(","))) for g in gpu_lists)
-    for i, (task, config) in enumerate(zip(tasks, configs)):
+    for i, task in enumerate(tasks):
+        variables = framework.environment(tasks, hosts, ports, i)
         env = worker_env(
-            base=os.environ, extra=spec.env, tf_config=config, cuda_visible_devices=gpu_lists[i],
+            base=os.environ, extra=spec.env, variables=variables, cuda_visible_devices=gpu_lists[i],
             wire_env={
                 wire.ENV_RELAY: relay.address,
                 wire.ENV_KEY: key,
@@ -84,7 +87,8 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
         )
         path = log_path(run_dir, i)
         with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
-            log.write(launch_line(task.role, task.index, generation, env.get(LEVEL_NAME, ""), config).encode())
+            log.write(launch_line(task.role, task.index, generation, env.get(LEVEL_NAME, ""),
+                                  variables.get(framework.shown, "")).encode())
         procs.append(backend.launch(i, spec.python, env, spec.cwd, path, settings.stop_grace, task.role))
 
 

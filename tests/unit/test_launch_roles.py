@@ -13,7 +13,8 @@ from nbworkers.distlib.dirs import write_dir
 from nbworkers.distlib.worker.roles import ENV_SERVE, evaluation_metrics, serves
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.roles import RoleError, check_roles, code_names
-from nbworkers.magics.launch.tfconfig import Task, plan_tasks, tf_configs
+from nbworkers.magics.frameworks.tensorflow import tf_configs
+from nbworkers.magics.launch.tfconfig import Task, plan_tasks
 
 PORTS = [2000 + i for i in range(8)]
 

@@ -9,7 +9,8 @@ import pytest
 
 from nbworkers.magics.launch.gpus import GpuAssignmentError, assign_gpus
 from nbworkers.magics.launch.names import fresh_name, valid_name
-from nbworkers.magics.launch.tfconfig import plan_tasks, tf_configs
+from nbworkers.magics.frameworks.tensorflow import tf_configs
+from nbworkers.magics.launch.tfconfig import plan_tasks
 from nbworkers.magics.run.core.logtail import LogTail
 from nbworkers.magics.run.core.state import WorkerState
 from nbworkers.magics.run.relay import RelayReceiver

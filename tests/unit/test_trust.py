@@ -160,10 +160,10 @@ def test_chatter_is_dropped_at_the_default_level_and_kept_when_the_user_asks():
 
 
 def test_workers_default_to_level_2_and_the_users_setting_wins():
-    env = worker_env({"PATH": "/bin"}, {}, "{}", "-1", {})
+    env = worker_env({"PATH": "/bin"}, {}, {"TF_CONFIG": "{}"}, "-1", {})
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "2"
-    assert worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, {}, "{}", "-1", {})["TF_CPP_MIN_LOG_LEVEL"] == "0"
-    assert worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, {"TF_CPP_MIN_LOG_LEVEL": "1"}, "{}", "-1", {})["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, {}, {"TF_CONFIG": "{}"}, "-1", {})["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, {"TF_CPP_MIN_LOG_LEVEL": "1"}, {"TF_CONFIG": "{}"}, "-1", {})["TF_CPP_MIN_LOG_LEVEL"] == "1"
     assert cpp_log_level({}, {}) == "2" and cpp_log_level({"TF_CPP_MIN_LOG_LEVEL": "0"}, {}) == "0"
 
 

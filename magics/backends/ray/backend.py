@@ -66,6 +66,7 @@ from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
 from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.backends.zygotes import why_not_forked
+from nbworkers.magics.frameworks import registry as frameworks
 from nbworkers.magics.launch.environment import worker_env
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.rundir.layout import CELL_FILE, PUSH_FILE
@@ -77,7 +78,7 @@ from nbworkers.protocol.cell_scan import CellScan
 ACTOR_PROCESS_TITLE = "ray::" + NbworkersWorkerHost.__name__  # what the actors' processes are called on the nodes
 # The worker's own variables (always sent); with ``forward_env_prefixes`` and --env, all a node receives of
 # the kernel's environment. Everything else (PATH, HOME, the virtualenv, ...) is the node's own.
-WORKER_VARIABLES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+WORKER_VARIABLES = ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")  # and the frameworks' (TF_CONFIG: magics/frameworks/)
 _connect_lock = threading.Lock()  # ray.init once, from the first cell or the prewarm at %load_ext (groups/prewarm.py)
 
 
@@ -305,7 +306,7 @@ class RayBackend:
         """(interpreter, forwarded import-time environment) of the zygotes this backend's runs fork from: "" for
         each node's own interpreter, and the kernel's variables a launch forwards but its per-run ones."""
         python = "" if not self.python or self.python == sys.executable else self.python
-        return python, self._worker_variables(worker_env(os.environ, self.extra_env, "", "-1", {}))
+        return python, self._worker_variables(worker_env(os.environ, self.extra_env, frameworks.blank(), "-1", {}))
 
     def close(self) -> None:
         """The run ended: the zygotes its nodes had none of start now, for the next launches there."""
@@ -320,9 +321,10 @@ class RayBackend:
         """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the
         kernel's variables with ``forward_env_prefixes``; the node supplies the rest."""
         prefixes = tuple(self.settings.forward_env_prefixes)
+        own = frozenset(WORKER_VARIABLES) | frameworks.variables()
         return {
             k: v for k, v in env.items()
-            if k in WORKER_VARIABLES or k in self.extra_env or k.startswith(prefixes)
+            if k in own or k in self.extra_env or k.startswith(prefixes)
         }
 
     # ------------------------------------------------------------------ release

@@ -27,7 +27,7 @@ from typing import Any
 from nbworkers.host.command import ZYGOTE_MODULE
 from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.run_env import base_env
-from nbworkers.magics.backends.zygotes import CHILD_ONLY
+from nbworkers.magics.backends.zygotes import child_only
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
 from nbworkers.protocol.private.dirs import module_command, socket_path
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
@@ -54,7 +54,7 @@ class NbworkersNodeZygote:
             python = request["python"] or sys.executable
             env = {k: v for k, v in os.environ.items() if k not in ACTOR_ENV}
             env.update(request["env"])
-            env = {k: v for k, v in base_env(env).items() if k not in CHILD_ONLY}
+            env = {k: v for k, v in base_env(env).items() if k not in child_only()}
             env[ZYGOTE_MARKER_ENV] = request["marker"]
             env[RUN_ID_ENV] = RUN_ID_PLACEHOLDER  # a forked worker writes its run's id over it (marker.py)
             env["PYTHONUNBUFFERED"] = "1"

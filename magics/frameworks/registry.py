@@ -1,0 +1,83 @@
+"""Frameworks by registration: the name a spec's ``framework`` carries maps to a ``Framework`` here, never through
+an ``if name == ...`` in the code that uses it.
+
+The registration is an entry point in the group ``nbworkers.frameworks`` (the built-in ``tf`` is registered in
+nbworkers' pyproject.toml like a third party's)::
+
+    [project.entry-points."nbworkers.frameworks"]
+    jax = "nbworkers_jax:JAX"
+
+or, in the kernel, ``register(framework)`` (a test's fake framework). Names are case-insensitive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from importlib.metadata import distributions
+from typing import Any
+
+from nbworkers.magics.frameworks import Framework
+
+GROUP = "nbworkers.frameworks"  # the entry-point group
+DEFAULT = "tf"  # a spec's default
+log = logging.getLogger("nbworkers")
+
+_frameworks: dict[str, Framework] | None = None
+
+
+def frameworks() -> dict[str, Framework]:
+    """Every registered framework by name, the default first (the entry points are read once per process)."""
+    global _frameworks
+    if _frameworks is None:
+        found: dict[str, Framework] = {}
+        for point in _entry_points():
+            if point.name.lower() in found:
+                continue
+            try:
+                framework = point.load()
+            except Exception as error:  # a broken plugin must not break %%worker
+                log.warning("nbworkers: framework %r (%s) could not be loaded: %s", point.name, point.value, error)
+                continue
+            if isinstance(framework, Framework):
+                found[framework.name.lower()] = framework
+            else:
+                log.warning("nbworkers: framework %r (%s) is not a Framework", point.name, point.value)
+        _frameworks = dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT, item[0])))
+    return _frameworks
+
+
+def _entry_points() -> Iterator[Any]:
+    """The group's entry points of every installed distribution (as ``backends/registry.py`` reads its group)."""
+    for dist in distributions():
+        for point in dist.entry_points:
+            if point.group == GROUP:
+                yield point
+
+
+def register(framework: Framework) -> None:
+    """Add (or replace) a framework in this process."""
+    frameworks()[framework.name.lower()] = framework
+
+
+def unregister(name: str) -> None:
+    frameworks().pop(name.lower(), None)
+
+
+def get(name: str) -> Framework:
+    """The framework registered as ``name``; ``LookupError`` naming the ones there are."""
+    try:
+        return frameworks()[(name or DEFAULT).lower()]
+    except KeyError:
+        known = ", ".join(frameworks()) or "none"
+        raise LookupError(f"framework {name}: no such framework (registered: {known})") from None
+
+
+def variables() -> frozenset[str]:
+    """Every registered framework's per-worker variables: what no zygote and no worker inherits from the kernel."""
+    return frozenset().union(*(framework.variables for framework in frameworks().values()))
+
+
+def blank(name: str = DEFAULT) -> dict[str, str]:
+    """A framework's variables, each empty: the environment of a run not planned yet (a zygote's prewarm)."""
+    return dict.fromkeys(sorted(get(name).variables), "")
