@@ -171,6 +171,8 @@ class LogForwarder:
         self.cell_ended = self.cell_ended or CELL_END_MARK in recent
         self._recent = recent[-RECENT_BYTES:]
         text = self._cap(self._decoder.decode(chunk))
+        if CELL_END_LINE in text:  # for this host only (one write, so one chunk): the log file keeps it
+            text = text.replace(CELL_END_LINE, "")
         if text:
             self._pending.append(text)
             self._pending_chars += len(text)

@@ -6,8 +6,9 @@ with ``shown_log``):
 
 - **nbworkers' own bookkeeping** (``OWN_LINES``), the lines every healthy run writes: a launch's
   ``--- nbworkers: worker 0, launch 0, TF_CPP_MIN_LOG_LEVEL=2, TF_CONFIG=...``, a forked worker's
-  ``--- nbworkers: forked from zygote ...``, a session's cell markers ``--- nbworkers: cell N start ---`` (a
-  session routes each cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say
+  ``--- nbworkers: forked from zygote ...``, the end of a worker's cell (``wire.CELL_END_LINE``: the log file has
+  it, its host relays it not), a session's cell markers ``--- nbworkers: cell N start ---`` (a session routes each
+  cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say
   something went wrong or why a worker ended (``stopped (...)``, ``node lost``, ``restarting the group``, a zygote
   that could not fork) stay in every view.
 - **TensorFlow's C++ start-up chatter**, below the worker's ``TF_CPP_MIN_LOG_LEVEL`` (default 2 in the workers:
@@ -28,7 +29,7 @@ import re
 
 from nbworkers.magics.collective_abort import is_collective_abort
 from nbworkers.magics.launch.environment import DEFAULT_ENV
-from nbworkers.protocol import session_wire
+from nbworkers.protocol import session_wire, wire
 from nbworkers.protocol.terminal import TerminalStream, settled_lines
 
 # glog/absl format: severity letter, MMDD, time, thread id, file:line]
@@ -48,8 +49,9 @@ LEVEL_NAME = "TF_CPP_MIN_LOG_LEVEL"
 LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}=(?P<level>[^,]*), )?TF_CONFIG=")
 FORKED_LINE = re.compile(r"^--- nbworkers: forked from zygote \d+ ")
 CELL_MARKER = session_wire.MARKER
-OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER)
-UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE)  # what a session drops before it routes output by the cell markers
+CELL_END_LINE = re.compile(re.escape(wire.CELL_END_LINE))  # the worker's word to its host (which relays it not)
+OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER, CELL_END_LINE)
+UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_END_LINE)  # what a session drops before routing by the markers
 
 
 def launch_line(role: str, index: int, generation: int, level: str, tf_config: str) -> str:

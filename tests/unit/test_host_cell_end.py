@@ -35,6 +35,25 @@ def test_the_end_line_is_found_even_when_split_across_chunks():
     assert forwarder.cell_ended and log.endswith(b"atexit output\n")
 
 
+def test_the_end_line_is_for_the_host_only_the_relay_never_carries_it():
+    sent: list[list[str]] = []
+
+    class Sender:
+        def send(self, kind: str, lines: list[str]) -> None:
+            sent.append(lines)
+
+    read, write = os.pipe()
+    log = Log()
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        forwarder = LogForwarder(pipe, log, sender=Sender())  # type: ignore[arg-type]
+        os.write(write, b"CHECKSUM 42\n" + CELL_END_LINE.encode() + b"atexit output\n")
+        os.close(write)
+        forwarder.run()
+    relayed = "".join(line for lines in sent for line in lines)
+    assert forwarder.cell_ended and CELL_END_LINE.encode() in log.getvalue()
+    assert relayed == "CHECKSUM 42\natexit output\n"
+
+
 def test_no_end_line_means_the_worker_left_early_and_the_log_says_where_it_was():
     forwarder, _ = forward(b"epoch 1\nstep 7/70\r", b"step 8/70\n--- nbworkers: forked from zygote 12\n")
     assert not forwarder.cell_ended
