@@ -5,8 +5,8 @@
     python tools/env_table.py --readme FILE --check  # exit 1 (and say so) when FILE's table is out of date
 
 The site's Environment variables page (docs/reference/environment.md) includes this table, written at each build by
-docs/_ext/nbworkers_docs.py from ``render()``: it cannot be out of date (tests/integration/test_settings_table_scripts.py
-checks the page includes it and that it names every variable).
+docs/_ext/nbworkers_docs.py from ``render()``: it cannot be out of date
+(tests/integration/test_settings_table_scripts.py checks the page includes it and that it names every variable).
 """
 
 from __future__ import annotations
