@@ -85,6 +85,7 @@ def main() -> int:
     netns.join_from_env()  # the run's private network namespace, while this process has one thread (netns.py)
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    whole_lines()
     stop_signal.install()  # the host's stop: KeyboardInterrupt in the cell (a spawned worker inherits SIGINT ignored)
     code_path = os.environ[wire.ENV_CODE]
     cwd = os.environ.get(wire.ENV_CWD) or os.getcwd()
@@ -158,6 +159,19 @@ def main() -> int:
             sender.send("status", state=ended.value, detail=detail)
         sender.close()
     return exit_code
+
+
+def whole_lines() -> None:
+    """Each line the cell prints reaches the host in one write, as in a terminal (line buffering; the interpreter runs
+    with ``-u``, which made ``print("CHECKSUM", x)`` write its parts one by one): a line is never cut by what another
+    thread writes at the same moment. Seen: TensorFlow's preemption watcher thread printed its traceback when its
+    peer had left, between ``CHECKSUM`` and its value, and the run's last line was nowhere whole (make test's chaos
+    and custom-loop tests, issue 39). A flush still writes a partial line at once (Keras' progress bar does)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # not a TextIOWrapper (replaced by the caller)
+            pass
 
 
 def say_cell_ended() -> None:
