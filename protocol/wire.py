@@ -66,6 +66,9 @@ PREEMPTION_EXIT_CODE = 42
 CELL_END_LINE = "--- nbworkers: the cell ran to its end\n"
 ENDED_EARLY_EXIT_CODE = 86
 ENDED_EARLY_LINE = "--- nbworkers: ended early:"
+# TensorFlow's preemption watcher thread ended because the worker holding the coordination service left (a normal end
+# of training): said in this one line instead of a traceback (distlib/compat/preemption_handler.py); views hide it
+WATCHER_STOPPED_LINE = "--- nbworkers: preemption watcher stopped, its peer left:"
 
 WORKER_STATES = tuple(sorted(status.value for status in SENT_BY_WORKERS))  # the ``state`` of a status message
 

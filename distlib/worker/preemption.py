@@ -187,6 +187,7 @@ class PreemptionSaver:
         previous = signal.getsignal(signal.SIGTERM)
         try:
             self._handler = preemption_handler.create(resolver, manager, config)
+            preemption_handler.quiet_watchers_when_peers_leave()
         finally:
             signal.signal(signal.SIGTERM, previous)  # PCH sets its own: ours goes in while training runs
 

@@ -7,7 +7,8 @@ with ``shown_log``):
 - **nbworkers' own bookkeeping** (``OWN_LINES``), the lines every healthy run writes: a launch's
   ``--- nbworkers: worker 0, launch 0, TF_CPP_MIN_LOG_LEVEL=2, TF_CONFIG=...``, a forked worker's
   ``--- nbworkers: forked from zygote ...``, the end of a worker's cell (``wire.CELL_END_LINE``: the log file has
-  it, its host relays it not), a session's cell markers ``--- nbworkers: cell N start ---`` (a session routes each
+  it, its host relays it not), TensorFlow's preemption watcher ended by its peer's leaving
+  (``wire.WATCHER_STOPPED_LINE``), a session's cell markers ``--- nbworkers: cell N start ---`` (a session routes each
   cell's lines by them, then drops them: ``magics/sessions/cell.py``). Lines that say
   something went wrong or why a worker ended (``stopped (...)``, ``node lost``, ``restarting the group``, a zygote
   that could not fork) stay in every view.
@@ -50,8 +51,9 @@ LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}
 FORKED_LINE = re.compile(r"^--- nbworkers: forked from zygote \d+ ")
 CELL_MARKER = session_wire.MARKER
 CELL_END_LINE = re.compile(re.escape(wire.CELL_END_LINE))  # the worker's word to its host (which relays it not)
-OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER, CELL_END_LINE)
-UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_END_LINE)  # what a session drops before routing by the markers
+WATCHER_LINE = re.compile(re.escape(wire.WATCHER_STOPPED_LINE))  # TensorFlow's preemption watcher after its peer left
+OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER, CELL_END_LINE, WATCHER_LINE)
+UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_END_LINE, WATCHER_LINE)  # dropped before routing by the markers
 
 
 def launch_line(role: str, index: int, generation: int, level: str, tf_config: str) -> str:

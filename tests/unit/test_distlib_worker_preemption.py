@@ -76,3 +76,33 @@ def test_a_second_sigterm_still_kills_and_an_own_interrupt_stays_a_keyboard_inte
     stop_signal.own_interrupt()  # a session's Stop of its cell
     with pytest.raises(KeyboardInterrupt):
         _Saver(monkeypatch).saver._on_sigint_in_main_thread(signal.SIGINT, None)
+
+
+def test_the_preemption_watchers_unavailable_error_is_one_line_and_every_other_error_prints_as_before(capsys,
+                                                                                                   monkeypatch):
+    """Worker 0 (the coordination service) left first: TensorFlow's peer watcher thread fails with UnavailableError,
+    a normal end of training, said in one line the views hide; anything else goes to the previous hook."""
+    import threading
+
+    from nbworkers.distlib.compat import preemption_handler
+    from nbworkers.protocol import wire
+
+    printed: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(f"{args.thread.name} {args.exc_type.__name__}"))
+    preemption_handler.quiet_watchers_when_peers_leave()
+    preemption_handler.quiet_watchers_when_peers_leave()  # once only
+
+    class UnavailableError(Exception):  # (TensorFlow's, by name: no TensorFlow in the unit tests)
+        pass
+
+    def fail(error: Exception) -> None:
+        raise error
+
+    for name, error in (("PeerTerminationWatcher-1", UnavailableError("failed to connect to all addresses\nGRPC...")),
+                        ("PeerTerminationWatcher-1", ValueError("a bug")), ("Thread-9", UnavailableError("other"))):
+        thread = threading.Thread(target=fail, args=(error,), name=name)
+        thread.start()
+        thread.join()
+    assert printed == ["PeerTerminationWatcher-1 ValueError", "Thread-9 UnavailableError"]
+    assert capsys.readouterr().err == (f"{wire.WATCHER_STOPPED_LINE} PeerTerminationWatcher-1: failed to connect to all "
+                                       "addresses\n")
