@@ -92,7 +92,7 @@ def start(run_dir: Path, start_timeout: float, reload_interval: float = 5.0) -> 
         socket_path = socket_path_for(run_dir)
         log_path = rundir.tensorboard_log_path(run_dir)
         with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-            command = [sys.executable, "-m", "nbworkers.procs.tied", "--",
+            command = [sys.executable, "-P", "-m", "nbworkers.procs.tied", "--",
                        *module_command(sys.executable, "nbworkers.magics.notebook.tensorboard_server",
                                        "--logdir", str(logdir), "--socket", str(socket_path),
                                        "--reload-interval", f"{reload_interval:g}")]
