@@ -21,9 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import distributions
+from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
 
+from nbworkers.magics import plugins
 from nbworkers.magics.launch.spec import LaunchSpec
 from nbworkers.magics.shapes import Backend
 
@@ -87,30 +88,12 @@ def kinds() -> dict[str, BackendKind[Any]]:
     """Every registered backend by name, the default first (the entry points are read once per process)."""
     global _kinds
     if _kinds is None:
-        found: dict[str, BackendKind[Any]] = {}
-        for point in _entry_points():
-            if point.name.lower() in found:
-                continue
-            try:
-                kind = point.load()
-            except Exception as error:  # a broken plugin must not break %%worker
-                log.warning("nbworkers: backend %r (%s) could not be loaded: %s", point.name, point.value, error)
-                continue
-            if isinstance(kind, BackendKind):
-                found[kind.name.lower()] = kind
-            else:
-                log.warning("nbworkers: backend %r (%s) is not a BackendKind", point.name, point.value)
-        _kinds = dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT, item[0])))
+        _kinds = plugins.registered(GROUP, BackendKind, "backend", DEFAULT)
     return _kinds
 
 
-def _entry_points() -> Iterator[Any]:
-    """The group's entry points of every installed distribution (all of them: a stale ``nbworkers.egg-info`` in the
-    working directory, found before the installed metadata, must not hide the installed registrations)."""
-    for dist in distributions():
-        for point in dist.entry_points:
-            if point.group == GROUP:
-                yield point
+def _entry_points() -> Iterator[EntryPoint]:
+    return plugins.entry_points(GROUP)
 
 
 def register(kind: BackendKind[Any]) -> None:

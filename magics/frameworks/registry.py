@@ -12,16 +12,14 @@ or, in the kernel, ``register(framework)`` (a test's fake framework). Names are 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
-from importlib.metadata import distributions
-from typing import Any
+from importlib.metadata import EntryPoint
 
+from nbworkers.magics import plugins
 from nbworkers.magics.frameworks import Framework
 
 GROUP = "nbworkers.frameworks"  # the entry-point group
 DEFAULT = "tf"  # a spec's default
-log = logging.getLogger("nbworkers")
 
 _frameworks: dict[str, Framework] | None = None
 
@@ -30,29 +28,12 @@ def frameworks() -> dict[str, Framework]:
     """Every registered framework by name, the default first (the entry points are read once per process)."""
     global _frameworks
     if _frameworks is None:
-        found: dict[str, Framework] = {}
-        for point in _entry_points():
-            if point.name.lower() in found:
-                continue
-            try:
-                framework = point.load()
-            except Exception as error:  # a broken plugin must not break %%worker
-                log.warning("nbworkers: framework %r (%s) could not be loaded: %s", point.name, point.value, error)
-                continue
-            if isinstance(framework, Framework):
-                found[framework.name.lower()] = framework
-            else:
-                log.warning("nbworkers: framework %r (%s) is not a Framework", point.name, point.value)
-        _frameworks = dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT, item[0])))
+        _frameworks = plugins.registered(GROUP, Framework, "framework", DEFAULT)
     return _frameworks
 
 
-def _entry_points() -> Iterator[Any]:
-    """The group's entry points of every installed distribution (as ``backends/registry.py`` reads its group)."""
-    for dist in distributions():
-        for point in dist.entry_points:
-            if point.group == GROUP:
-                yield point
+def _entry_points() -> Iterator[EntryPoint]:
+    return plugins.entry_points(GROUP)
 
 
 def register(framework: Framework) -> None:
