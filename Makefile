@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed
 LABEXT_BUILD := extension/labextension
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbworkers
 
-.PHONY: setup demo docs test test-deps test-fast test-installed soak lab bench installed-env installed-venv estimator-env browser-deps labextension wheel hub-deps clean
+.PHONY: setup demo docs test test-deps test-fast test-installed soak lab bench installed-env installed-venv estimator-env browser-deps slurm-deps labextension wheel hub-deps clean
 
 # The sidebar is prebuilt (extension/labextension, committed): setup needs no node. Editable installs skip data
 # files, so it is linked where JupyterLab and Notebook 7 look (a regular install copies it there).
@@ -36,6 +36,13 @@ $(STAMP): pyproject.toml setup.py
 # Debian's chromium for the browser tests (Playwright must never download a browser here).
 browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+# Debian's munge and Slurm 22.05 for the Slurm tests (tests/integration/slurm/): tests/slurm_cluster.py starts its
+# own munged, slurmctld and slurmd's on 127.0.0.1 with the project's config (tests/slurm/); nothing of the system's
+# munge or Slurm is configured or started. ~25 s the first time.
+SLURM_PACKAGES := munge slurmctld slurmd slurm-client
+slurm-deps:
+	@dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1 || (apt-get update -qq -o DPkg::Lock::Timeout=300 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends $(SLURM_PACKAGES) >/dev/null)
 
 # .venv-installed: a venv with the wheel installed (not editable) and its extras from the registry (pip's cache), for
 # the tests marked `installed` (make test-installed). A re-run is cheap while the wheel's content is the same; when
@@ -93,7 +100,7 @@ test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target test-deps
 	@PYTEST_ARGS='$(PYTEST_ARGS)' PYTHON='$(PYTHON)' tools/test_suite.sh
 
-test-deps: setup browser-deps estimator-env hub-deps
+test-deps: setup browser-deps estimator-env hub-deps slurm-deps
 
 test-installed: installed-env browser-deps estimator-env hub-deps
 	@$(INSTALLED_VENV)/bin/pytest -p no:cacheprovider --rootdir=$(CURDIR) tests/integration --track=installed $(PYTEST_ARGS); \
