@@ -21,6 +21,8 @@ per repetition before the median).
 - stop: ``%workers stop`` of a plain loop and of a ``report()`` loop, with exit codes and ``finally:`` (``stop.py``);
 - saved state: one worker's error in a session to its ~100 MB of weights and optimizer slots restored, against
   the time to train to that point (``saved_state.py``);
+- Keras on JAX: a ``%%worker -n 2 --framework jax`` cell's first step, cold and warm, and its steady steps/s
+  against a hand launch of the same script (``jax_startup.py``; says so when jax or the flag is not there);
 - memory: the kernel's resident size with a cluster running (the kernel never imports TensorFlow).
 
 ``--quick`` runs each once with smaller loads (about two minutes). The machine is shared: the load average
@@ -43,6 +45,7 @@ from harness import (
     base_env,
     first_steps,
     hand_launch,
+    kill_group,
     log,
     nbworkers_launch,
     wait_first_steps,
@@ -68,7 +71,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
                         help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation,"
-                             "ray_nodes,stop,saved_state")
+                             "ray_nodes,stop,saved_state,jax")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
@@ -76,7 +79,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
                                                         "keras_fit", "sessions", "data", "zygote", "isolation",
-                                                        "ray_nodes", "stop", "saved_state"}
+                                                        "ray_nodes", "stop", "saved_state", "jax"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -155,6 +158,12 @@ def main() -> int:
                 import saved_state
 
                 results["saved_state"] = saved_state.bench(kernel, 1 if args.quick else args.reps, log)
+            if "jax" in only:  # Keras on JAX, 2 processes: %%worker --framework jax vs a hand launch (jax_startup.py)
+                import jax_startup
+
+                results["jax"] = jax_startup.bench(tmp, handdir, env, 1 if args.quick else args.reps,
+                                                   BenchKernel=BenchKernel, wait_first_steps=wait_first_steps,
+                                                   kill_group=kill_group, log=log)
             if "recovery" in only:
                 results["recovery"] = bench_recovery(kernel, run_root, 1 if args.quick else 2, rss)
             results["rss"] = {"idle": idle_rss, "first": rss[0] if rss else None,

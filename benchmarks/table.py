@@ -129,6 +129,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import stop
 
         rows += stop.rows(results["stop"])
+    if results.get("jax"):
+        import jax_startup
+
+        rows += jax_startup.rows(results["jax"])
     if results.get("saved_state"):
         import saved_state
 
