@@ -55,6 +55,7 @@ class CellResult:
     displays: list[dict] = field(default_factory=list)  # display_data/update_display_data/execute_result data
     msg_types: list[str] = field(default_factory=list)
     status: str = ""  # the execute_reply's status: ok, error or aborted
+    execution_count: int | None = None  # the execute_reply's: the cell's [N] as a notebook shows it
 
     @property
     def failure(self) -> str:
@@ -124,7 +125,7 @@ class KernelDriver:
             kind, content = msg["msg_type"], msg["content"]
             result.msg_types.append(kind)
             if kind == "status" and content["execution_state"] == "idle":
-                result.status = self._reply_status(msg_id)
+                result.status, result.execution_count = self._reply(msg_id)
                 return result
             if kind == "stream":
                 if content["name"] == "stdout":
@@ -137,11 +138,12 @@ class KernelDriver:
                 result.error_line = f"{content['ename']}: {content['evalue']}"
                 result.error = result.error_line + "\n" + "\n".join(content["traceback"])
 
-    def _reply_status(self, msg_id: str) -> str:
+    def _reply(self, msg_id: str) -> tuple[str, int | None]:
+        """The execute_reply's status and execution count."""
         while True:
             reply = self.client.get_shell_msg(timeout=REPLY_TIMEOUT)
             if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"]["status"]
+                return reply["content"]["status"], reply["content"].get("execution_count")
 
     def run(self, code: str, timeout: float = CELL_TIMEOUT) -> CellResult:
         """Execute ``code`` and return what it showed (whether or not it raised)."""

@@ -53,10 +53,11 @@ class FakeSession:
         self.ended = False
         self.saved = False  # whether the workers saved something before a restart (restore() refuses without)
 
-    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> FakeCell:
+    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "",
+               prompt: int | None = None) -> FakeCell:
         if self.ended:
             raise SessionEnded("session 's' is stopped: start it again")
-        self.cells.append(FakeCell(len(self.cells) + 1, code, label))
+        self.cells.append(FakeCell(len(self.cells) + 1, code, label or (f"cell [{prompt}]" if prompt else "")))
         return self.cells[-1]
 
     def restore(self) -> FakeCell:

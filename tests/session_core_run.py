@@ -29,8 +29,9 @@ class Session:
         self.actions += actions
         return actions
 
-    def submit(self, timeout: float | None = None, group: Group = READY, label: str = "") -> list[ev.Action]:
-        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group, label))
+    def submit(self, timeout: float | None = None, group: Group = READY, label: str = "",
+               prompt: int | None = None) -> list[ev.Action]:
+        return self.send(ev.Submitted(len(self.core.records) + 1, timeout, group, label, prompt))
 
     def tick(self, seconds: float = 0.0, group: Group = READY) -> list[ev.Action]:
         self.now += seconds

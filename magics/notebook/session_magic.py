@@ -82,7 +82,8 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
                 session = Session(spec)
                 session.start()
                 registry.add(session)
-        cell_handle = session.submit(cell, timeout=args.timeout, display=getattr(args, "display", "0") or "0")
+        cell_handle = session.submit(cell, timeout=args.timeout, display=getattr(args, "display", "0") or "0",
+                                     prompt=execution_count(magics.shell))
     except (LaunchError, SessionEnded, SessionRefused, UnsafeDirectory) as error:  # SessionRefused: a detached one's
         raise UsageError(str(error)) from None
     if not args.block:
@@ -99,6 +100,13 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
     except RunFailed as error:
         raise error from None
     return cell_handle.value  # the cell's last expression: the notebook cell's Out (None: no Out)
+
+
+def execution_count(shell: Any) -> int | None:
+    """The notebook's number of the cell running now (its ``[5]``: IPython counts a cell up after it ran), so that
+    a session's messages name its cells as the notebook shows them; None without a shell."""
+    count = getattr(shell, "execution_count", None)
+    return count if type(count) is int and count > 0 else None
 
 
 def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> None:

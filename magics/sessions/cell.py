@@ -134,7 +134,7 @@ class SessionCell:
             "kernel_pid": self.session.state.kernel_pid,
             "kernel_id": self.session.state.kernel_id,
             "workers": workers,
-            "session": {"name": self.session.name, "cell": self.record.shown or self.number, "label": self.label,
+            "session": {"name": self.session.name, "cell": self.record.ref or self.number, "label": self.label,
                         "state": self.state, "cells": self.session.user_cells, "running": first_line[:120],
                         "live_cells": self.session.live_cells(), "echoed": self.echoed,
                         "restored": self.restored},

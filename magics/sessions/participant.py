@@ -144,11 +144,12 @@ class SessionParticipant:
         return bridge.group(ending=self._ended or self.loop.ending, restart_pending=self.loop.core.restart_pending,
                             connected=connected)
 
-    def submit(self, code: str, timeout: float | None, display: str, label: str = "") -> SessionCell:
+    def submit(self, code: str, timeout: float | None, display: str, label: str = "",
+               prompt: int | None = None) -> SessionCell:
         """A new cell, queued (lock held); an idle session starts it now, not at the loop's next round. ``label``:
         what the views call a cell nbworkers runs itself ("restore"); a user's is "cell N"."""
         number = len(self.cells) + 1
-        actions = self.core.handle(ev.Submitted(number, timeout, self.group(), label))
+        actions = self.core.handle(ev.Submitted(number, timeout, self.group(), label, prompt))
         cell = SessionCell(self.session, self.core.record(number), code, display, label)
         self.cells.append(cell)
         self.loop.dirty = True

@@ -185,14 +185,17 @@ class Session:
         """What the workers saved before the processes last restarted (``restore()`` puts it back); None: nothing."""
         return self._part.core.saved
 
-    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> SessionCell:
+    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "",
+               prompt: int | None = None) -> SessionCell:
         """Queue a cell; it runs once the cells before it have ended (returns at once). ``display``: whose rich
-        output (``display(...)``, ``plt.show()``) the cell shows, worker 0's (``"0"``) or every worker's (``"all"``)."""
+        output (``display(...)``, ``plt.show()``) the cell shows, worker 0's (``"0"``) or every worker's (``"all"``).
+        ``prompt``: the notebook's execution count of the cell that submits it (messages then call it "cell [5]", as
+        the notebook shows it; without it "cell 3", the session's own count)."""
         with self.lock:
             if self.ending:
                 raise SessionEnded(f"session {self.name!r} is {self.status}: `%%worker -n N --session {self.name}` "
                                    "starts it again (its variables are gone)")
-            return self._part.submit(code, timeout, display, label)
+            return self._part.submit(code, timeout, display, label, prompt)
 
     @property
     def user_cells(self) -> int:

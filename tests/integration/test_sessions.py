@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import time
 
@@ -100,8 +101,9 @@ def test_a_failed_cell_raises_and_the_session_goes_on(session_kernel):
     assert "KeyError" in failed.error and "<session cell" in failed.error  # the worker's own traceback
     # no process restarted: the message says the state is safe and the one thing to run, before the traceback
     assert "- nothing was lost: no process restarted" in failed.error, failed.error
-    assert "- run: session cell 4 again once it is fixed" in failed.error, failed.error
-    assert failed.error.index("- run: session cell 4") < failed.error.index("Traceback"), failed.error
+    # the cell is named as the notebook shows it, by its [N] (issue 43)
+    assert f"- run: cell [{failed.execution_count}] again once it is fixed" in failed.error, failed.error
+    assert failed.error.index("- run: cell [") < failed.error.index("Traceback"), failed.error
     again = k.run("%%worker --session train --block\nprint('STILL', built_in_cell)")
     assert not again.error, again.text
     assert "STILL 1" in cell_log(k, 5, 1)
@@ -416,15 +418,14 @@ def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
 
 def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_kernel):
     k = session_kernel
-    first = k.value("nbworkers.session('train').snapshot()['session']['alive_from']")
-    k.run("%%worker --session train --block\nkept = 'before the kill'")
-    last = k.value("len(nbworkers.session('train').cells)")
+    kept = k.run("%%worker --session train --block\nkept = 'before the kill'")
     pid = k.value("nbworkers.session('train').snapshot()['workers'][1]['pid']")
     restarts = k.value("nbworkers.session('train').restarts")
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: k.value("nbworkers.session('train').restarts") > restarts, 60, interval=0.5)
     note = k.value("nbworkers.session('train').lost_note")
-    assert f"state of cells {first}-{last} is gone" in note, note
+    # the cells are named by the notebook's numbers, the last one this cell's [N] (issue 43)
+    assert re.search(rf"state of cells? [\[\]\d, and-]*\[{kept.execution_count}\] is gone", note), note
     after = k.run("%%worker --session train --block\nprint('KEPT', 'kept' in globals())")
     assert not after.error, after.text
     assert "KEPT False" in cell_log(k, last + 1, 1)

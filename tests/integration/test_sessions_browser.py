@@ -91,7 +91,9 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
             error = f"({OUTPUT_OF})(6).querySelector('.nbw-error')"
             page.wait_for_function(f"() => {error} && {error}.innerText.includes('nothing was lost')", timeout=60_000)
             shown = page.evaluate(f"() => {error}.innerText")
-            assert "- run: session cell 6 again once it is fixed" in shown and shown.count("Traceback") == 1, shown
+            # named as the notebook shows the cell: its [N] (issue 43)
+            prompt = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[6].model.executionCount")
+            assert f"- run: cell [{prompt}] again once it is fixed" in shown and shown.count("Traceback") == 1, shown
             assert shown.index("nothing was lost") < shown.index("Traceback"), shown
             assert page.evaluate(f"() => {error}.scrollHeight <= {error}.clientHeight + 1"), shown
             screenshot(page, "session-cell-error.png")

@@ -39,11 +39,14 @@ OPTIMIZER_STATE = "nbworkers.session('train').pull('[v.numpy() for v in opt.vari
 @pytest.fixture(scope="module")
 def session_kernel(tmp_path_factory):
     """A kernel whose session `train` has built its model (cell 1) and trained it (cell 2), built a second model
-    and a standalone optimizer (cell 3) and trained them with a custom step (cell 4)."""
+    and a standalone optimizer (cell 3) and trained them with a custom step (cell 4). ``kernel.prompts``: those
+    cells' numbers as the notebook shows them ([N], the execution counts), which the session's messages use."""
     with session_kernel_in(tmp_path_factory.mktemp("saved-state")) as kernel:
+        kernel.prompts = []
         for code in (BUILD, TRAIN, CUSTOM, CUSTOM_TRAIN):
             result = kernel.run(code)
             assert not result.error and result.status == "ok", result.text
+            kernel.prompts.append(result.execution_count)
         yield kernel
 
 
@@ -71,11 +74,12 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     shown = result.text + "".join(cell_log(k, number, 0) + cell_log(k, number, 1))
     for internal in ("pybind11", "MISMATCH", "UnavailableError", "nbworkers/distlib", "site-packages/nbworkers"):
         assert internal not in shown, (internal, shown)
-    assert set(re.findall(r'File "([^"]+)"', result.error)) == {f"<session cell {number}>"}, result.error
+    prompt = result.execution_count  # the notebook's [N]: the session's messages name the cell so (issue 43)
+    assert set(re.findall(r'File "([^"]+)"', result.error)) == {f"<session cell [{prompt}]>"}, result.error
     for cpp in ("StartAbort", "ring_alg.cc", "Aborting RingReduce", "E0000"):  # in the workers' logs only
         assert cpp not in result.text, result.text
-    assert f'File "<session cell {number}>", line 3' in result.error  # worker 1's traceback
-    assert f"state of cells 1-{number} is gone" in result.error
+    assert f'File "<session cell [{prompt}]>", line 3' in result.error  # worker 1's traceback
+    assert f"state of cells [{k.prompts[0]}]-[{prompt}] is gone" in result.error
     # before the restart worker 1, which raised between steps, saved its model and variable (worker 0 was aborted
     # inside an all-reduce: its optimizer may be a step ahead of its weights), and every worker its arrays and values
     assert "- kept: worker 1 saved model (Keras model: 4 weights + " in result.error, result.error
@@ -83,7 +87,9 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
         result.error)
     assert "step_size (variable: float32 ())" in result.error and "`%workers restore train`" in result.error
     assert "opt (Adam: 10 variables (iterations 5), " in result.error  # the standalone optimizer, with its slots
-    assert "- run: session cells 1 and 3 (1 built model, step_size; 3 built net, opt) again" in result.error
+    build, custom = k.prompts[0], k.prompts[2]
+    assert (f"- run: cells [{build}] and [{custom}] ([{build}] built model, step_size; [{custom}] built net, opt) "
+            "again") in result.error, result.error
     assert "- kept: back by themselves in the new processes (each worker its own): " in result.error
     for name in ("x", "y", "built_in_cell", "note"):
         assert f" {name}," in result.error or f" {name}\n" in result.error, (name, result.error)
@@ -92,7 +98,7 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
     assert rendered.index("- saved in ") < rendered.index("Traceback"), rendered
     assert "- not saved (" in result.error and "dataset (a _" in result.error and "strategy (" in result.error
     listing = k.run("%workers")
-    assert f"train: saved before the restart after cell {number}: model, step_size, net, opt" in (
+    assert f"train: saved before the restart after cell [{prompt}]: model, step_size, net, opt" in (
         listing.displays[-1]["text/plain"])
     # the new processes: the arrays and values are back by themselves (each worker its own), the model is not
     fresh = k.run("%%worker --session train --block\nprint('FRESH', 'model' in globals(), built_in_cell, x.shape, "
@@ -142,9 +148,10 @@ def test_an_error_on_one_worker_ends_the_cell_on_both_and_the_session_restarts(s
                        f"worker={worker})")
         assert kept == k.value("kept_before") and kept[1] == 0.25, (worker, kept)
         assert k.value(equal.format(OPTIMIZER_STATE.format(worker=worker), "opt_before")), worker
-    assert not k.run(CUSTOM_TRAIN).error  # the restored optimizer steps on from where it was
-    # the restore used up no cell number: this one is the user's next, in its view and its tracebacks' file name
-    assert k.value(f"{session}.cells[-1].label") == f"cell {number + 4}"
+    stepped = k.run(CUSTOM_TRAIN)  # the restored optimizer steps on from where it was
+    assert not stepped.error, stepped.text
+    # this cell is called by the notebook's number, in its view and its tracebacks' file name (the restore is not)
+    assert k.value(f"{session}.cells[-1].label") == f"cell [{stepped.execution_count}]"
     assert k.value(f"{session}.pull('int(opt.iterations.numpy())')") == 10
     trained = k.run(TRAIN)  # the restored model trains on: collectives work in the new processes
     assert not trained.error, trained.text

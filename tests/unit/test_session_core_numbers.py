@@ -11,9 +11,9 @@ from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.summary import session_summary
 
 
-def ran(s: Session, label: str = "") -> int:
+def ran(s: Session, label: str = "", prompt: int | None = None) -> int:
     """Submit a cell that ends on every worker; its submitted number."""
-    s.submit(label=label)
+    s.submit(label=label, prompt=prompt)
     number = len(s.core.records)
     s.end(number, OK, OK)
     s.tick()
@@ -70,3 +70,36 @@ def test_a_save_after_a_restore_names_the_users_cells_that_built_what_it_saved()
     assert s.core.saved is not None
     assert "- run: session cells 1 and 2 (1 built step_size; 2 built model) again" in s.core.lost_note
     assert s.core.saved.summary("s").startswith("s: saved before the restart after cell 2: model")
+
+
+def test_cells_a_notebook_submitted_are_named_by_the_notebooks_numbers():
+    """A notebook's cells carry their execution count (``[N]``): every message names them so, never by the session's
+    own count, which the notebook does not show (cells [3] and [5] are the session's 1 and 2)."""
+    s = Session()
+    ran(s, prompt=3)
+    ran(s, label="restore")
+    assert s.core.live_cells() == "cell [3]"
+    s.submit(prompt=5), s.submit(prompt=6)
+    assert s.core.record(3).title == "cell [5]" and s.core.record(3).shown == 2
+    s.end(3, RAISED, OK)
+    s.tick()
+    assert s.core.record(4).error == "not run: cell [5] failed"
+    assert "- run: cell [5] again once it is fixed" in s.core.record(3).error
+    assert "the variables of cells [3] and [5] are kept" in s.core.record(3).error
+    ran(s, prompt=8)  # the workers' cell 5
+    assert s.core.live_cells() == "cells [3], [5] and [8]"  # [6] never ran
+    built = ev.WorkerSave(saved=MODEL_SAVED.saved, folder=MODEL_SAVED.folder,
+                          built_in=(("model", 5), ("step_size", 1)))
+    s.send(ev.SaveRequested("worker 1 was killed", (0,), on_purpose=False))
+    s.send(ev.StateSaved(0, built))
+    s.send(ev.GroupRestarting("worker 1 was killed", on_purpose=False))
+    assert "- run: cells [3] and [8] ([3] built step_size; [8] built model) again" in s.core.lost_note
+    assert s.core.saved is not None and s.core.saved.summary("s").startswith(
+        "s: saved before the restart after cell [8]: model")
+
+
+def test_many_notebook_cells_read_as_a_range():
+    s = Session()
+    for prompt in (2, 4, 7, 9):
+        ran(s, prompt=prompt)
+    assert s.core.live_cells() == "cells [2]-[9]"

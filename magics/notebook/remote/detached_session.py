@@ -40,10 +40,12 @@ class DetachedSession(DetachedCluster):
         self.cells: list[RemoteCell] = []  # the cells this kernel submitted
 
     # ------------------------------------------------------------------------------ cells
-    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> RemoteCell:
-        """Queue a cell in the session (it runs once the cells before it, any kernel's, have ended)."""
-        return self._queue("submit", {"code": code, "timeout": timeout, "display": display, "label": label},
-                           code, display)
+    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "",
+               prompt: int | None = None) -> RemoteCell:
+        """Queue a cell in the session (it runs once the cells before it, any kernel's, have ended); ``prompt`` as in
+        ``Session.submit``."""
+        return self._queue("submit", {"code": code, "timeout": timeout, "display": display, "label": label,
+                                      "prompt": prompt}, code, display)
 
     def restore(self) -> RemoteCell:
         """Queue the cell that puts back what the workers saved before the processes last restarted (the session's

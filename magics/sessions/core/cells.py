@@ -40,7 +40,7 @@ from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core import notes, restart_save
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
 from nbworkers.magics.sessions.core.notes import error_text, nothing_lost, stop_note, with_notes, workers_text
-from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings
+from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings, cells_phrase
 from nbworkers.magics.sessions.core.restart_save import Outcome, Saving
 from nbworkers.magics.sessions.core.saved_state import SavedState
 
@@ -67,11 +67,13 @@ class SessionCore:
         return self.records[number - 1]
 
     def live_cells(self) -> str:
-        """The cells whose state the current processes hold ("cells 3-8", "cell 3", "no cell"): what a restart of
-        them loses (the Restart button's confirmation and the note after it say so)."""
-        ran = [c.shown for c in self.records
-               if c.number >= self.alive_from and c.started_at is not None and c.shown is not None]
-        return f"cells {ran[0]}-{ran[-1]}" if len(ran) > 1 else f"cell {ran[0]}" if ran else "no cell"
+        """The cells whose state the current processes hold ("cells [3], [5] and [8]", "cells [3]-[12]", "cell 3",
+        "no cell"): what a restart of them loses (the Restart button's confirmation and the note after it say so)."""
+        ran = [c.ref for c in self.records if c.number >= self.alive_from and c.started_at is not None and c.ref]
+        if len(ran) < 2:
+            return f"cell {ran[0]}" if ran else "no cell"
+        listed = ran[0].startswith("[") and len(ran) <= 3  # a notebook's numbers are not a run of the session's
+        return f"cells {', '.join(ran[:-1])} and {ran[-1]}" if listed else f"cells {ran[0]}-{ran[-1]}"
 
     @property
     def user_cells(self) -> int:
@@ -79,9 +81,9 @@ class SessionCore:
         return sum(1 for c in self.records if c.shown is not None)
 
     def rerun(self, cell: CellRecord) -> str:
-        """What to run to run ``cell`` again: "session cell 3", or the ``%workers`` line that ran nbworkers' own
-        cell (its label is that action: ``%workers restore NAME``)."""
-        return f"session cell {cell.shown}" if cell.shown is not None else f"`%workers {cell.label} {self.name}`"
+        """What to run to run ``cell`` again: "cell [5]" (the notebook's), "session cell 3", or the ``%workers`` line
+        that ran nbworkers' own cell (its label is that action: ``%workers restore NAME``)."""
+        return cells_phrase([cell.ref]) if cell.ref else f"`%workers {cell.label} {self.name}`"
 
     @property
     def busy(self) -> bool:
@@ -101,7 +103,8 @@ class SessionCore:
                 if event.cell != len(self.records) + 1:
                     raise ValueError(f"cell {event.cell} submitted after {len(self.records)} cells")
                 shown = None if event.label else self.user_cells + 1
-                self.records.append(CellRecord(event.cell, event.timeout, shown=shown, label=event.label))
+                self.records.append(CellRecord(event.cell, event.timeout, shown=shown, label=event.label,
+                                               prompt=event.prompt))
                 self.queue.append(event.cell)
                 return self._dispatch(event.group)
             case ev.Tick():
@@ -329,7 +332,7 @@ class SessionCore:
         holder = restart_save.pick_holder(savers, cell.ends)
         self._saving = Saving(self.clock(), reason, held, set(running))
         self._save = SavedState(cell.title, savers, wait=self.timings().save_wait, holder=holder, gone=gone,
-                                shown={c.number: c.shown for c in self.records},
+                                shown={c.number: c.ref for c in self.records},
                                 aborted=tuple(w for w in savers if w in cell.ends and cell.ends[w].aborted))
         actions: list[ev.Action] = [ev.SendAbort(cell.number, running, reason)] if running else []
         return actions + ([ev.SendSave(cell.number, savers, holder)] if savers else [])

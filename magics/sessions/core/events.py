@@ -77,6 +77,7 @@ class Submitted:
     group: Group
     # a cell nbworkers runs itself (``%workers restore``: "restore"): called so, and not numbered as a user's cell
     label: str = ""
+    prompt: int | None = None  # the notebook's execution count of the submitting cell: messages call it "cell [5]"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class CellRecord:
     number: int  # every submitted cell's, in order: what the workers and the session's ``cells`` go by
     timeout: float | None = None
     shown: int | None = None  # the user's cell number ("cell 3"); None: a cell nbworkers runs itself
+    prompt: int | None = None  # the notebook's execution count of the cell that submitted it (its ``[5]``), if any
     label: str = ""  # such a cell's name ("restore")
     state: CellState = CellState.QUEUED
     error: str = ""
@@ -62,6 +63,24 @@ class CellRecord:
     closed_logs: set[int] = field(default_factory=set)  # workers whose end marker line arrived
 
     @property
+    def ref(self) -> str | None:
+        """The user's name for the cell's number: the notebook's ``[5]`` where a notebook cell submitted it, else the
+        session's own count ("3"); None: a cell nbworkers runs itself."""
+        if self.shown is None:
+            return None
+        return f"[{self.prompt}]" if self.prompt is not None else str(self.shown)
+
+    @property
     def title(self) -> str:
-        """What every message calls the cell: "cell 3", or nbworkers' own cell by what it does ("restore")."""
-        return self.label or f"cell {self.shown if self.shown is not None else self.number}"
+        """What every message calls the cell: "cell [5]" (the notebook's number), "cell 3" (the session's count, a
+        cell submitted from Python), or nbworkers' own cell by what it does ("restore")."""
+        return self.label or f"cell {self.ref or self.number}"
+
+
+def cells_phrase(refs: list[str]) -> str:
+    """How a message names user cells by their ``ref``: "cell [5]", "cells [3] and [5]"; cells numbered by the
+    session (submitted from Python, not a notebook's [N]) say so: "session cell 2", "session cells 1 and 3"."""
+    prefix = "" if refs and all(ref.startswith("[") for ref in refs) else "session "
+    if len(refs) == 1:
+        return f"{prefix}cell {refs[0]}"
+    return f"{prefix}cells {', '.join(refs[:-1])} and {refs[-1]}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from nbworkers.magics.sessions.core.events import WorkerSave
 from nbworkers.magics.sessions.core.notes import workers_text
+from nbworkers.magics.sessions.core.records import cells_phrase
 
 TF_KINDS = ("model", "variable", "checkpoint")  # worker 0's, restored into rebuilt objects by %workers restore
 KIND_NAMES = {"model": "Keras model", "variable": "variable", "checkpoint": ""}  # a checkpoint's detail names it
@@ -34,8 +35,9 @@ class SavedState:
     gone: tuple[int, ...] = ()  # workers whose process was gone (killed): their own state is lost
     not_ended: tuple[int, ...] = ()  # workers told to end the cell that did not within the wait: not saved
     aborted: tuple[int, ...] = ()  # workers asked to save whose collectives had been aborted inside a step
-    # the workers' cell numbers (every submitted cell's) -> the user's ("cell 3"); None: a cell nbworkers ran itself
-    shown: dict[int, int | None] = field(default_factory=dict)
+    # the workers' cell numbers (every submitted cell's) -> the user's name for it (``CellRecord.ref``: "[5]", "3");
+    # None: a cell nbworkers ran itself
+    shown: dict[int, str | None] = field(default_factory=dict)
 
     @property
     def unanswered(self) -> tuple[int, ...]:
@@ -67,26 +69,33 @@ class SavedState:
         return report.folder.rsplit("/worker-", 1)[0] if report and report.folder else ""
 
     def built_in(self) -> dict[str, int]:
-        """name -> the session cell that last bound it (the holder's: the one that saved the trackables)."""
+        """name -> the session cell that last bound it (the holder's: the one that saved the trackables), by the
+        workers' number; a cell nbworkers ran itself is left out."""
         report = self.reports.get(self.holder)
         found = dict(report.built_in) if report else {}
-        numbers = {name: self.shown.get(cell, cell) for name, cell in found.items()}
-        return {name: cell for name, cell in numbers.items() if cell is not None}
+        return {name: cell for name, cell in found.items() if self.ref(cell) is not None}
+
+    def ref(self, cell: int) -> str | None:
+        """The user's name for the workers' cell ``cell`` ("[5]", "3"); None: a cell nbworkers ran itself."""
+        return self.shown.get(cell, str(cell))
 
     def cells_to_run(self, put_back: Collection[str] = ()) -> str:
-        """"session cell 1 (it built model, opt)", "session cells 1 and 3 (1 built model; 3 built opt)", or
-        "the cells that build them" when the cells are not known (``put_back``: names back already, left out)."""
+        """"cell [4] (it built model, opt)", "cells [4] and [7] ([4] built model; [7] built opt)" (the notebook's
+        numbers; "session cell 1 ..." for cells submitted from Python), or "the cells that build them" when the cells
+        are not known (``put_back``: names back already, left out)."""
         rebuilt = [name for name, _, _ in self.rebuilt() if name not in put_back]
         cells = self.built_in()
         known = sorted({cells[name] for name in rebuilt if name in cells})
         unknown = [name for name in rebuilt if name not in cells]
         if not known:
             return f"the cells that build {', '.join(rebuilt)}"
+        refs = [self.ref(cell) or str(cell) for cell in known]
         if len(known) == 1:
-            text = f"session cell {known[0]} (it built {', '.join(n for n in rebuilt if n in cells)})"
+            text = f"{cells_phrase(refs)} (it built {', '.join(n for n in rebuilt if n in cells)})"
         else:
-            built = "; ".join(f"{cell} built {', '.join(n for n in rebuilt if cells.get(n) == cell)}" for cell in known)
-            text = f"session cells {', '.join(map(str, known[:-1]))} and {known[-1]} ({built})"
+            built = "; ".join(f"{ref} built {', '.join(n for n in rebuilt if cells.get(n) == cell)}"
+                              for cell, ref in zip(known, refs))
+            text = f"{cells_phrase(refs)} ({built})"
         return text + (f" and the cells that build {', '.join(unknown)}" if unknown else "")
 
     def note(self, session: str) -> str:

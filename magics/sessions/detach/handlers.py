@@ -42,7 +42,8 @@ class ServedSession(Protocol):
     @property
     def lost_note(self) -> str: ...
 
-    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "") -> Any: ...
+    def submit(self, code: str, timeout: float | None = None, display: str = "0", label: str = "",
+               prompt: int | None = None) -> Any: ...
 
     def interrupt(self, cell: Any = None) -> str: ...
 
@@ -77,9 +78,13 @@ def _submit(session: ServedSession, content: dict[str, Any], blobs: Sequence[Any
     code = content["code"]
     timeout = content.get("timeout")
     display = content.get("display") or "0"
+    prompt = content.get("prompt")
     if not isinstance(code, str) or display not in ("0", "all") or not isinstance(timeout, (int, float, type(None))):
         raise ValueError("code must be text, display '0' or 'all', timeout a number or null")
-    cell = session.submit(code, timeout=timeout, display=display, label=str(content.get("label") or ""))
+    if prompt is not None and (type(prompt) is not int or prompt < 0):
+        raise ValueError("prompt must be the notebook's execution count (an int) or null")
+    cell = session.submit(code, timeout=timeout, display=display, label=str(content.get("label") or ""),
+                          prompt=prompt)
     return {"ok": True, "number": cell.number, "label": cell.label}, []
 
 
