@@ -19,7 +19,7 @@ FLAGS = (
                                "machine)"}),
     Flag("--cpus-per-worker", {"type": float, "default": None, "metavar": "C",
                                "help": "ray: CPUs reserved per worker (default 1)"}),
-    Flag("--spread", {"action": "store_true", "help": "ray: at most one worker per node"}),
+    Flag("--spread", {"action": "store_true", "help": "ray, slurm: at most one worker per node"}),
 )
 
 

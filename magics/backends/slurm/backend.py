@@ -1,0 +1,136 @@
+"""The Slurm backend: ``%%worker --backend slurm`` runs each worker as a job step of the kernel's allocation.
+
+``plan()`` places the workers on the allocation's nodes (in turn; ``--spread``: one per node; ``--tasks-per-node``),
+picks each one's port on its node (one short step: ``allocation.free_ports``) and gives its TensorFlow address as
+the node's ``NodeAddr``; the framework composes each worker's environment from those (TF_CONFIG:
+``magics/frameworks``). ``launch()`` starts one step per worker (``commands.srun_command``) whose one task is
+nbworkers' worker host (``host/worker_host.py``), which starts the worker: logs, relay messages, exit codes, stop
+and stack dumps behave as with the local backend (``worker.py``). The workers reach the kernel's relay over TCP,
+CurveZMQ-encrypted, each with a client key of its own that speaks only for its worker.
+
+What it needs from the site: the kernel on a machine with Slurm's commands, inside the allocation (or ``--submit``);
+the kernel's interpreter and the run directory at the same paths on the nodes (a shared file system, as home
+directories are); the nodes able to reach the kernel's machine over TCP (``SlurmSettings.relay_host``).
+Each worker's relay key pair is made in the kernel and reaches its node in the step's environment, through Slurm's
+own (munge-authenticated, not encrypted) transport, as the run's HMAC key does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nbworkers.host.command import host_command
+from nbworkers.magics.backends.ray.address import bind_host, route_address
+from nbworkers.magics.backends.slurm import commands
+from nbworkers.magics.backends.slurm.allocation import Allocation, SlurmError
+from nbworkers.magics.backends.slurm.options import SlurmOptions
+from nbworkers.magics.backends.slurm.settings import SlurmSettings, slurm_settings
+from nbworkers.magics.backends.slurm.worker import SlurmWorker
+from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.shapes import IsolationFact, Placement, PlannedTask, RelayKeys
+from nbworkers.procs.ownership import RUN_ID_ENV
+from nbworkers.protocol import wire
+from nbworkers.protocol.private.files import open_own
+from nbworkers.protocol.relay_curve import client_keypair
+
+LOOPBACK = "127.0.0.1"
+
+
+class SlurmBackend:
+    name = "slurm"
+    encrypt_relay = True  # the relay crosses machines: CurveZMQ, one client key per worker
+
+    def __init__(self, options: SlurmOptions, gpus_per_worker: int | None = None,
+                 settings: SlurmSettings | None = None, allocation: Allocation | None = None):
+        self.options = options
+        self.gpus_per_worker = gpus_per_worker
+        self.settings = settings or slurm_settings()
+        self._allocation = allocation
+        self._relay: RelayKeys | None = None
+        self._placed: list[str] = []  # the node of each worker of the current launch
+
+    @classmethod
+    def from_spec(cls, spec: LaunchSpec, options: SlurmOptions) -> "SlurmBackend":
+        return cls(options, gpus_per_worker=spec.gpus_per_worker)
+
+    def allocation(self) -> Allocation:
+        """The allocation the workers go into: the kernel's (read once per run)."""
+        if self._allocation is None:
+            self._allocation = Allocation.current(self.settings.command_timeout)
+        return self._allocation
+
+    # ------------------------------------------------------------------ the relay
+    def relay_hosts(self) -> tuple[str, str | None]:
+        """(bind, advertise) of the kernel's relay: the address the nodes reach this machine at."""
+        advertise = self.settings.relay_host
+        if not advertise:
+            addrs = [self.allocation().addrs[node] for node in self.allocation().nodes]
+            advertise = LOOPBACK if commands.all_loopback(addrs) else route_address(addrs[0])
+        return bind_host(advertise), advertise
+
+    def attach_relay(self, relay: RelayKeys) -> None:
+        self._relay = relay
+
+    def capacity(self) -> int:
+        nodes = len(self.allocation().nodes)
+        if self.options.spread:
+            return nodes
+        return nodes * self.options.tasks_per_node if self.options.tasks_per_node else sys.maxsize
+
+    def isolation_fact(self) -> IsolationFact:
+        return {"mode": "off", "reason": "Slurm nodes: each worker's TensorFlow server listens on every interface of "
+                                         "its node, unauthenticated; the relay is CurveZMQ"}
+
+    # ------------------------------------------------------------------ placement
+    def plan(self, tasks: Sequence[PlannedTask], gpus_per_worker: int | None) -> list[Placement]:
+        """Each worker's node, its port there (picked on that node) and its GPUs (``--gpus-per-worker N``: N of its
+        own, given by Slurm: ``--gpus-per-task``; else none)."""
+        allocation = self.allocation()
+        try:
+            placed = commands.place(allocation.nodes, len(tasks), self.options.spread, self.options.tasks_per_node)
+        except ValueError as error:
+            raise SlurmError(str(error)) from None
+        ports = allocation.free_ports(commands.counts_of(placed), self.settings.probe_timeout)
+        self._placed = placed
+        per = self._gpus(gpus_per_worker)
+        gpus = ",".join(str(i) for i in range(per)) if per else "-1"  # Slurm sets the real ones in the step
+        taken: dict[str, int] = {}
+        placements = []
+        for node in placed:
+            nth = taken.get(node, 0)
+            taken[node] = nth + 1
+            placements.append(Placement(allocation.addrs[node], ports[node][nth], gpus))
+        return placements
+
+    def _gpus(self, gpus_per_worker: int | None) -> int:
+        return (self.gpus_per_worker if gpus_per_worker is None else gpus_per_worker) or 0
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, index: int, python: str, env: dict[str, str], cwd: str, log_path: Path, grace: float,
+               role: str = "worker") -> SlurmWorker:
+        if index >= len(self._placed):
+            raise SlurmError("internal error: launch() before plan() placed the workers")
+        allocation, node = self.allocation(), self._placed[index]
+        env = dict(env)
+        if env.get(wire.ENV_RELAY_SERVERKEY) and self._relay is not None:
+            public, secret = client_keypair()
+            self._relay.allow_client(public, index)  # this key speaks for worker ``index`` only (relay_curve.py)
+            env[wire.ENV_RELAY_CLIENTKEY], env[wire.ENV_RELAY_CLIENTSECRET] = public, secret
+        name = commands.step_name(env.get(RUN_ID_ENV, ""), env.get(wire.ENV_GENERATION, "0"), index)
+        host = host_command(python or sys.executable, ["--log", str(log_path), "--grace", str(grace), "--role", role])
+        command = commands.srun_command(allocation.job_id, node, name, host, self._gpus(None))
+        with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
+            log.write(f"--- nbworkers: Slurm job {allocation.job_id}, node {node} ({allocation.addrs[node]}), step "
+                      f"{name}\n".encode())
+            log.flush()
+            srun = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                    env=commands.step_env(env), cwd=cwd or None, start_new_session=True,
+                                    close_fds=True)
+        return SlurmWorker(index, srun, log_path, node, name, allocation, self.settings.command_timeout)
+
+    def close(self) -> None:
+        """The run ended: its steps are gone with their workers; the allocation stays the kernel's."""
