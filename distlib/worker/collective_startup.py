@@ -87,7 +87,9 @@ def arm(tensorflow_module: object = None) -> bool:
         _enabled_for = info
 
     def before_connect() -> None:
-        send_status(WorkerStatus.WAITING, f"connecting to the {info.num_workers} workers")
+        peers = info.num_workers - 1  # a run of one worker has none: it only starts its collectives
+        send_status(WorkerStatus.WAITING, f"connecting to the other {peers} worker{'s' if peers > 1 else ''}"
+                    if peers else "starting TensorFlow's collectives")
         leader_wait.wait_for_leader(info)
 
     def after_connect() -> None:

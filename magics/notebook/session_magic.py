@@ -103,9 +103,12 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
 
 
 def execution_count(shell: Any) -> int | None:
-    """The notebook's number of the cell running now (its ``[5]``: IPython counts a cell up after it ran), so that
-    a session's messages name its cells as the notebook shows them; None without a shell."""
-    count = getattr(shell, "execution_count", None)
+    """The notebook's number of the cell running now (its ``[5]``), so that a session's messages name its cells as
+    the notebook shows them; None without a shell or outside a stored cell. Read from the cell's own
+    ``ExecutionResult`` (the display hook holds it while the cell runs): ``shell.execution_count`` is already the
+    next cell's in IPython 9, which counts up before the cell runs, and this cell's in IPython 8."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
     return count if type(count) is int and count > 0 else None
 
 
