@@ -130,6 +130,7 @@ bench: setup
 # labextension/package-lock.json. Commit extension/labextension/ afterwards (tests check it matches the sources).
 labextension: setup
 	cd labextension && npm ci --no-audit --no-fund
+	$(PY) tools/vocabulary.py --write  # the statuses' type, labels and colours, from protocol/statuses.py
 	cd labextension && JUPYTERLAB_CORE="$$($(CURDIR)/$(PY) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" npm run build
 	$(PY) tools/labextension_stamp.py --write
 

@@ -1,16 +1,22 @@
-"""Where one worker is: the ``WorkerStatus`` values, defined once for every process.
+"""Every status word, defined once for every process: where a run is (``ClusterStatus``), where one worker is
+(``WorkerStatus``), what a view shows besides (``ViewStatus``), where a session's cell is (``CellState``) and how a
+worker ended one (``CellEnd``); the ended statuses; and how a view shows each status (``LOOKS``: its label and its
+colour).
 
-The workers send most of these in their ``status`` messages (``protocol/wire.py`` checks them against
-``SENT_BY_WORKERS``), so the protocol owns the values; the kernel sets the others itself (``STOPPING``,
-``LOST``) and re-exports this enum beside its ``ClusterStatus`` (``magics/run/core/statuses.py``). The values are
-the strings the state file, the REST API, the widget and ``%workers`` show: ``WorkerStatus.RUNNING == "running"``
-and ``json.dumps`` writes ``"running"``.
+The workers send most worker statuses in their ``status`` messages (``protocol/wire.py`` checks them against
+``SENT_BY_WORKERS``); the kernel sets the others itself (``STOPPING``, ``LOST``). The values are the strings the
+state file, the REST API, the widget and ``%workers`` show: ``WorkerStatus.RUNNING == "running"`` and
+``json.dumps`` writes ``"running"``. Nothing else of nbworkers writes a status word as a string (tools/lint.py's
+``status-words`` check): the widget's CSS colours are generated from ``LOOKS`` (magics/views/widget.py), the
+sidebar's status type, ended set and colours too (tools/vocabulary.py writes labextension/src/statuses.ts and
+labextension/style/statuses.css; tests/unit/test_vocabulary.py holds them and the widget's JavaScript to it).
 
-Pure Python (``enum`` only): the workers and hosts import it at start.
+Pure Python (``enum`` and ``dataclasses`` only): the workers and hosts import it at start.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -83,3 +89,80 @@ LOST_LABEL = "stopped"
 
 # What a worker may say in a ``status`` message (the kernel drops any other ``state`` as malformed)
 SENT_BY_WORKERS = frozenset(WorkerStatus) - {WorkerStatus.STOPPING, WorkerStatus.LOST}
+
+
+class CellState(Status):
+    """Where one cell of a session is (``magics/sessions/core/cells.py``; ``SessionCell.state``)."""
+
+    QUEUED = "queued"  # submitted, waiting for the cells before it and for every worker to be ready
+    RUNNING = "running"
+    FINISHED = "finished"  # every worker ended it without an error
+    FAILED = "failed"  # an error on a worker, its --timeout, or the session failed or restarted after an error
+    STOPPED = "stopped"  # interrupted by Stop, or the processes restarted on purpose
+    CANCELLED = "cancelled"  # never ran: Stop while queued, or a cell before it failed
+    # A detached session's cell as a kernel sees it (magics/sessions/detach/remote_cell.py) once the session's
+    # supervisor can no longer be asked (it ended or died); the session's own core never sets it.
+    LOST = "lost"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (CellState.QUEUED, CellState.RUNNING)
+
+    @property
+    def view_status(self) -> ClusterStatus:
+        """The run status a view shows for a cell (it shows a cell as it shows a run)."""
+        return _CELL_VIEW[self]
+
+
+class CellEnd(str, Enum):
+    """How one worker ended a cell (its ``cell end`` message's ``status``: ``protocol/session_wire.py``)."""
+
+    OK = "ok"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"  # KeyboardInterrupt (Stop, --timeout) or aborted collectives
+
+    @property
+    def worker_status(self) -> WorkerStatus:
+        return {CellEnd.OK: WorkerStatus.FINISHED, CellEnd.ERROR: WorkerStatus.FAILED,
+                CellEnd.INTERRUPTED: WorkerStatus.STOPPED}[self]
+
+
+_CELL_VIEW = {CellState.QUEUED: ClusterStatus.STARTING, CellState.RUNNING: ClusterStatus.RUNNING,
+              CellState.FINISHED: ClusterStatus.FINISHED, CellState.FAILED: ClusterStatus.FAILED,
+              CellState.STOPPED: ClusterStatus.STOPPED, CellState.CANCELLED: ClusterStatus.STOPPED,
+              CellState.LOST: ClusterStatus.LOST}
+
+
+def is_terminal(status: str) -> bool:
+    """Whether a cluster status string (from a snapshot or a state file) means the run ended."""
+    try:
+        return ClusterStatus(status).is_terminal
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a view shows one status: its label and its badge's colour (white text on it; a CSS colour)."""
+
+    label: str
+    colour: str
+
+
+# How every status a view shows looks, defined here once (keys: the values of ClusterStatus, WorkerStatus and
+# ViewStatus; the run's and the worker's enums share their values). The text/HTML summary (magics/views/words.py),
+# the widget (its CSS is generated from this: magics/views/widget.py; its JavaScript labels are held to it by
+# tests/unit/test_vocabulary.py) and the sidebar (tools/vocabulary.py writes its statuses.css) all show these.
+LOOKS: dict[str, Look] = {
+    ViewStatus.QUEUED: Look("queued", "#9ca3af"),
+    WorkerStatus.STARTING: Look("starting", "#6b7280"),
+    WorkerStatus.WAITING: Look("waiting for peers", "#b45309"),
+    WorkerStatus.RUNNING: Look("running", "#1d4ed8"),
+    WorkerStatus.RESTARTING: Look("restarting", "#c2410c"),
+    WorkerStatus.STOPPING: Look("stopping", "#7e22ce"),
+    WorkerStatus.FINISHED: Look("finished", "#15803d"),
+    WorkerStatus.FAILED: Look("failed", "#b91c1c"),
+    WorkerStatus.STOPPED: Look("stopped", "#6b21a8"),
+    ClusterStatus.LOST: Look(LOST_LABEL, "#374151"),
+    ViewStatus.DETACHED: Look("detached", "#6b7280"),
+}

@@ -22,7 +22,7 @@ In Python: ``with running_cluster() as cluster: subprocess.run([...], env={**os.
 
 Stopping cancels every job first (scancel; KillWait is 5 s here), then ends the slurmd's, slurmctld and munged
 by their recorded pids (SIGTERM, then SIGKILL after STOP_GRACE), then any slurmstepd of this cluster still left
-(a step's daemon outlives its slurmd; found by the SLURM_CONF it was started with), then removes the folder.
+(a step's daemon outlives its slurmd; found by its cwd, this cluster's folder), then removes the folder.
 """
 
 from __future__ import annotations
@@ -184,7 +184,19 @@ class SlurmCluster:
             time.sleep(0.05)
 
     def client(self, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """A Slurm command as this process's user (root) on this cluster."""
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.client_env())
+
+    def as_user(self, uid: int, gid: int, home: Path, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """A command (srun, salloc, sbatch...) as another user (``setpriv``), in its home, with a plain environment
+        and this cluster's SLURM_CONF."""
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", **self.env}
+        return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv], cwd=home,
+                              env=env, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def jobs(self) -> list[str]:
+        """The jobs Slurm still has (pending, running or completing): ``JOBID STATE USER NAME`` each."""
+        return self.client("squeue", "-h", "-o", "%i %T %u %j", timeout=10).stdout.splitlines()
 
     def _munge_works(self) -> bool:
         if not self.munge_socket.exists():
@@ -239,11 +251,12 @@ class SlurmCluster:
                 jobs = self.client("squeue", "-h", "-o", "%i", timeout=10).stdout.split()
 
     def stepds(self) -> list[psutil.Process]:
-        """The slurmstepd processes of this cluster (a step's daemon; they carry its SLURM_CONF)."""
+        """The slurmstepd processes of this cluster (a step's daemon): started by its slurmd, they work in its folder
+        (their cwd; their environment is overwritten by their process title, so SLURM_CONF cannot be read there)."""
         found = []
         for proc in psutil.process_iter(["name"]):
             with contextlib.suppress(psutil.Error):
-                if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == str(self.conf):
+                if proc.info["name"] == "slurmstepd" and Path(proc.cwd()) == self.root:
                     found.append(proc)
         return found
 
@@ -270,10 +283,13 @@ class SlurmCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=1)
                 del self.children[pid]
-        leftover = self.stepds()
-        for proc in leftover:
-            problems.append(f"slurmstepd left: pid {proc.pid} {' '.join(proc.cmdline())}: killed")
+        leftover = []
+        for stepd in self.stepds():  # with the job's processes it started (a step's tasks)
             with contextlib.suppress(psutil.Error):
+                leftover += [stepd, *stepd.children(recursive=True)]
+        for proc in leftover:
+            with contextlib.suppress(psutil.Error):
+                problems.append(f"left: pid {proc.pid} {' '.join(proc.cmdline())}: killed")
                 proc.kill()
         psutil.wait_procs(leftover, timeout=STOP_GRACE)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -295,8 +311,9 @@ def new_root(parent: str | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def running_cluster(root: Path | None = None) -> Iterator[SlurmCluster]:
-    """A started cluster, stopped (every daemon by its pid) and removed at the end, also when starting failed."""
+def running_cluster(root: Path | None = None, problems: list[str] | None = None) -> Iterator[SlurmCluster]:
+    """A started cluster, stopped (every daemon by its pid) and removed at the end, also when starting failed.
+    What the stop had to kill goes into ``problems`` (printed when it is None)."""
     missing = missing_commands()
     if missing:
         raise RuntimeError(f"Slurm is not installed (no {', '.join(missing)}): {install_hint()}")
@@ -306,9 +323,11 @@ def running_cluster(root: Path | None = None) -> Iterator[SlurmCluster]:
     try:
         yield cluster.start()
     finally:
-        problems = cluster.stop()
-        if problems:
-            print("slurm_cluster: " + "; ".join(problems), file=sys.stderr)
+        found = cluster.stop()
+        if problems is not None:
+            problems.extend(found)
+        elif found:
+            print("slurm_cluster: " + "; ".join(found), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

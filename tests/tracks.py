@@ -3,8 +3,8 @@
 Each test is in one track: ``beside``, the browser tests, the tutorial notebooks and the documentation site's build
 (after the tutorials, in their module); ``main``, the rest on ``.venv``
 (the editable checkout); ``faults`` (FAULT_MODULES: kill -9s, preemption, the watchdog, restart policies); ``ray``,
-the Ray tests (one simulated cluster); ``processes`` (PROCESS_MODULES: launches, zygotes, roles, stops, detached
-runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the workers); ``installed``, the tests marked
+the Ray tests (one simulated cluster); ``slurm``, the Slurm tests (one real Slurm on 127.0.0.1,
+tests/slurm_cluster.py); ``processes`` (PROCESS_MODULES: launches, zygotes, roles, stops, detached runs); ``distlib`` (DISTLIB_MODULES: real TensorFlow training in the workers); ``installed``, the tests marked
 ``installed`` on ``.venv-installed`` (the wheel users get, installed non-editable). `make test` runs each track as
 one pytest run, or the long ones as two (SPLIT_TRACKS: ``main-1`` and ``main-2``...), and ``unit`` (tests/unit),
 taken from one queue by three lanes (tools/test_suite.sh says how: ``ray`` first in lane 0, one lane beside it).
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import pytest
 
-TRACKS = ("ray", "processes", "faults", "distlib", "main", "beside", "installed")
+TRACKS = ("ray", "slurm", "processes", "faults", "distlib", "main", "beside", "installed")
 # Modules of the `processes` run: launches by the magic, zygotes, roles, stops, detached runs.
 PROCESS_MODULES = frozenset({
     "test_worker_magic.py", "test_zygote.py", "test_roles_cluster.py", "test_worker_stop.py", "test_detach.py",
@@ -49,6 +49,9 @@ INTEGRATION_DIR = "tests/integration"
 # The Ray tests live in a folder of their own (its conftest holds the one Ray cluster): the `ray` run collects only it,
 # and a test marked `ray` elsewhere is refused at collection (by every other run, which collects the rest).
 RAY_FOLDER = "ray"
+# The Slurm tests likewise (its conftest holds the one test Slurm): every test there is marked `slurm`, and a test marked
+# `slurm` elsewhere is refused at collection.
+SLURM_FOLDER = "slurm"
 TRACK_OPTION = "--track"
 # Tracks `make test` runs in two parts, so that the lanes' last runs end together (a lane's runs are whole pytest
 # runs): "<track>-1", the track's tests in these modules, and "<track>-2", its tests in every other module. Each part
@@ -67,6 +70,12 @@ def track_of(item: pytest.Item) -> str:
     if "ray" in marks and item.path.parent.name != RAY_FOLDER:
         raise pytest.UsageError(f"{item.nodeid} is marked ray but is not in {INTEGRATION_DIR}/{RAY_FOLDER}/, the only "
                                 "folder `make test`'s ray run collects: move it there")
+    if ("slurm" in marks) != (item.path.parent.name == SLURM_FOLDER):
+        raise pytest.UsageError(f"{item.nodeid}: the Slurm tests are the tests in {INTEGRATION_DIR}/{SLURM_FOLDER}/, "
+                                "each marked slurm (pytestmark = pytest.mark.slurm): `make test`'s slurm run collects "
+                                "only that folder")
+    if "slurm" in marks:
+        return "slurm"
     if "installed" in marks:
         return "installed"
     if "ray" in marks:
@@ -93,6 +102,8 @@ def paths(track: str) -> list[str]:
     them, else the whole integration folder (a marker may put any test in it)."""
     if track == "ray":
         return [f"{INTEGRATION_DIR}/{RAY_FOLDER}"]
+    if track == "slurm":
+        return [f"{INTEGRATION_DIR}/{SLURM_FOLDER}"]
     modules = MODULE_TRACKS.get(track)
     return [f"{INTEGRATION_DIR}/{name}" for name in sorted(modules)] if modules else [INTEGRATION_DIR]
 

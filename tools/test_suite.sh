@@ -26,10 +26,10 @@ LANES=${TEST_LANES:-3}
 BESIDE_RAY=${BESIDE_RAY:-1}
 if [ "${ALONE_FIRST:-1}" = 1 ]; then
   FIRST=(ray)
-  QUEUE=(unit distlib processes faults-1 main-2 beside-2 main-1 beside-1 installed faults-2)
+  QUEUE=(unit distlib processes faults-1 main-2 beside-2 main-1 beside-1 slurm installed faults-2)
 else
   FIRST=()
-  QUEUE=(unit ray distlib processes faults-1 main-2 beside-2 main-1 beside-1 installed faults-2)
+  QUEUE=(unit ray distlib processes faults-1 main-2 beside-2 main-1 beside-1 slurm installed faults-2)
 fi
 [ "$BESIDE_RAY" -lt "$LANES" ] && [ ${#FIRST[@]} -gt 0 ] || BESIDE_RAY=$((LANES - 1))  # at most every other lane
 RUNS=("${FIRST[@]}" "${QUEUE[@]}")

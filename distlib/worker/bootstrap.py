@@ -99,7 +99,7 @@ def main() -> int:
     except OSError as error:
         print(f"nbworkers: the cell cannot be read: {error}", file=sys.stderr, flush=True)
         if sender is not None:
-            sender.send("status", state="failed", detail=str(error))
+            sender.send("status", state=WorkerStatus.FAILED.value, detail=str(error))
             sender.close()
         return 1
     module = types.ModuleType("__main__")

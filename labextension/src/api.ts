@@ -4,6 +4,7 @@
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { RunStatus } from './statuses';
 
 /** Epoch/step progress of a run's chief, as GET /nbworkers/api/clusters reports it. */
 export interface IProgress {
@@ -38,7 +39,7 @@ export interface IRunRow {
   workers: number;
   workers_alive: number;
   nodes: string[];
-  status: string;
+  status: RunStatus; // protocol/statuses.py ClusterStatus (statuses.ts is written from it)
   started: number | null;
   ended: number | null;
   restarts: number;

@@ -2,18 +2,15 @@
  * Text the sidebar shows for a run: its age, its progress, its workers. Pure functions of a listing row.
  */
 import { IRunRow } from './api';
+import { ENDED, KERNEL_GONE, STATUS_LABELS } from './statuses';
 
-/** Statuses after which nothing changes any more (magics/run/core/statuses.py). */
-export const ENDED = new Set(['finished', 'failed', 'stopped', 'lost']);
+// The vocabulary (statuses.ts) is written from protocol/statuses.py by tools/vocabulary.py.
+export { ENDED, KERNEL_GONE };
 
-/** Why a run stopped when its kernel restarted or died (KERNEL_GONE in protocol/statuses.py, held by
- * tests/unit/test_vocabulary.py): the Restart button's tooltip on such a run. */
-export const KERNEL_GONE = 'stopped because its kernel restarted or died: run the cell again (--detach keeps a run across restarts)';
-
-/** What a row's status reads as: a lost run (its kernel is gone, its workers are being stopped) reads
- * "stopped", as it is recorded once reaped (LOST_LABEL in protocol/statuses.py). */
+/** What a row's status reads as (STATUS_LABELS): a lost run (its kernel is gone, its workers are being stopped)
+ * reads "stopped", as it is recorded once reaped (LOST_LABEL in protocol/statuses.py). */
 export function statusLabel(status: string): string {
-  return status === 'lost' ? 'stopped' : status;
+  return STATUS_LABELS[status as keyof typeof STATUS_LABELS] ?? status;
 }
 
 /** Whether the path a kernel got for its notebook (``JPY_SESSION_NAME``: absolute, or from the server's root) is

@@ -142,7 +142,7 @@ class RowView {
     this.showMark('session', !!row.session);
     this.showMark('detached', !!row.detached);
     this.parts.status.textContent = statusLabel(row.status);
-    this.parts.status.className = `nbw-sb-status nbw-sb-status-${statusLabel(row.status)}`;
+    this.parts.status.className = `nbw-sb-status nbw-sb-status-${row.status}`; // colour: statuses.css
     const isolation = isolationBadge(row);
     this.parts.isolation.textContent = isolation ? isolation.text : '';
     this.parts.isolation.title = isolation ? isolation.title : '';

@@ -14,7 +14,7 @@ from collections.abc import Collection
 
 from nbworkers.magics.rundir.listing import list_runs
 from nbworkers.magics.shapes import RunRow
-from nbworkers.protocol.statuses import LOST_LABEL
+from nbworkers.protocol.statuses import LOST_LABEL, ClusterStatus
 
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # the notebook's path, as the server gives it to the kernel
 MAX_SHOWN = 8  # the newest ones; the sidebar lists every run
@@ -34,7 +34,7 @@ def earlier_runs(known: Collection[str], notebook: str | None = None, root: str 
 
 
 def _status(row: RunRow) -> str:
-    status = LOST_LABEL if row["status"] == "lost" else row["status"]
+    status = LOST_LABEL if row["status"] == ClusterStatus.LOST else row["status"]
     kinds = [kind for kind, yes in (("session", row.get("session")), ("detached", row.get("detached"))) if yes]
     return ", ".join([status, *kinds])
 

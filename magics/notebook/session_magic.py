@@ -27,11 +27,13 @@ from nbworkers.magics.launch.names import valid_name
 from nbworkers.magics.notebook import idle_interrupt, registry
 from nbworkers.magics.notebook.parse import build_spec, check_syntax
 from nbworkers.magics.notebook.remote.detached_session import detached_session, start_detached_session
+from nbworkers.magics.sessions.core.events import InterruptOutcome
 from nbworkers.magics.sessions.detach.client import SessionRefused
 from nbworkers.magics.sessions.session import NothingToRestore, Session, SessionEnded
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol.private.dirs import UnsafeDirectory
+from nbworkers.protocol.statuses import CellState
 
 LAUNCH_ONLY = (("chief", "--chief"), ("evaluator", "--evaluator"), ("ps", "--ps"), ("push", "--push"))
 
@@ -135,9 +137,9 @@ def stop_on_interrupt(session: Any, cells: Sequence[Any], echo: Any = None) -> N
         raise CellStopped(f"{where}: Stop sent; still running {limit:g} s later (stuck in a collective?). The session "
                           f"restarts its processes after {session.settings.session_interrupt_grace:g} s; "
                           f"`%workers stop {session.name} --cell` restarts them now (their state is lost).")
-    if last.state == "finished":
+    if last.state == CellState.FINISHED:
         return
-    if last.state == "stopped" and session.restarts == restarts:
+    if last.state == CellState.STOPPED and session.restarts == restarts:
         raise CellStopped(f"{where} {last.error}; the session and its state live on")
     raise CellStopped(f"{where}: {last.error}")
 
@@ -147,11 +149,13 @@ def stop_cell(name: str) -> str:
     if session is None:
         raise UsageError(f"no live session named {name!r}: `%workers` lists them.")
     done = session.interrupt()
-    return {
-        "interrupting": f"interrupting the running cell of session {name!r} (KeyboardInterrupt on every worker)",
-        "restarting": f"session {name!r}: second Stop, its processes restart and their state is gone",
-        "idle": f"session {name!r} is idle: nothing to interrupt",
-    }.get(done, done)
+    said: dict[str, str] = {
+        InterruptOutcome.INTERRUPTING:
+            f"interrupting the running cell of session {name!r} (KeyboardInterrupt on every worker)",
+        InterruptOutcome.RESTARTING: f"session {name!r}: second Stop, its processes restart and their state is gone",
+        InterruptOutcome.IDLE: f"session {name!r} is idle: nothing to interrupt",
+    }
+    return said.get(done, done)
 
 
 def restore_session(name: str) -> None:

@@ -10,9 +10,9 @@ in IPython (``_render_traceback_``), as ipyparallel's remote errors do.
 from __future__ import annotations
 
 from nbworkers.magics.errors import RunFailed
-from nbworkers.magics.run.core.statuses import ClusterStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.words import failed_workers
+from nbworkers.protocol.statuses import ClusterStatus
 
 TRACEBACK_MAX_LINES = 30  # of one worker's traceback: its first line, then its last frames
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.rundir.layout import read_state, request_restart
 from nbworkers.magics.rundir.liveness import effective_status, is_foreign, kernel_alive, leftover_processes
+from nbworkers.protocol.statuses import RECORDED_ENDS
 
 
 class RunNotRestartable(RuntimeError):

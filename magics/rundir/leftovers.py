@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.run import sockets
-from nbworkers.magics.run.core.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, remove_session_client, run_root
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.rundir.stop import mark_ended
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
 from nbworkers.protocol import session_shm
+from nbworkers.protocol.statuses import KERNEL_GONE, RECORDED_ENDS, ClusterStatus, WorkerStatus
 
 log = logging.getLogger("nbworkers")
 

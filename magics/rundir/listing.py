@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal, cast, overload
 
-from nbworkers.magics.run.core.statuses import ENDED, KERNEL_GONE, RECORDED_ENDS, WorkerStatus
 from nbworkers.magics.rundir.layout import list_run_dirs, read_state, restart_requested, state_mtime, stop_requested
 from nbworkers.magics.rundir.liveness import LOST, effective_status, kernel_alive, leftover_processes
 from nbworkers.magics.shapes import ClusterSnapshot, RunProgress, RunRow
+from nbworkers.protocol.statuses import ENDED, KERNEL_GONE, RECORDED_ENDS, WorkerStatus
 
 
 def _number(value: Any) -> int | None:

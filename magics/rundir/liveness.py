@@ -19,7 +19,6 @@ from typing import Any
 
 import psutil
 
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus
 from nbworkers.procs.kill import alive, group_members
 from nbworkers.procs.ownership import (
     CREATE_TIME_SLACK,
@@ -29,6 +28,7 @@ from nbworkers.procs.ownership import (
     ours_in_group,
     started_since_boot,
 )
+from nbworkers.protocol.statuses import RECORDED_ENDS, ClusterStatus
 
 LOST = ClusterStatus.LOST.value  # the status of a run whose state says it is running but whose kernel is dead
 

@@ -18,10 +18,10 @@ import stat
 from pathlib import Path
 
 from nbworkers.magics.errors import ClusterNameError
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.rundir.layout import cell_path, checked_run_root, push_path, read_state
 from nbworkers.magics.rundir.liveness import kernel_alive, leftover_processes
 from nbworkers.protocol.private.dirs import write_private
+from nbworkers.protocol.statuses import RECORDED_ENDS
 
 __all__ = ["prepare_run_dir", "run_in_use"]
 

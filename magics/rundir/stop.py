@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import read_state, request_stop, write_state
 from nbworkers.magics.rundir.listing import describe
 from nbworkers.magics.rundir.liveness import is_foreign, kernel_alive, leftover_processes
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.procs.kill import KILL_GRACE, stop_processes
+from nbworkers.protocol.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for a run to stop
 

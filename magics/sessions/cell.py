@@ -19,13 +19,13 @@ from typing import Any
 from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus, ViewStatus, WorkerStatus
 from nbworkers.magics.run.outputs import Waits
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
 from nbworkers.protocol import session_wire
+from nbworkers.protocol.statuses import CellEnd, CellState, ClusterStatus, ViewStatus, WorkerStatus
 
 QUEUED = ViewStatus.QUEUED.value  # what a queued cell's view and cards say (the widget has a label for it)
 NEW_PROCESSES_POLL = 0.2  # s between looks for the new processes of a restart that ended a cell

@@ -25,9 +25,14 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-# the order of statuses in the rows: what needs a look first
-STATUS_RANK = {"failed": 0, "lost": 1, "restarting": 2, "stopping": 3, "starting": 4, "waiting": 5, "running": 6,
-               "stopped": 7, "finished": 8}  # fmt: skip
+from nbworkers.protocol.statuses import WorkerStatus
+
+# The compact view's rows, worst first: a worker that failed or was lost, then one restarting, stopping, starting,
+# waiting, running, and the ones that ended as meant.
+STATUS_RANK: dict[str, int] = {status: rank for rank, status in enumerate((
+    WorkerStatus.FAILED, WorkerStatus.LOST, WorkerStatus.RESTARTING, WorkerStatus.STOPPING, WorkerStatus.STARTING,
+    WorkerStatus.WAITING, WorkerStatus.RUNNING, WorkerStatus.STOPPED, WorkerStatus.FINISHED))}
+UNKNOWN_RANK = STATUS_RANK[WorkerStatus.STARTING]  # a status not reported yet ranks as starting
 MAX_OUTLIERS = 4  # lines per metric drawn beside the chief's; the band shows the rest
 OUTLIER_SCORE = 5.0  # robust z-score (deviation from the median over 1.4826 MADs) that makes a worker an outlier
 MIN_WORKERS_FOR_OUTLIERS = 4  # fewer: no median worth the name
@@ -61,7 +66,7 @@ def chief_index(workers: Sequence[Mapping[str, Any]]) -> int:
 
 def progress_fraction(worker: Mapping[str, Any]) -> float | None:
     """How far a worker is, 0..1 (epochs and steps are 1-based as Keras prints them); None when unknown."""
-    if worker.get("status") == "finished":
+    if worker.get("status") == WorkerStatus.FINISHED:
         return 1.0
     epoch, epochs_total = worker.get("epoch"), worker.get("epochs_total")
     step, steps_total = worker.get("step"), worker.get("steps_total")
@@ -110,7 +115,7 @@ def steady_order(workers: Sequence[Mapping[str, Any]], lagging: Collection[int])
 
     def key(worker: Mapping[str, Any]) -> tuple[int, int, int]:
         index = _index(worker)
-        return (STATUS_RANK.get(worker.get("status") or "", 4), 0 if index in lagging else 1, index)
+        return (STATUS_RANK.get(worker.get("status") or "", UNKNOWN_RANK), 0 if index in lagging else 1, index)
 
     return [_index(w) for w in sorted(workers, key=key)]
 
@@ -189,7 +194,7 @@ def shows_trouble(text: str) -> bool:
 def flagged_workers(workers: Sequence[Mapping[str, Any]]) -> list[int]:
     """Workers that failed or whose log tail shows an error, a traceback or a warning (in index order)."""
     return [int(w.get("index") or 0) for w in workers
-            if w.get("status") == "failed" or shows_trouble("\n".join(w.get("log_tail") or []))]
+            if w.get("status") == WorkerStatus.FAILED or shows_trouble("\n".join(w.get("log_tail") or []))]
 
 
 class FlagScanner:
@@ -213,7 +218,7 @@ class FlagScanner:
             else:
                 fresh = tail[-(total - before + 1):] if tail else []
             self.seen[index] = total
-            if worker.get("status") == "failed" or (fresh and shows_trouble("\n".join(fresh))):
+            if worker.get("status") == WorkerStatus.FAILED or (fresh and shows_trouble("\n".join(fresh))):
                 self.flagged.add(index)
         return sorted(self.flagged)
 

@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from nbworkers.magics.run.core.statuses import WorkerStatus
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views.dedupe import LineDeduper
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
+from nbworkers.protocol.statuses import WorkerStatus
 
 TRACEBACK_START = "Traceback (most recent call last)"
 MARKER_START = "--- nbworkers: "  # nbworkers' own lines in a worker's output (the log keeps them)

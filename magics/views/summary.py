@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 from typing import Any, Final
 
-from nbworkers.magics.run.core.statuses import ENDED, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ERROR_BELOW_KEY, ClusterSnapshot, WorkerSnapshot
 from nbworkers.magics.views import compact
 
@@ -34,6 +33,7 @@ from nbworkers.magics.views.words import (
     worker_name,
 )
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
+from nbworkers.protocol.statuses import ENDED, ClusterStatus, WorkerStatus
 
 __all__ = [
     "ECHOED_KEY",
@@ -189,7 +189,7 @@ def _esc(value: Any) -> str:
 
 
 def _badge(status: str | None) -> str:
-    color = STATUS_COLORS.get(status or "", "#6b7280")
+    color = STATUS_COLORS.get(status or "", STATUS_COLORS[WorkerStatus.STARTING])
     return (
         f'<span class="nbw-status nbw-status-{_esc(status)}" style="color:#fff;background:{color};'
         f'border-radius:8px;padding:0 6px;font-size:0.85em">{_esc(status_label(status))}</span>'
@@ -251,7 +251,7 @@ def _error_word(snapshot: ClusterSnapshot) -> str:
 def _error_html(snapshot: ClusterSnapshot) -> str:
     parts = []
     if snapshot.get("error"):
-        color = "#374151" if _error_word(snapshot) == "Why" else "#b91c1c"
+        color = STATUS_COLORS[ClusterStatus.LOST if _error_word(snapshot) == "Why" else ClusterStatus.FAILED]
         parts.append(f'<p style="color:{color}"><b>{_error_word(snapshot)}:</b> {_esc(_error_line(snapshot))}</p>')
     if snapshot.get(ERROR_BELOW_KEY):
         parts.append("<p>The workers' traceback is in the error below.</p>")

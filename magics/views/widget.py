@@ -38,12 +38,13 @@ from typing import Any, Protocol
 import anywidget
 import traitlets as t
 
-from nbworkers.magics.run.core.statuses import ENDED
 from nbworkers.magics.settings import settings
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views import band_chart, compact
 from nbworkers.magics.views.summary import render_html, render_text
+from nbworkers.magics.views.words import status_css
 from nbworkers.protocol.lines import SHORT_CUT_NOTE, cap_line
+from nbworkers.protocol.statuses import ENDED
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 MAX_LOG_CHARS = 64_000  # per worker and update: a tail of long lines keeps only its newest ~64 kB
@@ -238,7 +239,7 @@ class ClusterWidget(anywidget.AnyWidget):
     """The dashboard's model. All state is in these traits (a reloaded page gets it back from the kernel)."""
 
     _esm = joined(ESM_PARTS)
-    _css = joined(CSS_PARTS)
+    _css = joined(CSS_PARTS) + "\n" + status_css()  # the status colours: protocol/statuses.py LOOKS
 
     cluster = t.Dict().tag(sync=True)  # header + cards (cluster_payload)
     logs: t.List[list[str]] = t.List().tag(sync=True)  # per worker: list of log lines (logs_payload)

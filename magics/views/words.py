@@ -8,35 +8,25 @@ import math
 import signal
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import ENDED, LOST_LABEL, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, WorkerSnapshot
+from nbworkers.protocol.statuses import ENDED, LOOKS, LOST_LABEL, ClusterStatus, WorkerStatus
 
-# One label and one colour for every status of a run and of a worker (magics/run/core/statuses.py; a test holds that).
-# (The two enums share their values: a key stands for the run's status and the worker's alike.)
-STATUS_LABELS: dict[str, str] = {
-    WorkerStatus.STARTING: "starting",
-    WorkerStatus.WAITING: "waiting for peers",
-    WorkerStatus.RUNNING: "running",
-    WorkerStatus.FINISHED: "finished",
-    WorkerStatus.FAILED: "failed",
-    WorkerStatus.STOPPED: "stopped",
-    WorkerStatus.RESTARTING: "restarting",
-    WorkerStatus.STOPPING: "stopping",
-    ClusterStatus.LOST: f"{LOST_LABEL} (its kernel restarted or died)",
-}
-# badge colours, shared with widget.css in spirit (inline here: static renderers drop <style>)
-STATUS_COLORS: dict[str, str] = {
-    WorkerStatus.STARTING: "#6b7280",
-    WorkerStatus.WAITING: "#b45309",
-    WorkerStatus.RUNNING: "#1d4ed8",
-    WorkerStatus.FINISHED: "#15803d",
-    WorkerStatus.FAILED: "#b91c1c",
-    WorkerStatus.STOPPED: "#6b21a8",
-    WorkerStatus.RESTARTING: "#c2410c",
-    WorkerStatus.STOPPING: "#7c3aed",
-    ClusterStatus.LOST: "#374151",
-}
+# One label and one colour for every status a view shows: the protocol's (LOOKS in protocol/statuses.py), with the
+# reason a lost run reads "stopped" said in full (inline colours here: static renderers drop <style>).
+STATUS_LABELS: dict[str, str] = {**{status: look.label for status, look in LOOKS.items()},
+                                 ClusterStatus.LOST: f"{LOST_LABEL} (its kernel restarted or died)"}
+STATUS_COLORS: dict[str, str] = {status: look.colour for status, look in LOOKS.items()}
 TRACEBACK_TAIL_LINES = 20
+
+
+def status_css() -> str:
+    """The widget's status colours, from the protocol's (``LOOKS``): one custom property per status
+    (``--nbw-status-running``, which widget.css and widget_compact.css use for cards and the compact view's cells)
+    and the badge's background (``.nbw-status-running``). Joined after widget.css: a badge's class wins over its
+    ``.nbw-badge`` default."""
+    names = [(str(status), look.colour) for status, look in LOOKS.items()]
+    return "\n".join([":root {", *(f"  --nbw-status-{name}: {colour};" for name, colour in names), "}",
+                      *(f".nbw-status-{name} {{ background: var(--nbw-status-{name}); }}" for name, _ in names)]) + "\n"
 
 
 def failed_workers(snapshot: ClusterSnapshot) -> list[WorkerSnapshot]:

@@ -19,10 +19,11 @@ from nbworkers.magics.errors import RunFailed
 from nbworkers.magics.sessions.detach import wire as channel
 from nbworkers.magics.sessions.detach.client import SessionClient, SessionGone, SessionRefused
 from nbworkers.magics.sessions.detach.handlers import handle
-from nbworkers.magics.sessions.detach.remote_cell import LOST, RemoteCell
+from nbworkers.magics.sessions.detach.remote_cell import RemoteCell
 from nbworkers.magics.sessions.detach.server import SessionServer
 from nbworkers.magics.sessions.detach.supervisor import SessionLoop
 from nbworkers.magics.views.rich import RichItem
+from nbworkers.protocol.statuses import CellState
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def test_a_cell_whose_supervisor_is_gone_is_lost(served):
     server.close()
     owner.done = True  # its run is over (state.json): a failed request is not retried
     assert cell.wait(timeout=5, raise_on_failure=False) is True
-    assert cell.state == LOST and "detached session 's'" in cell.error
+    assert cell.state == CellState.LOST and "detached session 's'" in cell.error
 
 
 def test_stop_reaches_the_session(served):

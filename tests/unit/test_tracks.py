@@ -43,14 +43,25 @@ import pytest
 def test_on_ray():
     pass
 """
-EVERY_TEST = ["test_a_notebook", "test_in_a_browser", "test_on_ray", "test_on_the_checkout", "test_on_the_wheel"]
+SLURM_SUITE = """
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+def test_on_slurm():
+    pass
+"""
+EVERY_TEST = ["test_a_notebook", "test_in_a_browser", "test_on_ray", "test_on_slurm", "test_on_the_checkout",
+              "test_on_the_wheel"]
 
 
 @pytest.fixture
 def suite(pytester):
     pytester.makeconftest(TESTS_CONFTEST.read_text())
-    pytester.makeini("[pytest]\nmarkers =\n    installed: on the wheel\n    browser: b\n    ray: r\n    slow: s\n")
-    pytester.makepyfile(test_suite=SUITE, **{"ray/test_suite_on_ray": RAY_SUITE})
+    pytester.makeini("[pytest]\nmarkers =\n    installed: on the wheel\n    browser: b\n    ray: r\n    slow: s\n"
+                     "    slurm: s\n")
+    pytester.makepyfile(test_suite=SUITE, **{"ray/test_suite_on_ray": RAY_SUITE,
+                                             "slurm/test_suite_on_slurm": SLURM_SUITE})
     return pytester
 
 
@@ -64,6 +75,7 @@ def passed(recorded) -> list[str]:
     (["--track=main"], ["test_on_the_checkout"]),
     (["--track=processes"], []),
     (["--track=ray"], ["test_on_ray"]),
+    (["--track=slurm"], ["test_on_slurm"]),
     (["--track=beside"], ["test_a_notebook", "test_in_a_browser"]),
 ])
 def test_each_test_is_in_one_run(suite, option, runs):
@@ -135,6 +147,19 @@ def test_the_ray_run_collects_only_the_ray_folder_and_a_ray_test_elsewhere_is_re
     result.stderr.fnmatch_lines(["*test_stray.py::test_astray is marked ray but is not in tests/integration/ray/*"])
 
 
+def test_the_slurm_run_collects_only_the_slurm_folder_whose_tests_are_all_marked_slurm(suite):
+    assert run_args("slurm") == ["tests/integration/slurm", "--track=slurm"]
+    suite.makepyfile(test_stray="import pytest\n\n@pytest.mark.slurm\ndef test_astray():\n    pass\n")
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=main")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_stray.py::test_astray: the Slurm tests are*tests/integration/slurm/*"])
+    (suite.path / "test_stray.py").unlink()
+    suite.makepyfile(**{"slurm/test_unmarked": "def test_plain():\n    pass\n"})
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=slurm")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_unmarked.py::test_plain: the Slurm tests are*each marked slurm*"])
+
+
 def test_an_unknown_track_is_refused(suite):
     result = suite.runpytest_inprocess("-p", "no:cacheprovider", "--track=browsers")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -157,5 +182,6 @@ def test_a_run_of_modules_collects_only_their_files_and_they_exist():
         assert all((root / path).is_file() for path in paths(track)), f"{track}: a module in tests/tracks.py is gone"
     assert paths("main") == ["tests/integration"]
     assert (root / paths("ray")[0]).is_dir()
+    assert (root / paths("slurm")[0]).is_dir()
     for track, modules in SPLIT_TRACKS.items():
         assert all((root / INTEGRATION / name).is_file() for name in modules), f"{track}: a module in SPLIT_TRACKS is gone"

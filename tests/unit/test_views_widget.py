@@ -25,6 +25,7 @@ from nbworkers.magics.views.widget import (  # noqa: E402
     downsample,
     logs_payload,
 )
+from nbworkers.magics.views.words import status_css  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 MAGICS = REPO / "magics" / "views"
@@ -367,9 +368,9 @@ def test_every_status_has_a_label_and_the_terminal_ones_count_as_done():
     assert statuses <= js_object_keys(source, "STATUS_LABELS")
     done = set(re.findall(r'"(\w+)"', re.search(r"const DONE = new Set\(\[(.*?)\]\)", source).group(1)))
     assert done == {s.value for s in ClusterStatus if s.is_terminal}
-    css = (MAGICS / "widget.css").read_text()
-    missing = [s for s in statuses - {"starting"} if f".nbw-status-{s} " not in css]  # starting: the default grey
-    assert not missing, f"no badge colour in widget.css for {missing}"
+    css = str(ClusterWidget._css)  # the badges' colours: generated from protocol/statuses.py LOOKS
+    missing = [s for s in statuses if f".nbw-status-{s} {{ background: var(--nbw-status-{s}); }}" not in css]
+    assert not missing, f"no badge colour in the widget's CSS for {missing}"
 
 
 def test_the_widget_module_carries_the_vendored_chart_library():
@@ -387,7 +388,7 @@ def test_the_widget_module_carries_the_vendored_chart_library():
     assert len(declared) == len(set(declared)), "a name declared in two parts of the one module"
     assert css.startswith((widget.UPLOT_DIR / "uPlot.min.css").read_text()) and ".nbw-chart" in css
     styles = [(MAGICS / name).read_text() for name in ("widget.css", "widget_compact.css")]
-    assert css.endswith("\n".join(styles)) and ".nbw-compact" in styles[1]
+    assert css.endswith("\n".join(styles) + "\n" + status_css()) and ".nbw-compact" in styles[1]
     assert all(len(style.splitlines()) < 400 for style in styles), "a part of the widget's style over 400 lines"
     assert "MIT License" in (widget.UPLOT_DIR / "LICENSE").read_text()
 

@@ -3,6 +3,7 @@ module constants. No kernel, no TensorFlow, no subprocess."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import re
 from pathlib import Path
@@ -57,7 +58,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _js_set(path: Path, name: str) -> set[str]:
     """The strings of ``const NAME = new Set([...])`` (or ``export const``) in a front-end file."""
-    found = re.search(rf"const {name} = new Set\(\[(.*?)\]\)", path.read_text())
+    found = re.search(rf"const {name}(?:: [\w<>]+)? = new Set(?:<\w+>)?\(\[(.*?)\]\)", path.read_text())
     assert found, f"no `const {name} = new Set([...])` in {path.relative_to(REPO)}"
     return set(re.findall(r"[\"'](\w+)[\"']", found.group(1)))
 
@@ -66,7 +67,7 @@ def test_the_ended_statuses_are_defined_once_and_the_front_ends_copies_hold_to_t
     C, W = statuses.ClusterStatus, statuses.WorkerStatus
     assert statuses.ENDED == {s for s in C if s.is_terminal} == {s for s in W if s.is_terminal}
     assert statuses.RECORDED_ENDS == statuses.ENDED - {C.LOST}  # LOST: concluded by others, never recorded
-    assert _js_set(REPO / "labextension" / "src" / "format.ts", "ENDED") == statuses.ENDED
+    assert _js_set(REPO / "labextension" / "src" / "statuses.ts", "ENDED") == statuses.ENDED
     assert _js_set(REPO / "magics" / "views" / "widget_cards.js", "DONE") == statuses.ENDED
 
 
@@ -89,18 +90,34 @@ def test_a_run_whose_kernel_went_away_reads_stopped_with_one_reason_everywhere()
     """Kernel restarted or died: the reaper, the REST rows, %workers, the widget and the sidebar say one thing."""
     assert protocol_statuses.KERNEL_GONE.startswith(protocol_statuses.LOST_LABEL) and "run the cell again" in \
         protocol_statuses.KERNEL_GONE
-    for path in (REPO / "labextension" / "src" / "format.ts", REPO / "magics" / "views" / "widget_cards.js"):
-        assert _js_string(path, "KERNEL_GONE") == protocol_statuses.KERNEL_GONE
+    assert _js_string(REPO / "magics" / "views" / "widget_cards.js", "KERNEL_GONE") == protocol_statuses.KERNEL_GONE
+    assert f"export const KERNEL_GONE =\n  \"{protocol_statuses.KERNEL_GONE}\";" in (
+        REPO / "labextension" / "src" / "statuses.ts").read_text()
     source = (REPO / "magics" / "views" / "widget_cards.js").read_text()
     assert re.search(rf'^\s*lost: "{protocol_statuses.LOST_LABEL}",', source, re.M)
-    assert re.search(rf"status === 'lost' \? '{protocol_statuses.LOST_LABEL}'",
-                     (REPO / "labextension" / "src" / "format.ts").read_text())
+    assert f'lost: "{protocol_statuses.LOST_LABEL}",' in (REPO / "labextension" / "src" / "statuses.ts").read_text()
     assert summary.status_label("lost").startswith(protocol_statuses.LOST_LABEL)
 
 
-def test_every_status_has_one_label_in_the_summary():
-    every = {s.value for s in statuses.ClusterStatus} | {s.value for s in statuses.WorkerStatus}
-    assert set(summary.STATUS_LABELS) == every == set(summary.STATUS_COLORS)
+def test_every_status_a_view_shows_has_one_look_and_the_summary_and_the_widget_show_it():
+    every = {s.value for enum in (statuses.ClusterStatus, statuses.WorkerStatus, statuses.ViewStatus) for s in enum}
+    looks = protocol_statuses.LOOKS
+    assert set(looks) == every == set(summary.STATUS_LABELS) == set(summary.STATUS_COLORS)
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", look.colour) for look in looks.values())
+    assert summary.STATUS_COLORS == {status: look.colour for status, look in looks.items()}
+    assert {s: label for s, label in summary.STATUS_LABELS.items() if s != "lost"} == {
+        s: look.label for s, look in looks.items() if s != "lost"}  # lost: the summary says why in full
+    source = (REPO / "magics" / "views" / "widget_cards.js").read_text()
+    labels = re.search(r"const STATUS_LABELS = \{(.*?)\n\};", source, re.S)
+    assert labels and dict(re.findall(r'^\s*(\w+): "([^"]*)"', labels.group(1), re.M)) == {
+        s: look.label for s, look in looks.items()}
+
+
+def test_the_cell_states_sit_beside_the_run_statuses_in_the_protocol():
+    C = protocol_statuses.CellState
+    assert statuses.CellState is C and statuses.CellEnd is protocol_statuses.CellEnd
+    assert {c for c in C if c.is_terminal} == {C.FINISHED, C.FAILED, C.STOPPED, C.CANCELLED, C.LOST}
+    assert all(c.view_status in protocol_statuses.ClusterStatus for c in C)  # a view shows each as a run status
 
 
 # ---- one line capper
@@ -165,3 +182,24 @@ def test_one_blocking_echo_for_runs_and_session_cells(monkeypatch):
     monkeypatch.setattr(settings_module, "_settings", WorkerSettings(echo_lines=7, echo_tail_lines=3))
     echo = blocking_echo()
     assert echo is not None and (echo.max_lines, echo.tail_lines) == (7, 3)
+
+
+def _vocabulary_tool():
+    spec = importlib.util.spec_from_file_location("nbworkers_vocabulary_tool", REPO / "tools" / "vocabulary.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sidebars_statuses_are_written_from_the_protocol():
+    """labextension/src/statuses.ts (the union type, labels, ended set) and style/statuses.css (the colours) are
+    what tools/vocabulary.py writes from protocol/statuses.py now; the sidebar defines no status colour of its own."""
+    tool = _vocabulary_tool()
+    assert tool.stale() == [], "run `python tools/vocabulary.py --write`, then `make labextension`"
+    assert all(f".nbw-sb-status-{s} {{ background: {look.colour}; }}" in tool.statuses_css()
+               for s, look in protocol_statuses.LOOKS.items())
+    assert all(f'| "{s}"' in tool.statuses_ts() for s in statuses.ClusterStatus)
+    base = (REPO / "labextension" / "style" / "base.css").read_text()
+    assert not re.search(r"\.nbw-sb-status-[\w-]+\s*[{,]", base), "a status colour in base.css: LOOKS defines them"
+    assert "status: RunStatus;" in (REPO / "labextension" / "src" / "api.ts").read_text()

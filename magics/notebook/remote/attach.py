@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.magics.notebook import registry
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS
 from nbworkers.magics.run.outputs import LiveViews
 from nbworkers.magics.rundir.layout import RunNotFound, read_log, read_state, request_restart, run_dir_of, state_mtime
 from nbworkers.magics.rundir.listing import describe
@@ -25,6 +24,7 @@ from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views.summary import render_summary_html, render_text
 from nbworkers.magics.views.view import HtmlBundle, default_view_factory
 from nbworkers.protocol import wire
+from nbworkers.protocol.statuses import RECORDED_ENDS
 
 POLL_INTERVAL = 0.1  # seconds between checks while waiting for an attached run to end
 HISTORY_POINTS = 2000  # a detached run's chart: points kept per worker (as the run's own state keeps)

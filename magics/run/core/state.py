@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbworkers.magics.run.core.logtail import LogTail
-from nbworkers.magics.run.core.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 from nbworkers.magics.shapes import ClusterSnapshot, RestartEntry, WorkerSnapshot
+from nbworkers.protocol.statuses import RECORDED_ENDS, ClusterStatus, WorkerStatus
 
 CLUSTER_STATES = tuple(status.value for status in ClusterStatus)
 

@@ -43,8 +43,8 @@ from nbworkers.magics.run.core.failures import (
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.save_hold import SaveHold
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.run.core.timings import Timings
+from nbworkers.protocol.statuses import ClusterStatus, WorkerStatus
 
 
 class Supervisor:

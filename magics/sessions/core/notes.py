@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from nbworkers.magics.run.core.statuses import CellEnd
 from nbworkers.magics.sessions.core.events import WorkerEnd
 from nbworkers.magics.sessions.core.records import CellRecord
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 TRACEBACK_START = "Traceback (most recent call last):"  # the widget splits the error there too (widget_cards.js)
 _TRACEBACK_LINE = re.compile(r"^Traceback\b", re.M)  # where a worker's traceback starts in an error
@@ -57,7 +57,7 @@ def error_text(cell: CellRecord) -> str:
     worker = cell.first_error_worker
     end = cell.ends.get(worker) if worker is not None else None
     if end is None:
-        return cell.error or "failed"
+        return cell.error or CellState.FAILED.value  # no message: it says that it failed
     ends = {w: e for w, e in sorted(cell.ends.items()) if w != worker and e.status != CellEnd.OK}
     interrupted = [w for w, e in ends.items() if e.status != CellEnd.ERROR]
     same = [w for w, e in ends.items() if e.status == CellEnd.ERROR and e.error == end.error]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nbworkers.magics.run.core.statuses import CellState
 from nbworkers.magics.sessions.core.events import WorkerEnd
+from nbworkers.protocol.statuses import CellState
 
 
 @dataclass(frozen=True)

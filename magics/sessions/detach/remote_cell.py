@@ -16,13 +16,11 @@ import threading
 from typing import Any, Protocol
 
 from nbworkers.magics.errors import RunFailed
-from nbworkers.magics.run.core.statuses import CellState
 from nbworkers.magics.run.outputs import LiveViews, Waits, final_snapshot
 from nbworkers.magics.sessions.detach.client import SessionClient, SessionRefused
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.magics.views.rich import LiveOutputs, RichItem, RichPublisher, WorkersValue
-
-LOST = "lost"  # the cell's state when its session's supervisor could no longer be asked (it ended or died)
+from nbworkers.protocol.statuses import CellState, ClusterStatus, ViewStatus
 
 
 class CellOwner(Protocol):
@@ -55,7 +53,7 @@ class RemoteCell:
         self.error = ""
         self.failed_workers: tuple[int, ...] = ()
         self._failure_text = ""
-        self._snapshot: ClusterSnapshot = {"name": self.name, "status": "queued", "workers": []}  # type: ignore
+        self._snapshot: ClusterSnapshot = {"name": self.name, "status": ViewStatus.QUEUED, "workers": []}  # type: ignore
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._views = LiveViews()
@@ -115,9 +113,9 @@ class RemoteCell:
 
     def _lose(self, why: str) -> None:
         with self._lock:
-            self.state, self.error = LOST, why
+            self.state, self.error = CellState.LOST.value, why
             self._failure_text = f"session {self.session.name!r} {self.label}: {why}"
-            self._snapshot = {**self._snapshot, "status": "lost", "error": why}  # type: ignore[typeddict-item]
+            self._snapshot = {**self._snapshot, "status": ClusterStatus.LOST, "error": why}  # type: ignore[typeddict-item]
         self._done.set()
 
     # ------------------------------------------------------------------------------ what views and the magic read
@@ -172,7 +170,7 @@ class RemoteCell:
 
         ended = self._waits.wait(self._done, timeout, self.session.settings.flush_interval, tick, echo, self.snapshot,
                                  finish)
-        if raise_on_failure and ended and self.state in (CellState.FAILED.value, LOST):
+        if raise_on_failure and ended and self.state in (CellState.FAILED, CellState.LOST):
             raise RunFailed(self.failure_text(), name=self.session.name, workers=self.failed_workers)
         return ended
 
