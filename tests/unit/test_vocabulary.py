@@ -203,3 +203,22 @@ def test_the_sidebars_statuses_are_written_from_the_protocol():
     base = (REPO / "labextension" / "style" / "base.css").read_text()
     assert not re.search(r"\.nbw-sb-status-[\w-]+\s*[{,]", base), "a status colour in base.css: LOOKS defines them"
     assert "status: RunStatus;" in (REPO / "labextension" / "src" / "api.ts").read_text()
+
+
+def _status_words_tool():
+    spec = importlib.util.spec_from_file_location("nbworkers_status_words", REPO / "tools" / "status_words.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_status_words_are_strings_only_in_the_protocol_and_enums():
+    """tools/lint.py's `words` check: a status written as a string outside protocol/ and enums is a finding; a
+    field's name, a docstring and an enum's body are not."""
+    tool = _status_words_tool()
+    code = ('"""running, as a docstring."""\nfrom enum import Enum\nclass Mood(str, Enum):\n    RUNNING = "running"\n'
+            'def f(row, w):\n    if row["detached"] and row.get("lost"):\n        return {"queued": 1}\n'
+            '    send(state="failed")\n    return w.status == "finished" or getattr(w, "stopped", None)\n')
+    assert tool.findings_in(code) == [(8, "failed"), (9, "finished")]
+    assert tool.findings(REPO) == []
