@@ -6,6 +6,7 @@ cycle between modules); exit 1 on any finding. Config: pyproject.toml.
     .venv/bin/python tools/lint.py ruff       # one of them
     .venv/bin/python tools/lint.py mypy
     .venv/bin/python tools/lint.py imports
+    .venv/bin/python tools/lint.py words      # status words as strings only in protocol/ and enums
 
 mypy checks the import package ``nbworkers`` as it is installed: the four code folders are mapped into it by
 setuptools' package-dir (extension/ -> nbworkers, magics/ -> nbworkers.magics, ...), which mypy cannot follow,
@@ -151,13 +152,21 @@ def _print_cycles() -> int:
     return 1 if cycles else 0
 
 
+def run_status_words() -> tuple[int, str]:
+    """An AST walk of the package (tools/status_words.py): status words as strings only in protocol/ and enums."""
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "status_words.py")], cwd=ROOT, capture_output=True,
+                            text=True)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
 def main(argv: list[str] | None = None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy", "imports"]
+    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy", "imports", "words"]
     if chosen == ["_cycles"]:  # run_imports() runs this in build/lint
         return _print_cycles()
     failed = False
     for name in chosen:
-        code, report = {"ruff": run_ruff, "mypy": run_mypy, "imports": run_imports}[name]()
+        code, report = {"ruff": run_ruff, "mypy": run_mypy, "imports": run_imports,
+                        "words": run_status_words}[name]()
         print(f"== {name}: {'ok' if code == 0 else 'findings'}\n{report}\n")
         failed |= code != 0
     return 1 if failed else 0
