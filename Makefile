@@ -28,7 +28,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,ray,tensorboard,docs]'
+	$(PY) -m pip install -q -e '.[test,ray,tensorboard,docs,jax]'
 	# editable installs skip data files: put the config that enables the server extension in place ourselves
 	install -D -m 644 jupyter-config/jupyter_server_config.d/nbworkers.json $(VENV)/etc/jupyter/jupyter_server_config.d/nbworkers.json
 	touch $(STAMP)

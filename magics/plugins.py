@@ -6,7 +6,8 @@ left out: it must not break ``%%worker``."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, distributions
 from typing import Any
 
@@ -39,3 +40,24 @@ def entry_points(group: str) -> Iterator[EntryPoint]:
         for point in dist.entry_points:
             if point.group == group:
                 yield point
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One argument a backend or a framework adds to ``%%worker``: ``option`` (``--address``) and ``add_argument``'s
+    keywords. It fills the options field named as argparse names its destination (``--cpus-per-worker``:
+    ``cpus_per_worker``; every plugin's flags share the magic's namespace: name them after the plugin when they may
+    clash). ``elsewhere``: the error when it is given with another backend or framework ("": "only for the <title>
+    backend", "only with --framework <name>")."""
+
+    option: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    elsewhere: str = ""
+
+    @property
+    def dest(self) -> str:
+        return str(self.kwargs.get("dest") or self.option.lstrip("-").replace("-", "_"))
+
+    @property
+    def default(self) -> Any:
+        return self.kwargs.get("default", False if self.kwargs.get("action") == "store_true" else None)

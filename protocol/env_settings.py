@@ -317,6 +317,10 @@ SERVE = _declare(EnvSetting(
     "NBWORKERS_SERVE", False, SWITCH, SET_IN_WORKERS + " (`--ps`)",
     "`1`: run this task's TensorFlow server instead of the cell (the `worker` and `ps` tasks of a "
     "parameter-server cluster)", set_by_nbworkers=True))
+FRAMEWORK = _declare(EnvSetting(
+    "NBWORKERS_FRAMEWORK", "tf", TEXT, SET_IN_WORKERS + " and their zygotes (`--framework`)",
+    "the run's framework (`tf`, `jax`): what its zygote imports ahead and what the worker does before the cell's "
+    "code (`distlib/frameworks/`)", set_by_nbworkers=True))
 SESSION = _declare(EnvSetting(
     "NBWORKERS_SESSION", "", TEXT, SET_IN_WORKERS + " (`--session`)",
     "the session's name: the worker serves cells instead of running one", set_by_nbworkers=True))

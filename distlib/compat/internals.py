@@ -29,6 +29,7 @@ TF_215_221 = "tensorflow 2.15.1, 2.21.0"
 KERAS3 = "keras 3.15.1 (tensorflow 2.21.0)"
 TF_KERAS = "tf_keras 2.21.0"
 ESTIMATOR = "tensorflow-estimator 2.15.0 (tensorflow 2.15.1, .venv-tf215)"
+JAX = "jax 0.10.2 (keras 3.15.1)"
 
 CARS = "tensorflow.python.distribute.collective_all_reduce_strategy"
 CONTEXT = "tensorflow.python.eager.context"
@@ -170,6 +171,16 @@ REGISTRY: tuple[Internal, ...] = tuple(
                upstream="tensorflow/tensorflow#28786 (no way to interrupt a running tf.function)")
     + _entries("step_calls.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
                "wrapped: one more hook, a step point before each training step", "Estimator.train")
+    # jax_backends: has JAX initialised a backend (its runtime, threads, perhaps CUDA) in this process? A JAX zygote
+    # refuses to fork once it has (JAX warns at os.fork after its backends started: jax-ml/jax#1805)
+    + _entries("jax_backends", "jax._src.xla_bridge", JAX, "has a backend been initialised (without initialising one)",
+               "backends_are_initialized", upstream="jax-ml/jax#1805 (fork after JAX's runtime started may deadlock)")
+    # jax_backends.leave: a stopped or failed JAX worker leaves without JAX's atexit shutdown, which waits at a
+    # barrier for every process (one still blocked in a collective with it never comes)
+    + _entries("jax_backends.leave", "jax._src.api", JAX, "unregistered: the distributed shutdown's barrier",
+               "clean_up")
+    + _entries("jax_backends.leave", "jax._src.dispatch", JAX, "unregistered: waits for the runtime's tokens",
+               "wait_for_tokens")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "

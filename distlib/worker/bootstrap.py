@@ -11,7 +11,8 @@ then the ``atexit`` functions; the worker exits with ``stop_signal.STOPPED_EXIT_
 kernel, which asked for the stop, records the worker as stopped.
 
 A worker forked from a zygote (``nbworkers.distlib.worker.zygote``) does not start here: the zygote imported
-``PRELOAD`` ahead, and its child takes the run's environment (``adopt_environment``) and calls ``main()``.
+its framework's modules ahead (``distlib/frameworks``), and its child takes the run's environment
+(``adopt_environment``) and calls ``main()``.
 """
 
 from __future__ import annotations
@@ -27,25 +28,13 @@ import threading
 import traceback
 import types
 
+from nbworkers.distlib import frameworks
 from nbworkers.distlib.worker import startup, stop_signal
 from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.private import files as own_files
 from nbworkers.protocol.private import netns
 from nbworkers.protocol.statuses import WorkerStatus
 
-# What a zygote imports ahead of its runs: TensorFlow (which binds tf.keras to Keras 3 or tf_keras from the
-# environment, the same one the run will have), the relay's and distlib's worker-side modules. None of them
-# starts TensorFlow's eager context, a server, or opens a port.
-PRELOAD = (
-    "tensorflow",
-    "zmq",
-    "jupyter_client.session",
-    "nbworkers.distlib.worker.startup",
-    "nbworkers.distlib.worker.strategy_setup",
-    "nbworkers.distlib.worker.collective_startup",
-    "nbworkers.distlib.compat.keras_compat",
-    "nbworkers.distlib.reporting",
-)
 ATEXIT_TIMEOUT_S = 10.0  # the atexit functions' time at a worker's end; then it leaves without waiting for them
 
 
@@ -61,11 +50,6 @@ def load_pushed(path: str | None, key: str = "") -> dict:
 def read_cell(code_path: str) -> str:
     """The cell's code, from this user's own ``cell.py`` (no symlink: ``own_files.open_own``)."""
     return own_files.read_own(code_path).decode("utf-8")
-
-
-def run_startup_hook(name: str) -> None:
-    """``startup.before_user_code`` / ``after_user_code``: distlib's import hooks, last metrics, cleanup."""
-    getattr(startup, name)()
 
 
 def print_user_traceback(code_path: str) -> str:
@@ -111,7 +95,9 @@ def main() -> int:
     detail = ""
     reached_end = False
     try:
-        run_startup_hook("before_user_code")  # before unpickling: pushed tensors may import TensorFlow
+        # the framework's bootstrap (distlib/frameworks: TensorFlow's import hooks, JAX's distributed initialisation),
+        # before unpickling: pushed tensors may import TensorFlow
+        frameworks.current().before_user_code()
         module.__dict__.update(load_pushed(os.environ.get(wire.ENV_PUSH), os.environ.get(wire.ENV_KEY, "")))
         if sender is not None:
             sender.send("status", state=WorkerStatus.RUNNING.value)
@@ -143,13 +129,14 @@ def main() -> int:
     if reached_end and not stop_signal.requested():
         say_cell_ended()
     try:
-        run_startup_hook("after_user_code")
+        startup.after_user_code()  # the last metrics, cleanup
     except Exception:
         traceback.print_exc()
     # stopped: interrupted, or ended (a cell that caught the KeyboardInterrupt), or left after a preemption save
     stopped = stop_signal.requested() and exit_code in (stop_signal.STOPPED_EXIT_CODE, 0, wire.PREEMPTION_EXIT_CODE)
     if stopped and exit_code == 0:
         exit_code = stop_signal.STOPPED_EXIT_CODE
+    frameworks.current().leaving(exit_code)
     run_atexit(exit_code)
     sys.stdout.flush()
     sys.stderr.flush()

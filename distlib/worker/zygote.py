@@ -1,10 +1,11 @@
 """The zygote (fork server): ``python -m nbworkers.distlib.worker.zygote --socket PATH``.
 
 One per (interpreter, import-time environment) of a kernel (``nbworkers.magics.backends.zygotes``). It binds
-its Unix socket (in a private 0700 directory) first, then imports TensorFlow, Keras and nbworkers' worker-side
-modules once (``bootstrap.PRELOAD``), and then only forks: one thread, one ``select`` loop, no op run,
-no device listed, no thread pool, no CUDA — forking after TensorFlow's runtime started hangs the child
-(tensorflow/tensorflow#2448, #8220). ``fork_refusal()`` is the guard checked before every fork.
+its Unix socket (in a private 0700 directory) first, then imports its framework (TensorFlow and Keras; JAX and
+Keras on JAX for ``--framework jax``) and nbworkers' worker-side modules once (``distlib/frameworks``), and then
+only forks: one thread, one ``select`` loop, no op run, no device listed, no thread pool, no CUDA — forking after
+TensorFlow's runtime started hangs the child (tensorflow/tensorflow#2448, #8220), and JAX warns of the same after
+its backends started. ``fork_refusal()`` is the guard checked before every fork.
 
 Protocol, one connection per worker, from its host process (``backends.zygote_client``): the host sends an
 8-byte length with one fd attached (SCM_RIGHTS: the write end of the pipe the host reads the worker's output
@@ -44,7 +45,7 @@ import threading
 import time
 import traceback
 
-from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib import frameworks
 from nbworkers.protocol import env_settings
 
 FORKED_ENV = env_settings.FORKED.name  # set in a forked worker: the pid of the zygote it came from
@@ -64,37 +65,31 @@ def os_threads() -> int:
 
 
 def check_internals() -> None:
-    """The guard reads two private TensorFlow symbols (``compat/eager_context.py``, group ``eager_context``): when
-    they are gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
+    """The guard reads private symbols of the framework (TensorFlow's eager context, JAX's backends): when they are
+    gone it cannot tell whether the runtime started, so every fork is refused (the hosts spawn instead)."""
     global _guard_broken
-    if "tensorflow" not in sys.modules:
-        return
-    gone = eager_context.missing()
-    if gone:
-        _guard_broken = "the fork guard cannot check this TensorFlow: " + ", ".join(gone)
+    _guard_broken = frameworks.current().guard_broken()
 
 
 def fork_refusal() -> str | None:
-    """None when forking is safe, else why not: TensorFlow's eager context exists (its runtime, thread pools
-    and perhaps CUDA started), or more threads run than right after the imports."""
+    """None when forking is safe, else why not: the framework's runtime started (TensorFlow's eager context, a JAX
+    backend: their thread pools and perhaps CUDA), or more threads run than right after the imports."""
     if _guard_broken:
         return _guard_broken
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads are running (a fork copies only one)"
-    if eager_context.started():
-        return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
+    refusal = frameworks.current().fork_refusal()
+    if refusal:
+        return refusal
     if _baseline_tasks is not None and os_threads() > _baseline_tasks:
         return f"{os_threads()} OS threads run, {_baseline_tasks} after the imports: a runtime started"
     return None
 
 
 def preload() -> None:
-    from nbworkers.distlib.worker.bootstrap import PRELOAD  # after the socket is bound (main): hosts may wait
-
-    names = list(PRELOAD)
-    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
-    names.append("tf_keras" if legacy else "keras")
-    for name in names:
+    """The framework's modules (``NBWORKERS_FRAMEWORK``: TensorFlow's, or JAX and Keras on JAX), after the socket is
+    bound (``main``): hosts may connect and wait meanwhile."""
+    for name in frameworks.current().preload():
         try:
             importlib.import_module(name)
         except Exception as error:
@@ -177,7 +172,8 @@ def child_main(request: dict, out_fd: int, ready_w: int, close: list[int]) -> in
     cwd = os.environ.get(wire.ENV_CWD) or request.get("cwd") or os.getcwd()
     if sys.path and sys.path[0] == os.getcwd():
         sys.path[0] = cwd
-    print(f"--- nbworkers: forked from zygote {os.getppid()} (TensorFlow already imported)", flush=True)
+    print(f"--- nbworkers: forked from zygote {os.getppid()} ({frameworks.current().IMPORTED} already imported)",
+          flush=True)
     return bootstrap.main()
 
 

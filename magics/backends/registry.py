@@ -19,13 +19,14 @@ or, in the kernel, ``register(kind)`` (a test's fake backend). Names are case-in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
 
 from nbworkers.magics import plugins
 from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.plugins import Flag  # (a backend's or a framework's argument to %%worker)
 from nbworkers.magics.shapes import Backend
 
 GROUP = "nbworkers.backends"  # the entry-point group
@@ -33,26 +34,6 @@ DEFAULT = "local"  # --backend's default
 log = logging.getLogger("nbworkers")
 
 Options = TypeVar("Options")
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One argument a backend adds to ``%%worker``: ``option`` (``--address``) and ``add_argument``'s keywords. It
-    fills the options field named as argparse names its destination (``--cpus-per-worker``: ``cpus_per_worker``;
-    every backend's flags share the magic's namespace: name them after the backend when they may clash).
-    ``elsewhere``: the error when it is given with another backend ("": "only for the <title> backend")."""
-
-    option: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    elsewhere: str = ""
-
-    @property
-    def dest(self) -> str:
-        return str(self.kwargs.get("dest") or self.option.lstrip("-").replace("-", "_"))
-
-    @property
-    def default(self) -> Any:
-        return self.kwargs.get("default", False if self.kwargs.get("action") == "store_true" else None)
 
 
 @dataclass(frozen=True)

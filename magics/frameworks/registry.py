@@ -12,11 +12,13 @@ or, in the kernel, ``register(framework)`` (a test's fake framework). Names are 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib.metadata import EntryPoint
+from typing import Any
 
 from nbworkers.magics import plugins
 from nbworkers.magics.frameworks import Framework
+from nbworkers.protocol import env_settings
 
 GROUP = "nbworkers.frameworks"  # the entry-point group
 DEFAULT = "tf"  # a spec's default
@@ -62,3 +64,10 @@ def variables() -> frozenset[str]:
 def blank(name: str = DEFAULT) -> dict[str, str]:
     """A framework's variables, each empty: the environment of a run not planned yet (a zygote's prewarm)."""
     return dict.fromkeys(sorted(get(name).variables), "")
+
+
+def shared(name: str = DEFAULT, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """What every worker of a run of framework ``name`` shares, read at import (its zygote's key): the framework's
+    name for the worker side (``NBWORKERS_FRAMEWORK``: ``distlib/frameworks``) and its own ``shared`` variables."""
+    framework = get(name)
+    return {env_settings.FRAMEWORK.name: framework.name, **framework.shared(options or {})}

@@ -11,9 +11,11 @@ This module never imports TensorFlow: it runs in the kernel.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from nbworkers.magics.plugins import Flag
 from nbworkers.magics.shapes import PlannedTask
 
 ENV_TF_CONFIG = "TF_CONFIG"
@@ -43,8 +45,14 @@ class TensorFlow:
     """The ``Framework`` (``frameworks/__init__.py``) of TensorFlow's multi-worker strategies."""
 
     name: str = "tf"
+    summary: str = "TensorFlow's multi-worker strategies (TF_CONFIG; the default)"
+    flags: Sequence[Flag] = ()
+    roles: frozenset[str] = frozenset({"chief", "worker", "ps", "evaluator"})
     variables: frozenset[str] = frozenset({ENV_TF_CONFIG})
     shown: str = ENV_TF_CONFIG
+
+    def shared(self, options: Mapping[str, Any]) -> dict[str, str]:
+        return {}
 
     def environment(self, tasks: Sequence[PlannedTask], hosts: Sequence[str], ports: Sequence[int],
                     index: int) -> dict[str, str]:

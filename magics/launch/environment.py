@@ -15,8 +15,11 @@ DEFAULT_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str], variables: Mapping[str, str],
-               cuda_visible_devices: str, wire_env: Mapping[str, str]) -> dict[str, str]:
-    """``variables``: the framework's for this worker (``magics/frameworks``: ``{"TF_CONFIG": ...}``)."""
+               cuda_visible_devices: str, wire_env: Mapping[str, str],
+               shared: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``variables``: the framework's for this worker (``magics/frameworks``: ``{"TF_CONFIG": ...}``); ``shared``:
+    the framework's for every worker of the run, read at import (``registry.shared``; None: the default
+    framework's), over the kernel's values but under the user's ``--env``."""
     per_worker = frameworks.variables() | set(variables)  # never the kernel's own TF_CONFIG
     env = {
         k: v for k, v in base.items()
@@ -28,6 +31,7 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str], variables: Map
     for name, value in DEFAULT_ENV.items():
         env.setdefault(name, value)
     env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    env.update(frameworks.shared() if shared is None else shared)
     env.update(extra)  # the user's --env wins over inherited values ...
     env.update(variables)  # ... but not over what makes the cluster work
     env.update({k: v for k, v in wire_env.items() if v})

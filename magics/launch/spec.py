@@ -20,7 +20,8 @@ class LaunchSpec:
     timeout: float | None = None
     push: dict[str, object] = field(default_factory=dict)
     backend: str = "local"  # --backend: a registered backend's name (magics/backends/registry.py)
-    framework: str = "tf"  # a registered framework's name (magics/frameworks/registry.py); no flag yet
+    framework: str = "tf"  # --framework: a registered framework's name (magics/frameworks/registry.py)
+    framework_options: dict[str, object] = field(default_factory=dict)  # its flags' values, by their dest
     options: object = None  # that backend's options dataclass, filled from its flags (None: its defaults)
     min_workers: int | None = None  # --min-workers, an elastic group of min_workers..workers (None: fixed)
     max_restarts: int | None = None  # None: settings().max_restarts

@@ -11,6 +11,7 @@ from IPython.display import display
 
 from nbworkers.magics.backends.arguments import backend_arguments
 from nbworkers.magics.errors import LaunchError, RunFailed
+from nbworkers.magics.frameworks.arguments import framework_arguments
 from nbworkers.magics.notebook import idle_interrupt, registry, tensorboard
 from nbworkers.magics.notebook.help_cell import install
 from nbworkers.magics.notebook.listing import cluster_table as _cluster_table
@@ -65,6 +66,7 @@ class WorkerMagics(Magics):
               help="N parameter servers for ParameterServerStrategy: the cell runs on the chief (the coordinator, "
                    "implied), the -n workers and the parameter servers run TensorFlow servers it drives")
     @backend_arguments()  # --backend and each registered backend's flags (magics/backends/arguments.py)
+    @framework_arguments()  # --framework and each registered framework's flags (magics/frameworks/arguments.py)
     @argument("--min-workers", type=int, default=None, metavar="M",
               help="ray: elastic — start with as many workers as the cluster can place (at least M, at most -n), "
                    "go on with fewer after a node loss while M fit, grow back when room returns")

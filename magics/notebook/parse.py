@@ -14,6 +14,7 @@ from nbworkers.magics.backends import registry
 from nbworkers.magics.backends.arguments import chosen
 from nbworkers.magics.backends.registry import BackendKind
 from nbworkers.magics.errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
+from nbworkers.magics.frameworks import arguments as frameworks_arguments
 from nbworkers.magics.launch.bounds import check_bounds, existing_run_names
 from nbworkers.magics.launch.names import fresh_name, valid_name
 from nbworkers.magics.launch.roles import check_roles
@@ -129,6 +130,7 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
     check_syntax(cell)
     check_min_workers(args)
     kind, options = check_backend(args)  # the registered backend, its options (--backend ray: Ray answering)
+    framework, framework_options = frameworks_arguments.chosen(args)  # --framework, its flags (frameworks/)
     name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory
     if not valid_name(name):
         raise ClusterNameError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (at most 64).")
@@ -155,6 +157,8 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         ps=ps or 0,
         backend=kind.name,
         options=options,
+        framework=framework.name,
+        framework_options=framework_options,
         min_workers=getattr(args, "min_workers", None),
         scan=scan,
     )

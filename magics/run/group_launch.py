@@ -61,11 +61,12 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
     gpu_lists = [p.gpus for p in placements]
     hosts, ports = [p.host for p in placements], [p.port for p in placements]
     framework = frameworks.get(spec.framework)  # what joins the group: TF_CONFIG (magics/frameworks/)
+    shared = frameworks.shared(spec.framework, spec.framework_options)  # NBWORKERS_FRAMEWORK, KERAS_BACKEND...
     gpu_counts = ",".join("0" if g == "-1" else str(len(g.split(","))) for g in gpu_lists)
     for i, task in enumerate(tasks):
         variables = framework.environment(tasks, hosts, ports, i)
         env = worker_env(
-            base=os.environ, extra=spec.env, variables=variables, cuda_visible_devices=gpu_lists[i],
+            base=os.environ, extra=spec.env, variables=variables, cuda_visible_devices=gpu_lists[i], shared=shared,
             wire_env={
                 wire.ENV_RELAY: relay.address,
                 wire.ENV_KEY: key,
@@ -88,7 +89,7 @@ def launch_group(procs: list[WorkerHandle], *, backend: Backend, spec: LaunchSpe
         path = log_path(run_dir, i)
         with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             log.write(launch_line(task.role, task.index, generation, env.get(LEVEL_NAME, ""),
-                                  variables.get(framework.shown, "")).encode())
+                                  variables.get(framework.shown, ""), framework.shown).encode())
         procs.append(backend.launch(i, spec.python, env, spec.cwd, path, settings.stop_grace, task.role))
 
 

@@ -47,7 +47,8 @@ SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 LEVEL_NAME = "TF_CPP_MIN_LOG_LEVEL"
 # nbworkers' own bookkeeping lines (see the docstring); the writers: magics/run/group_launch.py (launch),
 # distlib/worker/zygote.py (forked), protocol/session_wire.py (cell markers: session_wire.MARKER)
-LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}=(?P<level>[^,]*), )?TF_CONFIG=")
+# (the launch line ends with the variable its framework shows: TF_CONFIG=..., KERAS_DISTRIBUTION_JOB_ADDRESSES=...)
+LAUNCH_LINE = re.compile(rf"^--- nbworkers: \w+ \d+, launch \d+, (?:{LEVEL_NAME}=(?P<level>[^,]*), )?[A-Z][A-Z0-9_]*=")
 FORKED_LINE = re.compile(r"^--- nbworkers: forked from zygote \d+ ")
 CELL_MARKER = session_wire.MARKER
 CELL_END_LINE = re.compile(re.escape(wire.CELL_END_LINE))  # the worker's word to its host (which relays it not)
@@ -56,9 +57,10 @@ OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_MARKER, CELL_END_LINE, WATCHER_LINE)
 UNROUTED_OWN_LINES = (LAUNCH_LINE, FORKED_LINE, CELL_END_LINE, WATCHER_LINE)  # dropped before routing by the markers
 
 
-def launch_line(role: str, index: int, generation: int, level: str, tf_config: str) -> str:
-    """The line a launch writes at the head of each worker's log (``LAUNCH_LINE`` reads it back)."""
-    return f"--- nbworkers: {role} {index}, launch {generation}, {LEVEL_NAME}={level}, TF_CONFIG={tf_config}\n"
+def launch_line(role: str, index: int, generation: int, level: str, value: str, shown: str = "TF_CONFIG") -> str:
+    """The line a launch writes at the head of each worker's log (``LAUNCH_LINE`` reads it back): ``shown``, the
+    variable the run's framework shows (``Framework.shown``), and its ``value``."""
+    return f"--- nbworkers: {role} {index}, launch {generation}, {LEVEL_NAME}={level}, {shown}={value}\n"
 
 
 def noise_level(value: str | None) -> int:

@@ -1,0 +1,79 @@
+"""Keras 3 on JAX across processes (``%%worker --framework jax``): the worker side.
+
+The kernel gives each worker Keras' own contract (``magics/frameworks/jax.py``): ``KERAS_BACKEND=jax`` (unless the
+user chose another), ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (worker 0's address, the coordinator, first),
+``KERAS_DISTRIBUTION_NUM_PROCESSES``, ``KERAS_DISTRIBUTION_PROCESS_ID`` and ``JAX_NUM_CPU_DEVICES``. Before the
+cell's code, ``before_user_code`` calls ``keras.distribution.initialize()`` (``jax.distributed.initialize`` with
+the coordinator on worker 0, and a seed every process agrees on: ``jax.distributed.initialize`` alone leaves each
+process's initial weights its own, and ``device_put`` refuses them) and sets a ``DataParallel`` distribution over
+every process's devices: a Keras ``model.fit`` written for one process trains data-parallel across all of them, and
+raw JAX sees ``jax.process_count()`` processes. With another Keras backend, JAX alone is initialised.
+
+A JAX zygote imports JAX and Keras on JAX and lists no device: a fork after JAX initialised a backend may deadlock
+the child (``compat/jax_backends.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nbworkers.distlib.compat import jax_backends
+from nbworkers.distlib.worker import stop_signal
+
+NAME = "jax"
+IMPORTED = "JAX and Keras on JAX"  # what a forked worker's first line says its zygote imported
+ENV_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+ENV_PROCESSES = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+ENV_PROCESS_ID = "KERAS_DISTRIBUTION_PROCESS_ID"
+
+PRELOAD = (
+    "jax",
+    "keras",  # on JAX: KERAS_BACKEND=jax is in the zygote's environment (a variable read at import: its key)
+    "zmq",
+    "jupyter_client.session",
+    "nbworkers.distlib.reporting",
+)
+
+
+def preload() -> list[str]:
+    return list(PRELOAD)
+
+
+def guard_broken() -> str:
+    gone = jax_backends.missing() if "jax" in sys.modules else []
+    return "the fork guard cannot check this JAX: " + ", ".join(gone) if gone else ""
+
+
+def fork_refusal() -> str | None:
+    if jax_backends.started():
+        return "JAX has initialised a backend in the zygote (its runtime started)"
+    return None
+
+
+def before_user_code() -> None:
+    """Join the group: Keras' distribution (a ``DataParallel`` over every process's devices) on JAX, else JAX's."""
+    import jax
+    import keras
+
+    # JAX's preemption service catches SIGTERM in C++ and carries on: a stop's SIGTERM must end a worker blocked in
+    # a collective (nbworkers' hosts are the ones that signal; distlib's checkpoints are Keras' own)
+    jax.config.update("jax_enable_preemption_service", False)
+    if keras.backend.backend() == "jax":
+        keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables; agrees on a seed
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+    else:
+        addresses = os.environ.get(ENV_ADDRESSES, "")
+        jax.distributed.initialize(coordinator_address=addresses.split(",")[0],
+                                   num_processes=int(os.environ.get(ENV_PROCESSES, "1")),
+                                   process_id=int(os.environ.get(ENV_PROCESS_ID, "0")))
+        print(f"nbworkers: Keras runs on {keras.backend.backend()}, not JAX: JAX's processes are joined "
+              "(jax.process_count()), without a Keras distribution", file=sys.stderr, flush=True)
+    stop_signal.reassert_sigterm()
+
+
+def leaving(exit_code: int) -> None:
+    """A worker that was stopped or failed leaves without JAX's distributed shutdown: its barrier would wait for a
+    peer still blocked in a collective with this process, which is freed only when this process's sockets close."""
+    if exit_code != 0 or stop_signal.requested():
+        jax_backends.leave_without_shutdown()
