@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from nbworkers.kernel_driver import CellFailed, KernelDriver
-from nbworkers.magics.run.core.statuses import ClusterStatus, is_terminal
 from nbworkers.procs.strays import kill_strays, processes_under
 from nbworkers.protocol import env_settings
+from nbworkers.protocol.statuses import ClusterStatus, is_terminal
 
 KERNEL_READY_TIMEOUT = 120.0  # seconds for the kernel to start and answer
 CELL_TIMEOUT = 120.0  # seconds for one short cell in the kernel (loading the extension, a snapshot)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from nbworkers.magics.run.core.statuses import is_terminal
 from nbworkers.magics.rundir.layout import run_dir_of
 from nbworkers.magics.rundir.listing import describe
+from nbworkers.protocol.statuses import is_terminal
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"

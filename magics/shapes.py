@@ -10,7 +10,7 @@
   the Unix ones (magics/rundir/rest_fields.py).
 
 Fields only some of those carry are ``NotRequired``; every consumer reads them with ``.get``. Statuses are the
-string values of ``magics/run/core/statuses.py``. ``RunRow`` is the short row of a listing (``describe(full=False)``).
+string values of ``protocol/statuses.py``. ``RunRow`` is the short row of a listing (``describe(full=False)``).
 
 ``Backend`` / ``WorkerHandle`` are what the supervisor needs of a backend (``backends/local.py``,
 ``magics/backends/ray/backend.py``) and of one launched worker. Imports nothing of nbworkers at run time.

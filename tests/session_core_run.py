@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome, WorkerEnd
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 READY, CONNECTING, RESTARTING, STOPPING = Group.READY, Group.CONNECTING, Group.RESTARTING, Group.STOPPING
 OK = WorkerEnd(CellEnd.OK)

@@ -15,7 +15,6 @@ import time
 from typing import Any, assert_never
 
 from nbworkers.magics.run.core import events as run_ev
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, WorkerStatus
 from nbworkers.magics.run.loop import RunLoop
 from nbworkers.magics.run.noise import NoiseFilter
 from nbworkers.magics.run.relay import Message
@@ -30,6 +29,7 @@ from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.sessions.summary import session_summary, with_session
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import mime, session_wire
+from nbworkers.protocol.statuses import CellEnd, CellState, WorkerStatus
 
 
 class SessionParticipant:

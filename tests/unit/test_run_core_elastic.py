@@ -16,8 +16,8 @@ from nbworkers.magics.notebook.parse import check_min_workers
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.elastic import Elastic, growth
 from nbworkers.magics.run.core.state import WorkerState
-from nbworkers.magics.run.core.statuses import ClusterStatus as C
 from nbworkers.magics.views.words import headline, restart_lines
+from nbworkers.protocol.statuses import ClusterStatus as C
 
 NODE_LOST = "--- nbworkers: node lost: Ray node 127.0.0.4 node 0a1b2c3d is dead"
 

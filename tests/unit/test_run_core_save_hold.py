@@ -10,7 +10,7 @@ from supervisor_run import Run, kinds
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import UserRestart
 from nbworkers.magics.run.core.save_hold import HOLD_MARGIN
-from nbworkers.magics.run.core.statuses import ClusterStatus as C
+from nbworkers.protocol.statuses import ClusterStatus as C
 
 
 def held_run(wait: float = 10.0, workers: int = 2) -> Run:

@@ -10,8 +10,8 @@ from supervisor_run import Run, kinds
 from nbworkers.magics.launch import roles
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.failures import UserRestart
-from nbworkers.magics.run.core.statuses import ClusterStatus as C
-from nbworkers.magics.run.core.statuses import WorkerStatus as W
+from nbworkers.protocol.statuses import ClusterStatus as C
+from nbworkers.protocol.statuses import WorkerStatus as W
 
 PORT_TAKEN_LOG = "E grpc_server_lib Could not start gRPC server"
 RAISED_LOG = "Traceback (most recent call last):\n  File \"cell.py\", line 3\nValueError: shapes differ"

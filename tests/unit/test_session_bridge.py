@@ -10,12 +10,12 @@ from nbworkers.magics.run.core import events as run_ev
 from nbworkers.magics.run.core.failures import UserRestart
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.run.core.supervisor import Supervisor
 from nbworkers.magics.run.core.timings import Timings
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings, bridge
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import Group, WorkerEnd
+from nbworkers.protocol.statuses import CellEnd, CellState, ClusterStatus
 
 ABORTED = WorkerEnd(CellEnd.INTERRUPTED, "collective aborted", aborted=True)
 TIMINGS = SessionTimings(peer_grace=2.0, abort_grace=5.0, interrupt_grace=10.0, pause_wait=1.0, log_close_wait=1.0)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from nbworkers.magics.run.core.statuses import CellEnd
 from nbworkers.magics.sessions.cell import SessionCell
 from nbworkers.magics.sessions.core import CellRecord
 from nbworkers.magics.sessions.core.events import WorkerEnd
+from nbworkers.protocol.statuses import CellEnd
 
 STOPPED = WorkerEnd(CellEnd.INTERRUPTED, "stopped at step 12", step=12)
 

@@ -23,9 +23,9 @@ from session_core_run import (
     kinds,
 )
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import InterruptOutcome, WorkerEnd
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 
 def test_cells_queue_and_run_one_at_a_time_once_every_worker_is_ready():

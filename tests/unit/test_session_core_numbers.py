@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from session_core_run import MODEL_SAVED, OK, RAISED, Session, concluded
 
-from nbworkers.magics.run.core.statuses import CellState
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.summary import session_summary
+from nbworkers.protocol.statuses import CellState
 
 
 def ran(s: Session, label: str = "", prompt: int | None = None) -> int:

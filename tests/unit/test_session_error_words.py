@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from session_core_run import OK, RAISED, TIMINGS, Session
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import WorkerEnd
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 MISMATCH = ("RuntimeError: pybind11::error_already_set: MISMATCH of original and normalized active exception types: "
             "ORIGINAL UnavailableError REPLACED BY KeyboardInterrupt")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from session_core_run import MODEL_SAVED, OK, READY, TIMINGS, VALUES_SAVED, Session, concluded
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import InterruptOutcome, WorkerEnd
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 KILLED = "worker 1 was killed by SIGKILL"
 ABORTED = WorkerEnd(CellEnd.INTERRUPTED, "collective aborted", aborted=True)

@@ -13,10 +13,10 @@ import pytest
 from nbworkers.magics import shapes
 from nbworkers.magics.run.core.logtail import LogTail
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.rundir.layout import read_state, write_state
 from nbworkers.magics.rundir.listing import describe, list_runs
 from nbworkers.magics.views import summary
+from nbworkers.protocol.statuses import ClusterStatus, WorkerStatus
 
 
 def _declared(typed_dict) -> set[str]:

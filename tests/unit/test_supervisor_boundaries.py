@@ -10,9 +10,9 @@ from nbworkers.magics.launch import roles
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.state import ClusterState, WorkerState
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus
 from nbworkers.magics.run.core.supervisor import Supervisor
 from nbworkers.magics.run.core.timings import Timings
+from nbworkers.protocol.statuses import ClusterStatus, WorkerStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE = [*sorted((ROOT / "magics" / "run" / "core").glob("*.py")),

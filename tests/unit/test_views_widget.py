@@ -14,7 +14,6 @@ import pytest
 from browser_helpers import FakeCluster  # noqa: E402
 
 from nbworkers.magics.run.core.state import ClusterState, WorkerState  # noqa: E402
-from nbworkers.magics.run.core.statuses import ClusterStatus, WorkerStatus  # noqa: E402
 from nbworkers.magics.views import summary, widget  # noqa: E402
 from nbworkers.magics.views.widget import (  # noqa: E402
     WIDGET_MIMETYPE,
@@ -26,6 +25,7 @@ from nbworkers.magics.views.widget import (  # noqa: E402
     logs_payload,
 )
 from nbworkers.magics.views.words import status_css  # noqa: E402
+from nbworkers.protocol.statuses import ClusterStatus, WorkerStatus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 MAGICS = REPO / "magics" / "views"

@@ -12,13 +12,12 @@ import pytest
 
 from nbworkers.host.worker_host import LineCap
 from nbworkers.magics.launch import roles
-from nbworkers.magics.run.core import statuses
 from nbworkers.magics.run.core.logtail import DEFAULT_TAIL_LINES, LogTail
 from nbworkers.magics.settings import WorkerSettings
 from nbworkers.magics.views import summary
 from nbworkers.magics.views.echo import WorkerEcho
 from nbworkers.magics.views.widget import logs_payload
-from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol import env_settings, statuses, wire
 from nbworkers.protocol import statuses as protocol_statuses
 from nbworkers.protocol.env_settings import EnvSettingWarning
 from nbworkers.protocol.lines import CUT_NOTE, SHORT_CUT_NOTE, cap_line, cut_note
@@ -26,8 +25,10 @@ from nbworkers.protocol.lines import CUT_NOTE, SHORT_CUT_NOTE, cap_line, cut_not
 # ---- statuses
 
 
-def test_the_kernel_uses_the_protocols_worker_status():
-    assert statuses.WorkerStatus is protocol_statuses.WorkerStatus
+def test_the_statuses_are_defined_in_the_protocol_alone():
+    assert importlib.util.find_spec("nbworkers.magics.run.core.statuses") is None  # the re-export is gone
+    assert all(enum.__module__ == "nbworkers.protocol.statuses" for enum in (
+        statuses.ClusterStatus, statuses.WorkerStatus, statuses.ViewStatus, statuses.CellState, statuses.CellEnd))
 
 
 def test_the_wire_accepts_what_workers_may_send_and_nothing_the_kernel_alone_sets():
@@ -115,7 +116,6 @@ def test_every_status_a_view_shows_has_one_look_and_the_summary_and_the_widget_s
 
 def test_the_cell_states_sit_beside_the_run_statuses_in_the_protocol():
     C = protocol_statuses.CellState
-    assert statuses.CellState is C and statuses.CellEnd is protocol_statuses.CellEnd
     assert {c for c in C if c.is_terminal} == {C.FINISHED, C.FAILED, C.STOPPED, C.CANCELLED, C.LOST}
     assert all(c.view_status in protocol_statuses.ClusterStatus for c in C)  # a view shows each as a run status
 

@@ -2,7 +2,7 @@
 
 ``ClusterState.snapshot()`` is the one plain, JSON-able picture of a run that every view reads: the live
 text/HTML output, the widget, ``%workers``, the state file the server extension serves. Its shape is declared
-in ``magics/shapes.py`` (``ClusterSnapshot``, ``WorkerSnapshot``); statuses are ``magics/run/core/statuses.py``'s.
+in ``magics/shapes.py`` (``ClusterSnapshot``, ``WorkerSnapshot``); statuses are ``protocol/statuses.py``'s.
 
 Plain data with no decisions: every status change is the supervisor's (``supervisor.py``), and no method here reads
 the clock for a decision. ``time.time`` is only the default of ``started`` and of ``snapshot(now)``, the views'

@@ -13,7 +13,7 @@ and every other change of the state (log tails, metrics, pids, the restart bookk
 shell's business: it refreshes them after any event but a ``Tick`` or ``Progress`` that returned no action (those
 leave what a view shows as it was). Whether a failure is restarted is the policy's
 (magics/run/core/restart_policy.py); each launch of the group is an ``Attempt``. Statuses are named by
-``ClusterStatus``/``WorkerStatus`` (magics/run/core/statuses.py) and stored as their plain string values, so a
+``ClusterStatus``/``WorkerStatus`` (protocol/statuses.py) and stored as their plain string values, so a
 snapshot is plain data (JSON, ``repr``) everywhere it goes.
 """
 

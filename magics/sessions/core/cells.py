@@ -35,7 +35,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import assert_never
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState, ClusterStatus
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core import notes, restart_save
 from nbworkers.magics.sessions.core.events import Group, InterruptOutcome
@@ -43,6 +42,7 @@ from nbworkers.magics.sessions.core.notes import error_text, nothing_lost, stop_
 from nbworkers.magics.sessions.core.records import CellRecord, SessionTimings, cells_phrase
 from nbworkers.magics.sessions.core.restart_save import Outcome, Saving
 from nbworkers.magics.sessions.core.saved_state import SavedState
+from nbworkers.protocol.statuses import CellEnd, CellState, ClusterStatus
 
 
 class SessionCore:

@@ -5,7 +5,7 @@ message, a cell's end marker in a log, a Stop, the supervisor's round, and what 
 the processes (a restart, a failure, the end). Actions are what the session must do: send a command to the
 workers, tell a cell's views, mark progress for the stall watchdog, have the workers save their state, restart the
 processes (the state in them is lost, but for what was saved), answer a Stop. Plain data; states are the enums of
-``magics/run/core/statuses.py``.
+``protocol/statuses.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-from nbworkers.magics.run.core.statuses import CellEnd, CellState
+from nbworkers.protocol.statuses import CellEnd, CellState
 
 
 class Group(str, Enum):

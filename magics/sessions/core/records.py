@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbworkers.magics.run.core.statuses import CellState
 from nbworkers.magics.sessions.core.events import WorkerEnd
+from nbworkers.protocol.statuses import CellState
 
 # Seconds after every worker ended a cell that its end markers (the cell's last output, through each worker's host)
 # may still take: they come within milliseconds on a quiet machine; beside six busy processes (make soak) 1 s was
