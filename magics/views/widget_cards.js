@@ -1,8 +1,8 @@
 // nbworkers widget, the first part: status labels, formatting, the worker cards; the compact view's rows and heat strip.
 // widget.py joins uPlot and these parts (ESM_PARTS, in their order) into the widget's one ES module.
 
-// Every cluster and worker status (magics/run/core/statuses.py; tests/unit/test_views_widget.py checks none is
-// missing).
+// Every status a view shows, with its label: LOOKS in protocol/statuses.py (tests/unit/test_vocabulary.py holds these
+// to it; the colours are generated from it into the widget's CSS: magics/views/words.py status_css).
 const STATUS_LABELS = {
   queued: "queued", // a session cell waiting for the cells before it (magics/sessions/cell.py)
   starting: "starting",
