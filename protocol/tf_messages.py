@@ -24,6 +24,12 @@ PEER_LOST_MARKERS = (
     "coordination service", "CoordinationService", "peer", "Broken pipe",
 )
 
+# What TensorFlow raises in a worker whose Stop (SIGINT: distlib/worker/stop_signal.py raises KeyboardInterrupt)
+# arrived inside a collective op: pybind11's error_already_set ("MISMATCH of original and normalized active exception
+# types: ORIGINAL UnavailableError REPLACED BY KeyboardInterrupt", a RuntimeError), TensorFlow 2.21.0 with its
+# pybind11. The worker then reads "stopped", as for the KeyboardInterrupt itself (distlib/worker/bootstrap.py).
+INTERRUPTED_INSIDE_OP = ("REPLACED BY KeyboardInterrupt",)
+
 # What a worker's log says when its TensorFlow gRPC server lost the race for its port (the kernel picked the
 # port free, someone took it before the server bound it: tensorflow/tensorflow#46602). From TensorFlow's
 # grpc_server_lib ("Could not start gRPC server", "Failed to add port to server", libtensorflow_cc, 2.15.1 and

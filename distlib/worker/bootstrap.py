@@ -30,7 +30,7 @@ import types
 
 from nbworkers.distlib import frameworks
 from nbworkers.distlib.worker import startup, stop_signal
-from nbworkers.protocol import env_settings, wire
+from nbworkers.protocol import env_settings, tf_messages, wire
 from nbworkers.protocol.private import files as own_files
 from nbworkers.protocol.private import netns
 from nbworkers.protocol.statuses import WorkerStatus
@@ -122,9 +122,13 @@ def main() -> int:
         else:  # raised by the cell itself
             detail = print_user_traceback(code_path)
             exit_code = 1
-    except BaseException:
-        detail = print_user_traceback(code_path)
-        exit_code = 1
+    except BaseException as error:
+        if stop_signal.requested() and came_from_the_stop(error):
+            print(f"--- nbworkers: stopped ({stopped_where(code_path)}, inside a collective op)", file=sys.stderr)
+            exit_code = stop_signal.STOPPED_EXIT_CODE
+        else:
+            detail = print_user_traceback(code_path)
+            exit_code = 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cell is over: a stop now has nothing left to interrupt
     if reached_end and not stop_signal.requested():
         say_cell_ended()
@@ -173,6 +177,16 @@ def say_cell_ended() -> None:
         os.write(2, wire.CELL_END_LINE.encode())
     except OSError:
         pass
+
+
+def came_from_the_stop(error: BaseException) -> bool:
+    """After a Stop, the error the cell ended with is the Stop's own: its KeyboardInterrupt replaced inside a
+    TensorFlow op (pybind11's MISMATCH RuntimeError), or a collective op whose peer the same Stop ended first
+    (UnavailableError "Socket closed", CancelledError: protocol/tf_messages.py). The worker reads "stopped" with one
+    line, not a traceback that looks like a crash (issue 43)."""
+    text = f"{type(error).__name__}: {error}"
+    return tf_messages.mentions(text, tf_messages.INTERRUPTED_INSIDE_OP) or tf_messages.mentions(
+        text, tf_messages.PEER_LOST_MARKERS)
 
 
 def stopped_where(code_path: str) -> str:

@@ -55,3 +55,21 @@ def test_reassert_sigterm_keeps_pythons_disposition():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     stop_signal.reassert_sigterm()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+class UnavailableError(Exception):  # TensorFlow's class is told by its name (the kernel side never imports it)
+    pass
+
+
+def test_errors_a_stop_caused_inside_a_collective_read_as_the_stop_and_others_do_not():
+    """A Stop that reached a worker inside a collective op ends it with TensorFlow's error, not a KeyboardInterrupt:
+    pybind11's MISMATCH (seen after a plain run's Stop of a Keras fit, TF 2.21) or its peer's "Socket closed". The
+    worker then says "stopped" in one line (distlib/worker/bootstrap.py), a real error keeps its traceback."""
+    from nbworkers.distlib.worker.bootstrap import came_from_the_stop
+
+    mismatch = RuntimeError("pybind11::error_already_set: MISMATCH of original and normalized active exception "
+                            "types: ORIGINAL UnavailableError REPLACED BY KeyboardInterrupt: <EMPTY MESSAGE>")
+    assert came_from_the_stop(mismatch)
+    assert came_from_the_stop(UnavailableError("Collective ops is aborted by: Socket closed"))
+    assert not came_from_the_stop(ValueError("shapes (2,) and (3,) differ"))
+    assert not came_from_the_stop(RuntimeError("out of memory"))
