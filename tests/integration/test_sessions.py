@@ -279,7 +279,7 @@ def pull_with_forged_reply(send):
     socket = zmq.Context.instance().socket(zmq.PUSH)
     socket.connect(session.data_channel.address)
     fields = {{"request": request, "worker": 0, "gen": session.state.generation, "error": None}}
-    socket.send_multipart(send(wire.Signer(session._part.loop.key), fields))
+    socket.send_multipart(send(wire.Signer(session._part.key), fields))
     thread.join(60)
     socket.close(linger=0)
     return out
@@ -290,20 +290,20 @@ def npy_header(array):
     return buffer.getvalue()
 
 def pickled(signer, fields):  # a pickle where an array's .npy header should be
-    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._part.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [pickle.dumps(Evil()), b""])
 
 def pickle_tag(signer, fields):  # a pickle, honestly labelled: the kernel never loads one
-    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
+    return session_data.pack(session._part.key, signer, "pull", {{**fields, "value": {{"__nbw__": "pickle", "blob": 0}}}},
                              [pickle.dumps(Evil())])
 
 def object_array(signer, fields):
     array = np.array([Evil()], dtype=object)
-    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    return session_data.pack(session._part.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                              [npy_header(array), pickle.dumps(Evil())])
 
 def tampered(signer, fields):  # the payload changed after signing: its MAC no longer matches
-    frames = session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
+    frames = session_data.pack(session._part.key, signer, "pull", {{**fields, "value": {{"__nbw__": "array", "blob": 0}}}},
                                [npy_header(np.zeros(4)), bytes(32)])
     return frames[:-1] + [b"x" * 32]
 
@@ -312,7 +312,7 @@ def wrong_key(signer, fields):  # not signed with the session's key: dropped and
     return session_data.pack(other, wire.Signer(other), "pull", {{**fields, "value": "forged"}}, [])
 
 def other_request(signer, fields):  # well signed, for no pending request: dropped and counted
-    return session_data.pack(session._part.loop.key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
+    return session_data.pack(session._part.key, signer, "pull", {{**fields, "request": "0" * 32, "value": "stale"}}, [])
 
 results = {{name: pull_with_forged_reply(fn) for name, fn in [
     ("pickle", pickled), ("pickle_tag", pickle_tag), ("object", object_array),
@@ -419,6 +419,7 @@ def test_two_fit_cells_write_one_tensorboard_timeline(session_kernel):
 def test_kill_9_of_a_worker_restarts_the_group_and_says_what_was_lost(session_kernel):
     k = session_kernel
     kept = k.run("%%worker --session train --block\nkept = 'before the kill'")
+    last = k.value("len(nbworkers.session('train').cells)")
     pid = k.value("nbworkers.session('train').snapshot()['workers'][1]['pid']")
     restarts = k.value("nbworkers.session('train').restarts")
     os.kill(pid, signal.SIGKILL)
