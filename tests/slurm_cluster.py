@@ -1,6 +1,7 @@
 """A real Slurm on this machine for the Slurm tests (tests/integration/slurm/) and for trying ``--backend slurm`` by
 hand: Debian's munge and Slurm 22.05 (``make slurm-deps`` installs them), the project's own configuration
-(tests/slurm/slurm.conf.template), every daemon a child of the process that starts it, stopped by its pid.
+(tests/slurm/slurm.conf.template), every daemon a child of the process that starts it, stopped by its pid (and
+ended with that process, even after its ``kill -9``: ``setpriv --pdeathsig``).
 
 - munged with a key, socket, pid, seed and log file of its own (as the ``munge`` user, in the foreground);
 - slurmctld and one slurmd per node, ``slurmd -D -N n1`` / ``-N n2`` / ``-N n3``, each on a free port of 127.0.0.1
@@ -104,6 +105,9 @@ class SlurmCluster:
     daemons: list[Daemon] = field(default_factory=list)  # in start order
     children: dict[int, subprocess.Popen] = field(default_factory=dict)  # those this process started, to reap
     startup_seconds: dict[str, float] = field(default_factory=dict)  # munged, slurmctld, slurmd (all nodes), total
+    # every daemon gets SIGTERM when the process that started it dies, even by kill -9 (setpriv --pdeathsig); off for
+    # the CLI's `start`, whose daemons outlive it
+    die_with_parent: bool = True
 
     @property
     def conf(self) -> Path:
@@ -150,7 +154,12 @@ class SlurmCluster:
         self.conf.write_text(string.Template(TEMPLATE.read_text()).substitute(values))
         self.conf.chmod(0o644)
 
-    def _spawn(self, name: str, argv: list[str]) -> Daemon:
+    def _spawn(self, name: str, argv: list[str], setpriv: tuple[str, ...] = ()) -> Daemon:
+        """Start a daemon in the foreground, its output into log/NAME.out; ``setpriv``: its options (another user)."""
+        if self.die_with_parent:
+            setpriv = (*setpriv, "--pdeathsig", "TERM")
+        if setpriv:
+            argv = ["setpriv", *setpriv, *argv]
         out = open(self.log_dir / f"{name}.out", "ab")
         with out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -218,11 +227,10 @@ class SlurmCluster:
         munge = pwd.getpwnam(MUNGE_USER)
         munge_dir = self.root / "munge"
         munged = self._spawn("munged", [
-            "setpriv", f"--reuid={munge.pw_uid}", f"--regid={munge.pw_gid}", "--clear-groups",
             _sbin("munged"), "--foreground", f"--socket={self.munge_socket}", f"--key-file={munge_dir / 'munge.key'}",
             f"--pid-file={munge_dir / 'munged.pid'}", f"--seed-file={munge_dir / 'munged.seed'}",
             f"--log-file={munge_dir / 'munged.log'}",
-        ])  # fmt: skip
+        ], setpriv=(f"--reuid={munge.pw_uid}", f"--regid={munge.pw_gid}", "--clear-groups"))  # fmt: skip
         self._wait("munged answers", self._munge_works, [munged])
         self.startup_seconds["munged"] = time.monotonic() - started
         mark = time.monotonic()
@@ -349,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(root.iterdir()):
         parser.error(f"{root} is not empty")
     if args.command == "start":
-        cluster = SlurmCluster(root)
+        cluster = SlurmCluster(root, die_with_parent=False)
         try:
             cluster.start()
         except BaseException:
