@@ -41,8 +41,8 @@ def test_state_lives_across_three_cells_and_workers_stay_in_sync(session_kernel)
     for code in (BUILD, TRAIN, EVALUATE):
         result = k.run(code)
         assert not result.error and result.status == "ok", result.text
-    # the final summary of the blocking cell is in its output, with the session and cell in it
-    assert "train cell 3: finished" in result.displays[-1]["text/plain"]
+    # the final summary of the blocking cell is in its output, with the session and the cell's [N] in it
+    assert f"train cell [{result.execution_count}]: finished" in result.displays[-1]["text/plain"]
     assert any("TRAINED 2" in line for line in cell_log(k, 2, 0))
     sums = [[line for line in cell_log(k, 3, w) if line.startswith("CHECKSUM")] for w in (0, 1)]
     assert len(sums[0]) == 1 and sums[0] == sums[1], sums  # different data per worker: all-reduced gradients
