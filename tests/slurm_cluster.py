@@ -5,7 +5,9 @@ ended with that process, even after its ``kill -9``: ``setpriv --pdeathsig``).
 
 - munged with a key, socket, pid, seed and log file of its own (as the ``munge`` user, in the foreground);
 - slurmctld and one slurmd per node, ``slurmd -D -N n1`` / ``-N n2`` / ``-N n3``, each on a free port of 127.0.0.1
-  (NodeAddr=127.0.0.1, NodeHostname the machine's name: Debian builds Slurm with several slurmd per host);
+  (NodeAddr: the address the host's name resolves to, checked to be 127.0.0.x; NodeHostname the machine's name:
+  Debian builds Slurm with several slurmd per host); every daemon and srun binds to that address alone
+  (CommunicationParameters=NoCtldInAddrAny,NoInAddrAny), not to every interface, Slurm's default;
 - partitions: ``nodes`` (the default: n1 and n2, 4 CPUs each) and ``small`` (n3 alone, 1 CPU: one job fills it);
 - state, spool, pid and log files in one private temp folder (``SlurmCluster.root``; logs in ``root/log/``);
 - clients (srun, salloc, sbatch, sinfo, squeue, scancel, scontrol) find it by ``SLURM_CONF`` (``cluster.env``).
@@ -145,9 +147,15 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         os.chown(key, munge.pw_uid, munge.pw_gid)
+        hostname = socket.gethostname()
+        address = socket.gethostbyname(hostname)  # what CommunicationParameters=NoInAddrAny binds every daemon to
+        if not address.startswith("127.0.0."):
+            raise RuntimeError(f"this host's name {hostname!r} resolves to {address}: the test Slurm's daemons bind to "
+                               "the address the host's name resolves to, and they must stay on 127.0.0.x (a line "
+                               f"'127.0.0.1 {hostname}' in /etc/hosts before any other for {hostname} does it)")
         self.ports = {"ctld": free_port(), **{node: free_port() for node in NODES}}
         values = {
-            "hostname": socket.gethostname(), "root": str(self.root), "munge_socket": str(self.munge_socket),
+            "hostname": hostname, "address": address, "root": str(self.root), "munge_socket": str(self.munge_socket),
             "ctld_port": self.ports["ctld"], "node_cpus": NODE_CPUS, "kill_wait": KILL_WAIT,
             **{f"{node}_port": self.ports[node] for node in NODES},
         }  # fmt: skip

@@ -50,7 +50,8 @@ def wait_for(what: str, condition, timeout: float = STATE_TIMEOUT) -> None:
 def test_a_step_inside_an_allocation_spans_both_nodes_as_the_user(slurm_cluster: SlurmCluster, slurm_user: UnixUser):
     done = slurm_cluster.as_user(
         slurm_user.uid, slurm_user.gid, slurm_user.home, "salloc", "-N2", f"--partition={PARTITION}",
-        "srun", "-N2", "-n2", "--label", "sh", "-c", 'echo "$SLURMD_NODENAME $SLURM_NODEID $(id -un) $SLURM_JOB_NUM_NODES"',
+        "srun", "-N2", "-n2", "--label", "sh", "-c",
+        'echo "$SLURMD_NODENAME $SLURM_NODEID $(id -un) $SLURM_JOB_NUM_NODES"',
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Granted job allocation" in done.stderr
@@ -90,3 +91,16 @@ def test_stopping_a_cluster_ends_its_daemons_its_steps_and_their_processes(slurm
     assert not [proc for proc in gone if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE]
     assert not root.exists()
     assert not cluster.stepds() and not live_processes_of(slurm_user), job
+
+
+def test_every_daemon_listens_on_127_0_0_1_alone(slurm_cluster: SlurmCluster):
+    """CommunicationParameters=NoCtldInAddrAny,NoInAddrAny: not on every interface, Slurm's default."""
+    listening = {}
+    for daemon in slurm_cluster.daemons:
+        proc = daemon.process()
+        assert proc is not None, f"{daemon.name} is not running"
+        listening[daemon.name] = {f"{c.laddr.ip}:{c.laddr.port}" for c in proc.net_connections("tcp")
+                                  if c.status == psutil.CONN_LISTEN}  # fmt: skip
+    ports = slurm_cluster.ports
+    assert listening == {"munged": set(), "slurmctld": {f"127.0.0.1:{ports['ctld']}"},
+                         **{f"slurmd-{node}": {f"127.0.0.1:{ports[node]}"} for node in ("n1", "n2", "n3")}}, listening
