@@ -82,3 +82,21 @@ def test_the_registrations_checks_say_what_to_do(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(LaunchError, match="srun is not on the kernel's PATH"):
         check(SlurmOptions())
+
+
+def test_submit_asks_for_the_nodes_the_workers_need_with_the_users_options():
+    assert commands.nodes_to_ask(3, False, None) == 3 and commands.nodes_to_ask(3, True, 2) == 3
+    assert commands.nodes_to_ask(5, False, 2) == 3
+    command = commands.sbatch_command("train", 2, "/runs/.slurm-train.alive", 120, partition="gpu", time="1:00:00",
+                                      account="lab", extra=["--qos=debug"], gpus_per_node=2)
+    assert command[:6] == ["sbatch", "--parsable", "--job-name=nbw-train", "--nodes=2", "--ntasks-per-node=1",
+                           "--output=/dev/null"]
+    assert command[6:11] == ["--partition=gpu", "--time=1:00:00", "--account=lab", "--gpus-per-node=2", "--qos=debug"]
+    holder = command[-1]
+    assert holder.startswith("--wrap=hb=/runs/.slurm-train.alive;") and "-lt 120 ]" in holder and "sleep 12" in holder
+    bare = commands.sbatch_command("x", 1, "/r/a b", 30)
+    assert not [a for a in bare if a.startswith(("--partition", "--time", "--account", "--gpus"))]
+    assert "hb='/r/a b';" in bare[-1]  # quoted for the shell
+    assert commands.parse_job_state("PENDING|Resources|\n") == ("PENDING", "Resources", "")
+    assert commands.parse_job_state("RUNNING|None|n[1-2]\n") == ("RUNNING", "None", "n[1-2]")
+    assert commands.parse_job_state("") == ("", "", "")

@@ -106,7 +106,7 @@ def hostnames(nodelist: str, timeout: float) -> list[str]:
     return run(["scontrol", "show", "hostnames", nodelist], timeout, f"the node list {nodelist!r}").split()
 
 
-def cancel_step(step_id: str, timeout: float) -> None:
-    """``scancel`` a step of ours (SIGKILL to its tasks); nothing if it is gone."""
-    if step_id:
-        quiet(["scancel", "--quiet", step_id], timeout)
+def cancel(job_or_step: str, timeout: float) -> None:
+    """``scancel`` a job or a step of ours (a step's tasks get SIGKILL); nothing if it is gone."""
+    if job_or_step:
+        quiet(["scancel", "--quiet", job_or_step], timeout)

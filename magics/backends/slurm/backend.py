@@ -26,11 +26,13 @@ from pathlib import Path
 from nbworkers.host.command import host_command
 from nbworkers.magics.backends.ray.address import bind_host, route_address
 from nbworkers.magics.backends.slurm import commands
-from nbworkers.magics.backends.slurm.allocation import Allocation, SlurmError
+from nbworkers.magics.backends.slurm.allocation import Allocation, SlurmError, cancel
 from nbworkers.magics.backends.slurm.options import SlurmOptions
 from nbworkers.magics.backends.slurm.settings import SlurmSettings, slurm_settings
+from nbworkers.magics.backends.slurm.submit import Heartbeat, submit
 from nbworkers.magics.backends.slurm.worker import SlurmWorker
 from nbworkers.magics.launch.spec import LaunchSpec
+from nbworkers.magics.rundir.layout import run_root
 from nbworkers.magics.shapes import IsolationFact, Placement, PlannedTask, RelayKeys
 from nbworkers.procs.ownership import RUN_ID_ENV
 from nbworkers.protocol import wire
@@ -45,22 +47,34 @@ class SlurmBackend:
     encrypt_relay = True  # the relay crosses machines: CurveZMQ, one client key per worker
 
     def __init__(self, options: SlurmOptions, gpus_per_worker: int | None = None,
-                 settings: SlurmSettings | None = None, allocation: Allocation | None = None):
+                 settings: SlurmSettings | None = None, allocation: Allocation | None = None, run_name: str = "",
+                 workers: int = 1):
         self.options = options
+        self.run_name = run_name or "run"
+        self.workers = workers  # --submit: the tasks the allocation is asked for
         self.gpus_per_worker = gpus_per_worker
         self.settings = settings or slurm_settings()
         self._allocation = allocation
         self._relay: RelayKeys | None = None
         self._placed: list[str] = []  # the node of each worker of the current launch
+        self._heartbeat: Heartbeat | None = None  # --submit: the allocation this run asked for lives while it beats
 
     @classmethod
     def from_spec(cls, spec: LaunchSpec, options: SlurmOptions) -> "SlurmBackend":
-        return cls(options, gpus_per_worker=spec.gpus_per_worker)
+        tasks = spec.workers + int(spec.chief) + spec.ps + spec.evaluator
+        return cls(options, gpus_per_worker=spec.gpus_per_worker, run_name=spec.name, workers=tasks)
 
     def allocation(self) -> Allocation:
-        """The allocation the workers go into: the kernel's (read once per run)."""
+        """The allocation the workers go into: the kernel's (read once per run), or with --submit a new one, once
+        Slurm starts it (the cell says it is queued, and why, meanwhile: ``submit.py``)."""
         if self._allocation is None:
-            self._allocation = Allocation.current(self.settings.command_timeout)
+            if self.options.submit:
+                self._heartbeat = Heartbeat(run_root() / f".slurm-{self.run_name}-{os.getpid()}.alive",
+                                            self.settings.heartbeat_timeout / 10)
+                self._allocation = submit(self.options, self.workers, self.run_name, self._gpus(None),
+                                          self._heartbeat, self.settings)
+            else:
+                self._allocation = Allocation.current(self.settings.command_timeout)
         return self._allocation
 
     # ------------------------------------------------------------------ the relay
@@ -130,7 +144,14 @@ class SlurmBackend:
             srun = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                                     env=commands.step_env(env), cwd=cwd or None, start_new_session=True,
                                     close_fds=True)
-        return SlurmWorker(index, srun, log_path, node, name, allocation, self.settings.command_timeout)
+        beat = self._heartbeat.beat if self._heartbeat is not None else (lambda: None)
+        return SlurmWorker(index, srun, log_path, node, name, allocation, self.settings.command_timeout, beat)
 
     def close(self) -> None:
-        """The run ended: its steps are gone with their workers; the allocation stays the kernel's."""
+        """The run ended: its steps are gone with their workers. The kernel's allocation stays; one --submit asked
+        for is cancelled (a Restart of the ended run asks again)."""
+        if self._heartbeat is not None and self._allocation is not None:
+            cancel(self._allocation.job_id, self.settings.command_timeout)
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat, self._allocation = None, None

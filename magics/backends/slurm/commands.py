@@ -10,6 +10,7 @@ whole and reports one code.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 # Variables srun reads as its own options' defaults (SLURM_NTASKS, SLURM_CPUS_PER_TASK, SLURM_MEM_PER_CPU, ...):
@@ -132,3 +133,34 @@ def all_loopback(addrs: Sequence[str]) -> bool:
 def step_cancelled(log_tail: str) -> bool:
     """Does a worker's log end with slurmstepd's word that its step was cancelled?"""
     return CANCELLED_LINE.search(log_tail) is not None
+
+
+# --submit: the job that holds the new allocation runs this (sbatch --wrap, /bin/sh) while the kernel's heartbeat
+# file is fresh: it ends by itself when the kernel is gone (even by kill -9), or when the kernel removes the file.
+HOLDER = ('hb={heartbeat}; while [ -e "$hb" ] && [ $(( $(date +%s) - $(stat -c %Y "$hb") )) -lt {stale} ]; '
+          'do sleep {every}; done')
+ENDED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                          "DEADLINE", "OUT_OF_MEMORY", "COMPLETING", ""})
+
+
+def nodes_to_ask(count: int, spread: bool, tasks_per_node: int | None) -> int:
+    """--submit: how many nodes the workers need (one each, or ``tasks_per_node`` each)."""
+    return -(-count // tasks_per_node) if tasks_per_node and not spread else count
+
+
+def sbatch_command(name: str, nodes: int, heartbeat: str, stale: float, partition: str = "", time: str = "",
+                   account: str = "", extra: Sequence[str] = (), gpus_per_node: int = 0) -> list[str]:
+    """The job that holds a --submit allocation (``HOLDER``); ``sbatch --parsable`` prints its id at once."""
+    holder = HOLDER.format(heartbeat=shlex.quote(heartbeat), stale=int(stale), every=max(1, int(stale // 10)))
+    return ["sbatch", "--parsable", f"--job-name={STEP_NAME_PREFIX}{name}", f"--nodes={nodes}",
+            "--ntasks-per-node=1", "--output=/dev/null",
+            *([f"--partition={partition}"] if partition else []), *([f"--time={time}"] if time else []),
+            *([f"--account={account}"] if account else []),
+            *([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []), *extra, f"--wrap={holder}"]
+
+
+def parse_job_state(text: str) -> tuple[str, str, str]:
+    """(state, reason, node list) from ``squeue -h -j J -o '%T|%r|%N'`` ("" each when the job is gone)."""
+    parts = (text.strip().splitlines() or [""])[0].split("|")
+    state, reason, nodelist = (parts + ["", "", ""])[:3]
+    return state, reason, nodelist

@@ -21,6 +21,10 @@ class SlurmSettings(Configurable):
         " interrupt it, to give up).").tag(config=True)
     queued_poll_interval = Float(
         1.0, help="--submit: seconds between looks at the queued allocation's state and reason.").tag(config=True)
+    heartbeat_timeout = Float(
+        120.0, help="--submit: seconds the job holding the allocation outlives its kernel's last sign of life (the"
+        " kernel touches a file in the run root every tenth of it; the job ends by itself when the file is older)."
+    ).tag(config=True)
     relay_host = Unicode(
         "", help="Address the workers' nodes use to reach the kernel's relay (default: 127.0.0.1 when every node of"
         " the allocation is this machine's loopback, else this machine's address on the route to the first node)."

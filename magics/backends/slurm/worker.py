@@ -12,12 +12,13 @@ slurmstepd's ``CANCELLED`` line in the log, srun's stderr: the handle then ends 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from nbworkers.magics.backends.slurm import commands
-from nbworkers.magics.backends.slurm.allocation import Allocation, cancel_step
+from nbworkers.magics.backends.slurm.allocation import Allocation, cancel
 from nbworkers.magics.run.core.failures import NODE_LOST_MARKER
 from nbworkers.magics.rundir.layout import read_tail
 from nbworkers.procs.kill import kill_group
@@ -30,7 +31,7 @@ class SlurmWorker:
     """A worker whose host is the one task of a job step (``commands.srun_command``), held by a local ``srun``."""
 
     def __init__(self, index: int, srun: subprocess.Popen, log_path: Path, node: str, step_name: str,
-                 allocation: Allocation, command_timeout: float):
+                 allocation: Allocation, command_timeout: float, beat: Callable[[], None] = lambda: None):
         self.index = index
         self.host = srun  # the state file's host pid: the local srun (its end ends the step)
         self.log_path = log_path
@@ -41,6 +42,7 @@ class SlurmWorker:
         self._timeout = command_timeout
         self._step_id = ""
         self._code: int | None = None
+        self._beat = beat  # --submit: the kernel is still there (submit.Heartbeat)
         record = record_of(psutil.Process(srun.pid)) if srun.poll() is None else None
         self.records: dict[int, float] = dict([record]) if record else {}
 
@@ -75,6 +77,7 @@ class SlurmWorker:
             return self._code
         code = self.host.poll()
         if code is None:
+            self._beat()
             return None
         if code != 0 and commands.step_cancelled(read_tail(self.log_path, CANCELLED_TAIL_LINES)):
             self._note(f"{NODE_LOST_MARKER} Slurm step {self.step_name} (worker {self.index} on node {self.node_label}"
@@ -106,7 +109,7 @@ class SlurmWorker:
     def kill(self) -> None:
         """Cancel the step (SIGKILL to its tasks on the node) and kill the local srun, now."""
         if self.host.poll() is None:
-            cancel_step(self.step_id(), self._timeout)
+            cancel(self.step_id(), self._timeout)
             kill_group(self.host.pid)  # our own child, not reaped yet: its pid is its own
 
     def close(self) -> None:

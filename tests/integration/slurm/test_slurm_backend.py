@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 RUN_TIMEOUT = 300  # s for the training to end, its restart included (TensorFlow's imports on a busy machine)
 UP_TIMEOUT = 120  # s for both workers to be up
+QUEUED_LOOKS = 3.0  # s: three of --submit's looks at its queued job (SlurmSettings.queued_poll_interval)
 STEPS_GONE_TIMEOUT = 20  # s for every worker's step to leave Slurm's list after a stop or the kernel's end
 
 # The tutorial's model, one worker on each node (in turn over n1, n2). Generation 0 holds after epoch 2 (its
@@ -151,3 +153,39 @@ def test_slurm_expands_node_lists_and_the_port_probe_runs_on_each_node(slurm_clu
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     found = Allocation.current(30, allocation)
     assert found.nodes == ("n1", "n2") and dict(found.addrs) == {"n1": "127.0.0.1", "n2": "127.0.0.1"}
+
+
+def test_submit_waits_in_the_queue_saying_why_then_runs_and_cancels_its_allocation(kernel, run_root, slurm_cluster):
+    """Outside an allocation (no SLURM_JOB_ID): --submit asks for one in the full ``small`` partition (n3, one CPU,
+    taken by another job), the cell says it is queued and why, and runs once the other job is gone."""
+    blocker = slurm_cluster.client("sbatch", "--parsable", "-p", "small", "--output=/dev/null", "--wrap=sleep 300")
+    assert blocker.returncode == 0, blocker
+    blocker_id = blocker.stdout.strip()
+    assert wait_until(lambda: slurm_cluster.client("squeue", "-h", "-j", blocker_id, "-o", "%T").stdout.strip()
+                      == "RUNNING", 30)
+    seen: list[str] = []
+
+    def free_the_partition_once_ours_waits() -> None:
+        def ours() -> str:
+            listed = slurm_cluster.client("squeue", "-h", "-n", "nbw-queued", "-o", "%T %r").stdout.strip()
+            seen.append(listed)
+            return listed
+        wait_until(lambda: ours() == "PENDING Resources", 60, interval=0.2)
+        time.sleep(QUEUED_LOOKS)  # the cell's own looks at the queue see it too
+        slurm_cluster.client("scancel", blocker_id)
+
+    freer = threading.Thread(target=free_the_partition_once_ours_waits, daemon=True)
+    freer.start()
+    ran = kernel.run("%%worker -n 1 --backend slurm --submit --partition small --time 5 --block --name queued\n"
+                     "import os\nprint('RAN ON', os.environ['SLURMD_NODENAME'], flush=True)\n", timeout=180)
+    freer.join(5)
+    assert not ran.error, ran.text
+    assert "PENDING Resources" in seen, seen
+    assert re.search(r"nbworkers: Slurm job \d+ queued \(Resources\)", ran.stderr), ran.text
+    assert re.search(r"nbworkers: Slurm job \d+ started on n3 after", ran.stderr), ran.text
+    assert "RAN ON n3" in (run_root / "queued" / "worker-0.log").read_text()
+    assert wait_until(lambda: not slurm_cluster.jobs(), 20), slurm_cluster.jobs()  # the run's end cancelled it
+    assert not list(run_root.glob(".slurm-*.alive"))
+
+    refused = kernel.run("%%worker -n 1 --backend slurm --partition small\nprint(1)\n")
+    assert "--partition: only with --submit" in refused.stderr, refused.text
