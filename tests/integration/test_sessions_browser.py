@@ -30,6 +30,7 @@ CELLS = [
     "%%worker --session web\nimport os\nif os.environ['NBWORKERS_WORKER'] == '1':\n    raise ValueError('only worker 1')",
     "%workers stop web",
 ]
+# A session cell is named by its notebook [N] (issue 43): notebook cell i, each run once in order, is [i + 1].
 OUTPUT_OF = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
 SESSION_LINE = "(i) => { const n = document.querySelectorAll('.nbw-session')[i]; return n ? n.textContent : ''; }"
 
@@ -42,34 +43,34 @@ def test_the_session_line_stop_and_the_next_cell_in_a_real_page(tmp_path):
         write_notebook(lab.root / "session.ipynb", CELLS)
         with chromium_page() as page:
             open_and_run_two_cells(page, lab, "session.ipynb")
-            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
-            assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell 1 · running · import time")
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell [2] · running')", timeout=90_000)
+            assert page.evaluate(SESSION_LINE, 0).startswith("session web · cell [2] · running · import time")
             screenshot(page, "session-cell-running.png")
             # ■ while the cell runs without --block (the kernel is idle): one line says how to stop it, under it
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
             page.wait_for_function(f"() => ({OUTPUT_OF})(1).innerText.includes('%workers stop web --cell')",
                                    timeout=30_000)
-            assert "cell 1 · running" in page.evaluate(SESSION_LINE, 0)  # ■ did not stop it
+            assert "cell [2] · running" in page.evaluate(SESSION_LINE, 0)  # ■ did not stop it
             page.click(".nbw-stop")
-            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · stopped')", timeout=60_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell [2] · stopped')", timeout=60_000)
             page.wait_for_function("() => document.querySelector('.nbw').dataset.status === 'stopped'",
                                    timeout=10_000)  # the header follows the session line within an update
             run_cell(page, 2)
             cell_executed(page, 2, timeout_ms=90_000)
-            assert "cell 2 · finished" in page.evaluate(SESSION_LINE, 1)
+            assert "cell [3] · finished" in page.evaluate(SESSION_LINE, 1)
             output = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.textContent")
             assert "[0] AFTER STOP True" in output  # same processes, same state
             visible = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText")
             assert visible.count("AFTER STOP True") == 1, visible  # every worker prints it: shown once, no log panel
             # the notebook's interrupt (■) while a --block cell waits: the cell stops on every worker, state kept
             run_cell(page, 3)
-            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell 3 · running')", timeout=60_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell [4] · running')", timeout=60_000)
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
             cell_executed(page, 3, timeout_ms=30_000)
-            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell 3 · stopped')", timeout=30_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(2).includes('cell [4] · stopped')", timeout=30_000)
             stopped = page.evaluate(f"() => ({OUTPUT_OF})(3).innerText")
             # as a notebook's own interrupt ends a cell: KeyboardInterrupt (CellStopped at a training step), one line
-            assert "cell 3 stopped by you; the session and its state live on" in stopped, stopped
+            assert "cell [4] stopped by you; the session and its state live on" in stopped, stopped
             assert "Traceback" not in stopped and "session.py" not in stopped, stopped  # a stop, not a crash
             run_cell(page, 4)
             cell_executed(page, 4, timeout_ms=60_000)
@@ -126,16 +127,16 @@ def test_restart_of_a_finished_session_cell_asks_first_and_says_what_it_lost(tmp
         with chromium_page() as page:
             open_and_run_two_cells(page, lab, "restart.ipynb")
             cell_executed(page, 1, timeout_ms=90_000)
-            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · finished')", timeout=30_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell [2] · finished')", timeout=30_000)
             page.wait_for_function(f"() => ({CARD_PIDS})().every(t => t.includes('pid'))", timeout=30_000)
             old_pids = page.evaluate(CARD_PIDS)
             small = page.evaluate(SMALL_CELL)  # `value = 41`: nothing to chart, nothing printed
             assert small["panels"] == "none" and small["height"] < 200, small
             button = page.evaluate(BUTTON)
             assert button[0] == "Restart" and button[1].startswith("Restart the session's processes: the workers "
-                                                                   "save the state of cell 1 first"), button
+                                                                   "save the state of cell [2] first"), button
             page.click(".nbw-restart")
-            assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell 1 is saved first)"
+            assert page.evaluate(BUTTON)[0] == "Confirm restart (state of cell [2] is saved first)"
             screenshot(page, "session-restart-confirm.png")
             page.wait_for_function("() => document.querySelector('.nbw-restart').textContent === 'Restart'",
                                    timeout=10_000)  # the confirm step lapsed: nothing was restarted
@@ -177,9 +178,9 @@ def test_a_queued_cell_says_queued_and_a_detached_session_widget_hints_a_command
         write_notebook(lab.root / "detach.ipynb", DETACH_CELLS)
         with chromium_page() as page:
             open_and_run_two_cells(page, lab, "detach.ipynb")
-            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell 1 · running')", timeout=90_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(0).includes('cell [2] · running')", timeout=90_000)
             run_cell(page, 2)
-            page.wait_for_function(f"() => ({SESSION_LINE})(1).includes('cell 2 · queued')", timeout=30_000)
+            page.wait_for_function(f"() => ({SESSION_LINE})(1).includes('cell [3] · queued')", timeout=30_000)
             assert page.evaluate("() => document.querySelectorAll('.nbw')[1].dataset.status") == "queued"
             assert set(page.evaluate(CARD_STATUSES, 1)) == {"queued"}
             page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")

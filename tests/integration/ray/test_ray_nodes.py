@@ -228,7 +228,9 @@ def test_a_session_on_two_nodes_keeps_its_state_and_says_what_a_node_loss_took(k
     assert wait_until(lambda: kernel.value("nbworkers.session('rn').restarts") == 1, RUN_TIMEOUT, interval=1)
     entry = snapshot(kernel, "rn")["restart_history"][0]
     assert entry["kind"] == "NodeLost" and lost in entry["cause"], entry
-    assert "the state of cells 1-2 is gone" in kernel.value("nbworkers.session('rn').lost_note")
+    # named by the notebook's numbers (issue 43): the two cells' [N]
+    assert f"the state of cells [{built.execution_count}] and [{doubled.execution_count}] is gone" in kernel.value(
+        "nbworkers.session('rn').lost_note")
     after = kernel.run("%%worker --session rn --block\nprint('KEPT', 'x' in globals())",
                        timeout=WORKERS_UP_TIMEOUT + 60)
     assert not after.error and "KEPT False" in after.stdout, after.text
