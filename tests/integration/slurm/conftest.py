@@ -25,10 +25,11 @@ import shutil
 import time
 
 import pytest
-from hub_helpers import UnixUser, unix_users
+from hub_helpers import UnixUser, processes_of, unix_users
 from slurm_cluster import SlurmCluster, install_hint, missing_commands, running_cluster
 
 JOBS_END_TIMEOUT = 20.0  # s for a test's finished jobs to leave squeue (completing: KillWait is 5 s)
+USER_PROCESSES_TIMEOUT = 15.0  # s for the test user's last processes to be gone (reaped) after the cluster's stop
 
 
 def unavailable() -> str | None:
@@ -58,6 +59,11 @@ def slurm_user() -> UnixUser:
     require_slurm()
     with unix_users(f"nbwsl{secrets.token_hex(3)}", ["user"]) as users:
         yield users["user"]
+        # after the cluster's stop (its jobs cancelled): the job's processes that ended under an ended parent wait
+        # for pid 1 to reap them; unix_users counts a zombie as a process left
+        deadline = time.monotonic() + USER_PROCESSES_TIMEOUT
+        while processes_of({users["user"].uid}) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
