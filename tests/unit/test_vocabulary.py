@@ -222,3 +222,29 @@ def test_status_words_are_strings_only_in_the_protocol_and_enums():
             '    send(state="failed")\n    return w.status == "finished" or getattr(w, "stopped", None)\n')
     assert tool.findings_in(code) == [(8, "failed"), (9, "finished")]
     assert tool.findings(REPO) == []
+
+
+FRONT_END_STATUS_USES = (  # where the widget's JavaScript and the sidebar's TypeScript name a status
+    r"(?<!content\.)status\s*[!=]==?\s*[\"']\w+[\"']",  # w.status === "failed" (not a kernel reply's content.status)
+    r"[\"']\w+[\"']\s*[!=]==?\s*[\w.\[\]]*status\b",
+    r"\[[^\]]*\]\.includes\([\w.]*status\)",  # ["stopped", "finished"].includes(w.status)
+    r"(?:DETAIL_STATES|DONE|ENDED)(?::\s*[\w<>]+)?\s*=\s*new Set(?:<\w+>)?\(\[[^\]]*\]",
+)
+
+
+def test_every_status_the_front_ends_compare_with_is_the_protocols():
+    """The front ends cannot import the protocol: each status their code compares with is one of its words, so a
+    renamed or mistyped status fails here."""
+    every = {s.value for enum in (statuses.ClusterStatus, statuses.WorkerStatus, statuses.ViewStatus) for s in enum}
+    files = [*sorted((REPO / "magics" / "views").glob("widget*.js")),
+             *sorted((REPO / "labextension" / "src").glob("*.ts"))]
+    named: dict[str, set[str]] = {}
+    for path in files:
+        text = path.read_text()
+        for pattern in FRONT_END_STATUS_USES:
+            for use in re.finditer(pattern, text):
+                named.setdefault(path.name, set()).update(re.findall(r"[\"'](\w+)[\"']", use.group(0)))
+    assert {"failed", "finished", "waiting"} <= named["widget_cards.js"] and "stopped" in named["widget_header.js"]
+    kernels = {"dead"}  # widget.js also compares its Jupyter kernel's status ("dead": the kernel died)
+    strangers = {name: words - every - kernels for name, words in named.items() if words - every - kernels}
+    assert not strangers, f"statuses the protocol does not define (protocol/statuses.py): {strangers}"
