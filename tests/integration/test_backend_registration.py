@@ -26,7 +26,7 @@ def test_a_backend_registered_from_the_tests_folder_runs_a_cell_to_its_end(kerne
     refused = kernel.run("%%worker -n 1 --backend fake --fake-node 'two words'\nprint(1)\n")  # its own check
     assert "give a name without spaces" in refused.stderr, refused
     refused = kernel.run("%%worker -n 1 --backend fake --detach\nprint(1)\n")  # it cannot detach
-    assert "--detach: not with --backend fake (local and Ray only)" in refused.stderr, refused
+    assert "--detach: not with --backend fake (local, Ray and Slurm only)" in refused.stderr, refused
 
     ran = kernel.run(CELL)
     assert not ran.error, ran.error

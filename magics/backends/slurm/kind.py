@@ -56,4 +56,4 @@ def create(spec: LaunchSpec, options: SlurmOptions) -> Backend:
 
 SLURM: BackendKind[SlurmOptions] = BackendKind(
     name="slurm", title="Slurm", summary="job steps of a Slurm allocation", options=SlurmOptions, create=create,
-    check=check, flags=FLAGS, can_detach=False, elastic=False, runs_here=True)
+    check=check, flags=FLAGS, can_detach=True, elastic=False, runs_here=True)

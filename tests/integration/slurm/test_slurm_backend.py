@@ -5,6 +5,7 @@ not inherit). Nodes are told apart by ``SLURMD_NODENAME``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 from cells import CHECKSUM, IMPORTS, KERAS_MODEL, LOOP_WITH_FINALLY, worker_cell
 from conftest import wait_until
@@ -189,3 +191,39 @@ def test_submit_waits_in_the_queue_saying_why_then_runs_and_cancels_its_allocati
 
     refused = kernel.run("%%worker -n 1 --backend slurm --partition small\nprint(1)\n")
     assert "--partition: only with --submit" in refused.stderr, refused.text
+
+
+TICKS = """\
+import time
+for i in range(100000):
+    print("tick", i, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def _ticks(run_root, name: str) -> int:
+    paths = [run_root / name / f"worker-{i}.log" for i in range(2)]
+    return min(path.read_text().count("tick") if path.exists() else 0 for path in paths)
+
+
+@pytest.mark.own_kernel  # it kills its kernel
+def test_a_detached_slurm_run_outlives_its_kernel_and_its_steps_end_with_its_supervisor(
+        allocation, kernel, run_root, slurm_cluster):
+    name, job = "slurmdetach", allocation["SLURM_JOB_ID"]
+    started = kernel.run(worker_cell(f"-n 2 --backend slurm --name {name} --detach", TICKS))
+    assert not started.error, started.text
+    assert wait_until(lambda: _ticks(run_root, name) >= 3, UP_TIMEOUT, interval=0.5), "no worker ticked"
+    state = json.loads((run_root / name / "state.json").read_text())
+    supervisor = psutil.Process(state["kernel_pid"])
+    assert state["backend"] == "slurm" and state.get("detached") is True and supervisor.pid != kernel.pid
+    assert "nbworkers.magics.run.detach.supervisor" in " ".join(supervisor.cmdline())
+    try:
+        os.kill(kernel.pid, signal.SIGKILL)
+        before = _ticks(run_root, name)
+        assert wait_until(lambda: _ticks(run_root, name) >= before + 10, 60), "the run stopped with its kernel"
+        assert len(steps(slurm_cluster, job)) == 2
+        supervisor.kill()  # its srun's stdin closes: each host stops its worker and the step ends
+        assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
+    finally:
+        if supervisor.is_running():
+            supervisor.kill()  # the test saw it start (its cmdline checked above)
