@@ -227,3 +227,17 @@ def test_a_detached_slurm_run_outlives_its_kernel_and_its_steps_end_with_its_sup
     finally:
         if supervisor.is_running():
             supervisor.kill()  # the test saw it start (its cmdline checked above)
+
+
+def test_a_session_on_two_slurm_nodes_keeps_its_state_between_cells(allocation, kernel, slurm_cluster):
+    job = allocation["SLURM_JOB_ID"]
+    first = kernel.run("%%worker -n 2 --backend slurm --session ss --block\nimport os\n"
+                       "x = 40 + int(os.environ['NBWORKERS_WORKER'])\nprint('X', x, os.environ['SLURMD_NODENAME'])\n",
+                       timeout=UP_TIMEOUT)
+    assert not first.error and "X 40 n1" in first.stdout and "X 41 n2" in first.stdout, first.text
+    second = kernel.run("%%worker --session ss --block\nprint('Y', x + 1)\n", timeout=60)
+    assert not second.error and "Y 41" in second.stdout and "Y 42" in second.stdout, second.text
+    assert len(steps(slurm_cluster, job)) == 2  # the same two steps serve both cells
+    stopped = kernel.run("%workers stop ss")
+    assert not stopped.error, stopped.text
+    assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
