@@ -20,12 +20,12 @@ TRACEBACK_TAIL_LINES = 20
 
 
 def status_css() -> str:
-    """The widget's status colours, from the protocol's (``LOOKS``): one custom property per status
-    (``--nbw-status-running``, which widget.css and widget_compact.css use for cards and the compact view's cells)
-    and the badge's background (``.nbw-status-running``). Joined after widget.css: a badge's class wins over its
-    ``.nbw-badge`` default."""
+    """The widget's status colours, from the protocol's (``LOOKS``): one custom property per status on the widget's
+    root (``--nbw-status-running``, which widget.css and widget_compact.css use for cards and the compact view's
+    cells) and the badge's background (``.nbw-status-running``). Joined after widget.css: a badge's class wins over
+    its ``.nbw-badge`` default."""
     names = [(str(status), look.colour) for status, look in LOOKS.items()]
-    return "\n".join([":root {", *(f"  --nbw-status-{name}: {colour};" for name, colour in names), "}",
+    return "\n".join([".nbw {", *(f"  --nbw-status-{name}: {colour};" for name, colour in names), "}",
                       *(f".nbw-status-{name} {{ background: var(--nbw-status-{name}); }}" for name, _ in names)]) + "\n"
 
 
