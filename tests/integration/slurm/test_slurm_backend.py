@@ -241,3 +241,15 @@ def test_a_session_on_two_slurm_nodes_keeps_its_state_between_cells(allocation, 
     stopped = kernel.run("%workers stop ss")
     assert not stopped.error, stopped.text
     assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
+
+
+def test_an_error_in_the_cell_fails_the_run_as_on_one_machine(allocation, kernel, slurm_cluster):
+    job = allocation["SLURM_JOB_ID"]
+    ran = kernel.run("%%worker -n 2 --backend slurm --block --name slurmfail\nimport os\n"
+                     "if os.environ['NBWORKERS_WORKER'] == '1':\n    raise ValueError('boom on ' + "
+                     "os.environ['SLURMD_NODENAME'])\n", timeout=UP_TIMEOUT)
+    assert ran.error, ran.text  # a failed run fails the cell
+    snap = kernel.value("nbworkers.get_cluster('slurmfail').snapshot()")
+    assert snap["status"] == "failed" and snap["failure_kind"] == "WorkerRaised" and snap["restarts"] == 0, snap
+    assert "ValueError: boom on n2" in snap["error"], snap["error"]
+    assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
