@@ -11,8 +11,11 @@ import pytest
 
 from nbworkers.magics.backends import registry
 from nbworkers.magics.backends.slurm import commands
+from nbworkers.magics.backends.slurm.allocation import Allocation
+from nbworkers.magics.backends.slurm.backend import SlurmBackend
 from nbworkers.magics.backends.slurm.kind import SLURM, check
 from nbworkers.magics.backends.slurm.options import SlurmOptions
+from nbworkers.magics.backends.slurm.settings import SlurmSettings
 from nbworkers.magics.errors import LaunchError
 
 
@@ -100,3 +103,32 @@ def test_submit_asks_for_the_nodes_the_workers_need_with_the_users_options():
     assert commands.parse_job_state("PENDING|Resources|\n") == ("PENDING", "Resources", "")
     assert commands.parse_job_state("RUNNING|None|n[1-2]\n") == ("RUNNING", "None", "n[1-2]")
     assert commands.parse_job_state("") == ("", "", "")
+
+
+class _Task:
+    def __init__(self, index: int) -> None:
+        self.role, self.index = "worker", index
+
+
+class _Allocation(Allocation):
+    """The kernel's allocation without Slurm: each node's ports as the probe step would give them."""
+
+    def free_ports(self, counts, timeout):
+        return {node: [7000 + 10 * i + k for k in range(n)] for i, (node, n) in enumerate(sorted(counts.items()))}
+
+
+def test_the_plan_gives_each_worker_its_nodes_address_a_port_picked_there_and_its_gpus(monkeypatch):
+    allocation = _Allocation("12", ("n1", "n2"), {"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    backend = SlurmBackend(SlurmOptions(), gpus_per_worker=2, settings=SlurmSettings(), allocation=allocation)
+    placed = backend.plan([_Task(i) for i in range(3)], None)
+    assert [(p.host, p.port) for p in placed] == [("10.0.0.1", 7000), ("10.0.0.2", 7010), ("10.0.0.1", 7001)]
+    assert {p.gpus for p in placed} == {"0,1"}  # two of its own each: srun --gpus-per-task=2 (Slurm sets the real ones)
+    assert backend.plan([_Task(0)], 0)[0].gpus == "-1"  # --gpus-per-worker 0: none
+    assert backend.capacity() > 1000
+    spread = SlurmBackend(SlurmOptions(spread=True), settings=SlurmSettings(), allocation=allocation)
+    assert spread.capacity() == 2
+    with pytest.raises(LaunchError, match="--spread: 3 workers need 3 nodes"):
+        spread.plan([_Task(i) for i in range(3)], None)
+    local = SlurmBackend(SlurmOptions(), settings=SlurmSettings(),
+                         allocation=_Allocation("12", ("n1",), {"n1": "127.0.0.1"}))
+    assert local.relay_hosts() == ("127.0.0.1", "127.0.0.1")  # the tests' cluster: loopback only
