@@ -181,6 +181,10 @@ REGISTRY: tuple[Internal, ...] = tuple(
                "clean_up")
     + _entries("jax_backends.leave", "jax._src.dispatch", JAX, "unregistered: waits for the runtime's tokens",
                "wait_for_tokens")
+    # jax_backends.store: the coordination service's key-value store, where a stopped fit's workers agree on the step
+    # they leave at (there is no public handle to it: jax-ml/jax#23001)
+    + _entries("jax_backends.store", "jax._src.distributed", JAX, "the distributed client: its key-value store",
+               "global_state global_state.client")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "

@@ -3,6 +3,9 @@ initialised in this process? A fork after that may deadlock the child (JAX warns
 so a JAX zygote imports JAX and Keras on JAX and never lists a device. Group ``jax_backends`` in ``internals``.
 Nothing here imports JAX: a process that has not imported it has no backend.
 
+``store()`` (group ``jax_backends.store``): the coordination service's key-value store, where the workers of a
+stopped fit agree on the step they leave at (``distlib/frameworks/jax_stop.py``).
+
 ``leave_without_shutdown()`` (group ``jax_backends.leave``): a stopped or failed worker leaves without JAX's own
 ``atexit`` functions, whose distributed shutdown waits at a barrier for every process: a peer still blocked in a
 collective with this one never reaches it, and waits itself until this process's sockets close.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+from typing import Any
 
 from nbworkers.distlib.compat import internals
 
@@ -42,3 +46,13 @@ def leave_without_shutdown() -> None:
         function = getattr(sys.modules.get(module_name), name, None)
         if function is not None:
             atexit.unregister(function)
+
+
+def store() -> Any | None:
+    """JAX's distributed client (its coordination service's key-value store: ``key_value_set``,
+    ``blocking_key_value_get``), or None when JAX's processes are not joined or its symbols moved (warned once)."""
+    if "jax" not in sys.modules or not internals.available("jax_backends.store", "a stopped JAX fit ends each "
+                                                           "worker where its stop found it"):
+        return None
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    return getattr(state, "client", None)

@@ -19,6 +19,7 @@ import os
 import sys
 
 from nbworkers.distlib.compat import jax_backends
+from nbworkers.distlib.frameworks import jax_stop
 from nbworkers.distlib.worker import stop_signal
 
 NAME = "jax"
@@ -62,6 +63,7 @@ def before_user_code() -> None:
     if keras.backend.backend() == "jax":
         keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables; agrees on a seed
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+        jax_stop.install()  # a Stop ends every worker's fit after the same step (distlib/frameworks/jax_stop.py)
     else:
         addresses = os.environ.get(ENV_ADDRESSES, "")
         jax.distributed.initialize(coordinator_address=addresses.split(",")[0],

@@ -13,6 +13,10 @@ A session worker interrupts its own cells with SIGINT too: it says so first (``o
 SIGINT it did not announce is a stop. While distlib saves on preemption (``preemption.py``, a training loop with a
 checkpoint), that handler takes SIGINT as it takes SIGTERM: save at the next step, then leave.
 
+Where workers must leave at one step (JAX: a worker that leaves a collective its peers are in leaves them blocked, and
+Keras' own clean-up after an interrupted fit waits on them), the SIGINT is ``deferred()``: it is noted and nothing is
+raised until the caller raises it at a step every worker agreed on (``take_pending``, ``distlib/frameworks/jax_stop``).
+
 A worker ended this way exits with ``STOPPED_EXIT_CODE`` and reports no failure (the bootstrap): the kernel, which
 asked for the stop, records it as stopped.
 """
@@ -21,12 +25,16 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 STOPPED_EXIT_CODE = 128 + signal.SIGINT  # as a shell reports a process ended by SIGINT (the kernel reads -2)
 
 _stop_requested = False
 _own_interrupts = 0  # SIGINTs the session worker announced for its own cell interrupts
+_deferring = 0  # inside deferred(): a SIGINT is noted (_pending), not raised
+_pending = False
 _lock = threading.Lock()
 
 
@@ -85,7 +93,40 @@ def reassert_sigterm() -> None:
 
 def on_sigint(signum: int, frame: Any) -> None:
     """SIGINT's handler: a stop (``KeyboardInterrupt`` now); an announced interrupt of the process's own raises
-    ``KeyboardInterrupt`` too, without the stop."""
+    ``KeyboardInterrupt`` too, without the stop. Inside ``deferred()`` it is only noted (``pending``)."""
+    global _pending
     if not take_own_interrupt():
         note_stop()
+    if _deferring:
+        _pending = True
+        return
     raise KeyboardInterrupt
+
+
+def pending() -> bool:
+    """Is a SIGINT waiting to be raised (one came inside ``deferred()``)?"""
+    return _pending
+
+
+def take_pending() -> bool:
+    """True once for a SIGINT that came inside ``deferred()``: the caller raises its ``KeyboardInterrupt`` now."""
+    global _pending
+    was, _pending = _pending, False
+    return was
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, a SIGINT is noted and not raised; one still pending when the block ends normally is raised then."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    except BaseException:
+        if _deferring == 1:
+            take_pending()  # the block ended with its own exception (the agreed KeyboardInterrupt, an error)
+        raise
+    finally:
+        _deferring -= 1
+    if not _deferring and take_pending():
+        raise KeyboardInterrupt

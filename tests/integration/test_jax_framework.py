@@ -1,9 +1,10 @@
 """``%%worker --framework jax``: Keras 3 on JAX across two real worker processes, from one cell with no
 distribution code (the workers join their group before the cell: distlib/frameworks/jax.py).
 
-A Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
+One kernel, two runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
 workers to the same weights with the loss going down, ``jax.process_count()`` is 2 in each, the workers forked from
-a zygote that imported JAX and Keras on JAX and not TensorFlow.
+a zygote that imported JAX and Keras on JAX and not TensorFlow; then a long fit is stopped (``%workers stop``): each
+worker runs its ``finally:``, the run reads stopped, and no process is left.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+
+from conftest import processes_of_run_root, wait_until
 
 FIT_CELL = """%%worker -n 2 --framework jax --name jaxfit --block
 import json, os, sys
@@ -35,6 +38,32 @@ print("RESULT", json.dumps({
 }))
 """
 
+STOP_CELL = """%%worker -n 2 --framework jax --name jaxstop
+import time
+import numpy as np
+import jax, keras
+import tensorflow as tf
+
+dataset = tf.data.Dataset.from_tensor_slices(
+    (np.random.rand(256, 8).astype("float32"), np.zeros(256, "int64"))).repeat().batch(32)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Started(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2 and not getattr(self, "said", False):
+            self.said = True
+            print("TRAINING", flush=True)
+
+
+try:
+    model.fit(dataset, epochs=1000, steps_per_epoch=50, verbose=0, callbacks=[Started()])
+finally:
+    print("FINALLY", jax.process_index(), flush=True)
+"""
+
+
 def results(kernel, name: str) -> list[dict]:
     logs = kernel.value(f"[__import__('nbworkers').get_cluster({name!r}).logs(i) for i in range(2)]")
     found = [[json.loads(line.split("RESULT ", 1)[1]) for line in log.splitlines() if line.startswith("RESULT ")]
@@ -43,7 +72,7 @@ def results(kernel, name: str) -> list[dict]:
     return [f[0] for f in found]
 
 
-def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights(kernel):
+def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights_and_stops(kernel, run_root: Path):
     started = time.monotonic()
     result = kernel.run(FIT_CELL, timeout=240)
     assert not result.error and result.status == "ok", result.text
@@ -67,4 +96,23 @@ def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights(kernel):
         maps = Path(f"/proc/{pid}/maps").read_text()
         assert "jaxlib" in maps and "libtensorflow" not in maps and "_pywrap_tensorflow" not in maps
 
-    print(f"JAX fit run: {fit_seconds:.1f} s")
+    stop_started = time.monotonic()
+    assert not kernel.run(STOP_CELL).error
+    try:
+        assert wait_until(lambda: all("TRAINING" in log for log in kernel.value(
+            "[__import__('nbworkers').get_cluster('jaxstop').logs(i) for i in range(2)]")), 120), \
+            kernel.value("__import__('nbworkers').get_cluster('jaxstop').logs(0)")
+        asked = time.monotonic()
+        kernel.run("%workers stop jaxstop")
+        stop_took = time.monotonic() - asked
+        status = kernel.value("__import__('nbworkers').get_cluster('jaxstop').status")
+        logs = kernel.value("[__import__('nbworkers').get_cluster('jaxstop').logs(i) for i in range(2)]")
+    finally:
+        kernel.run("%workers stop --all")
+    assert status == "stopped", status
+    assert stop_took < 1.0 + 2.0, stop_took  # under a second on a quiet machine (0.45 s); load adds the rest
+    for index, log in enumerate(logs):
+        assert f"FINALLY {index}" in log, f"stop took {stop_took:.1f} s\n" + "\n=====\n".join(logs)
+    assert wait_until(lambda: not processes_of_run_root(run_root), 15)
+    print(f"JAX fit run: {fit_seconds:.1f} s; stop run: {time.monotonic() - stop_started:.1f} s; "
+          f"%workers stop took {stop_took:.2f} s")
