@@ -213,15 +213,20 @@ def _status_words_tool():
     return module
 
 
-def test_status_words_are_strings_only_in_the_protocol_and_enums():
-    """tools/lint.py's `words` check: a status written as a string outside protocol/ and enums is a finding; a
-    field's name, a docstring and an enum's body are not."""
+def test_status_words_are_strings_only_in_the_protocol_and_enums(tmp_path):
+    """tools/lint.py's `words` check (it walks the whole package; tests/integration/test_lint.py runs it): a status
+    written as a string outside protocol/ and enums is a finding; a field's name, a docstring and an enum's body are
+    not."""
     tool = _status_words_tool()
     code = ('"""running, as a docstring."""\nfrom enum import Enum\nclass Mood(str, Enum):\n    RUNNING = "running"\n'
             'def f(row, w):\n    if row["detached"] and row.get("lost"):\n        return {"queued": 1}\n'
             '    send(state="failed")\n    return w.status == "finished" or getattr(w, "stopped", None)\n')
     assert tool.findings_in(code) == [(8, "failed"), (9, "finished")]
-    assert tool.findings(REPO) == []
+    (tmp_path / "magics").mkdir()
+    (tmp_path / "magics" / "m.py").write_text(code)
+    assert tool.findings(tmp_path, ["magics"]) == [
+        f"magics/m.py:{line}: {word!r} (use the enum's member: protocol/statuses.py)" for line, word in
+        [(8, "failed"), (9, "finished")]]
 
 
 FRONT_END_STATUS_USES = (  # where the widget's JavaScript and the sidebar's TypeScript name a status
