@@ -1,10 +1,12 @@
 """``%%worker --framework jax``: Keras 3 on JAX across two real worker processes, from one cell with no
 distribution code (the workers join their group before the cell: distlib/frameworks/jax.py).
 
-One kernel, two runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
+One kernel, three runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
 workers to the same weights with the loss going down, ``jax.process_count()`` is 2 in each, the workers forked from
 a zygote that imported JAX and Keras on JAX and not TensorFlow; then a long fit is stopped (``%workers stop``): each
-worker runs its ``finally:``, the run reads stopped, and no process is left.
+worker leaves after the same step and runs its ``finally:`` (distlib/frameworks/jax_stop.py), the run reads
+stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, and both
+workers' weights pulled into the kernel are equal.
 """
 
 from __future__ import annotations
@@ -116,3 +118,35 @@ def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights_and_stops(ker
     assert wait_until(lambda: not processes_of_run_root(run_root), 15)
     print(f"JAX fit run: {fit_seconds:.1f} s; stop run: {time.monotonic() - stop_started:.1f} s; "
           f"%workers stop took {stop_took:.2f} s")
+
+    session_started = time.monotonic()
+    # a JAX session: the live model stays from one cell to the next, both workers' weights pulled are equal
+    session_cell = '''%%worker -n 2 --framework jax --session jaxs --block
+import numpy as np
+import jax, keras
+import tensorflow as tf
+
+rng = np.random.RandomState(1)
+features = rng.rand(256, 8).astype("float32")
+labels = (features.sum(axis=1) > 4).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+model.compile(optimizer=keras.optimizers.SGD(0.1),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+first = model.fit(dataset, epochs=1, verbose=0).history["loss"]
+'''
+    result = kernel.run(session_cell, timeout=240)
+    assert not result.error and result.status == "ok", result.text
+    result = kernel.run("%%worker --session jaxs --block\n"
+                        "second = model.fit(dataset, epochs=2, verbose=0).history['loss']\n"
+                        "weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]",
+                        timeout=240)
+    assert not result.error and result.status == "ok", result.text
+    pulled = kernel.value("[[w.tolist() for w in __import__('nbworkers').session('jaxs').pull('weights', worker=i)] "
+                          "for i in range(2)]")
+    losses = kernel.value("[__import__('nbworkers').session('jaxs').pull('first + second', worker=i) "
+                          "for i in range(2)]")
+    kernel.run("%workers stop jaxs")
+    assert pulled[0] == pulled[1], pulled
+    assert losses[0] == losses[1] and losses[0][-1] < losses[0][0], losses
+    print(f"JAX session: {time.monotonic() - session_started:.1f} s")
