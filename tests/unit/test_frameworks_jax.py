@@ -99,3 +99,20 @@ def test_the_worker_side_picks_its_module_by_the_variable_the_kernel_sets(monkey
     assert module.fork_refusal() is None  # no JAX imported here: no backend
     monkeypatch.setenv("NBWORKERS_FRAMEWORK", "tf")
     assert "tensorflow" in worker_frameworks.current().preload()
+
+
+def test_a_jax_run_on_ray_forwards_the_shared_variables_and_asks_for_a_jax_zygote():
+    from nbworkers.magics.backends.ray.backend import RayBackend
+    from nbworkers.magics.backends.ray.options import RayOptions
+    from nbworkers.magics.launch.spec import LaunchSpec
+
+    spec = LaunchSpec(code="x = 1", framework="jax", framework_options={"cpu_devices": 2})
+    backend = RayBackend.from_spec(spec, RayOptions(address="127.0.0.1:1"))
+    python, forwarded = backend.zygote_request()
+    assert (forwarded["NBWORKERS_FRAMEWORK"], forwarded["KERAS_BACKEND"], forwarded["JAX_NUM_CPU_DEVICES"]) == \
+        ("jax", "jax", "2")
+    per_worker = JAX.environment(plan_tasks(2), ["10.0.0.1", "10.0.0.2"], [1, 2], 1)
+    env = worker_env({"PATH": "/bin"}, {}, per_worker, "-1", {}, shared=backend.shared)
+    assert set(per_worker) | set(backend.shared) <= set(backend._worker_variables(env))
+    tf_backend = RayBackend.from_spec(LaunchSpec(code="x = 1"), RayOptions(address="127.0.0.1:1"))
+    assert tf_backend.zygote_request()[1]["NBWORKERS_FRAMEWORK"] == "tf"

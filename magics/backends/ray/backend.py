@@ -106,6 +106,7 @@ class RayBackend:
         self.placements: list[dict[str, Any]] = []  # where each worker of the current group runs (node facts)
         self.python = ""  # the workers' interpreter (--python; "" = each node's own)
         self.scan: CellScan | None = None  # the cell's scan: may its workers fork (from_spec)
+        self.shared = frameworks.shared()  # the framework's variables every worker gets, read at import (from_spec)
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: RelayKeys | None = None  # the run's relay (attach_relay): allows the nodes' client keys
         self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
@@ -119,6 +120,7 @@ class RayBackend:
                       gpus_per_worker=spec.gpus_per_worker, spread=options.spread, extra_env=spec.env,
                       cluster_name=spec.name)
         backend.python, backend.scan = spec.python, cell_scan.of_spec(spec)
+        backend.shared = frameworks.shared(spec.framework, spec.framework_options)  # --framework jax: KERAS_BACKEND...
         return backend
 
     # ------------------------------------------------------------------ connection
@@ -306,7 +308,8 @@ class RayBackend:
         """(interpreter, forwarded import-time environment) of the zygotes this backend's runs fork from: "" for
         each node's own interpreter, and the kernel's variables a launch forwards but its per-run ones."""
         python = "" if not self.python or self.python == sys.executable else self.python
-        return python, self._worker_variables(worker_env(os.environ, self.extra_env, frameworks.blank(), "-1", {}))
+        return python, self._worker_variables(worker_env(os.environ, self.extra_env, frameworks.blank(), "-1", {},
+                                                         shared=self.shared))
 
     def close(self) -> None:
         """The run ended: the zygotes its nodes had none of start now, for the next launches there."""
@@ -318,10 +321,11 @@ class RayBackend:
                 pass
 
     def _worker_variables(self, env: dict[str, str]) -> dict[str, str]:
-        """What of the worker's environment goes to its node: nbworkers' own variables, --env, and the
-        kernel's variables with ``forward_env_prefixes``; the node supplies the rest."""
+        """What of the worker's environment goes to its node: nbworkers' own variables, the framework's (per worker
+        and shared: TF_CONFIG; NBWORKERS_FRAMEWORK, KERAS_BACKEND...), --env, and the kernel's variables with
+        ``forward_env_prefixes``; the node supplies the rest."""
         prefixes = tuple(self.settings.forward_env_prefixes)
-        own = frozenset(WORKER_VARIABLES) | frameworks.variables()
+        own = frozenset(WORKER_VARIABLES) | frameworks.variables() | frozenset(self.shared)
         return {
             k: v for k, v in env.items()
             if k in own or k in self.extra_env or k.startswith(prefixes)
