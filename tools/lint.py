@@ -7,6 +7,7 @@ cycle between modules); exit 1 on any finding. Config: pyproject.toml.
     .venv/bin/python tools/lint.py mypy
     .venv/bin/python tools/lint.py imports
     .venv/bin/python tools/lint.py words      # status words as strings only in protocol/ and enums
+    .venv/bin/python tools/lint.py seams      # AST checks of the seams (tools/seams.py)
 
 mypy checks the import package ``nbworkers`` as it is installed: the four code folders are mapped into it by
 setuptools' package-dir (extension/ -> nbworkers, magics/ -> nbworkers.magics, ...), which mypy cannot follow,
@@ -152,6 +153,13 @@ def _print_cycles() -> int:
     return 1 if cycles else 0
 
 
+def run_seams() -> tuple[int, str]:
+    """The AST checks of tools/seams.py (nothing outside the loop assigns a loop's or a core's fields)."""
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "seams.py")], cwd=ROOT, capture_output=True,
+                            text=True)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
 def run_status_words() -> tuple[int, str]:
     """An AST walk of the package (tools/status_words.py): status words as strings only in protocol/ and enums."""
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "status_words.py")], cwd=ROOT, capture_output=True,
@@ -160,12 +168,12 @@ def run_status_words() -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy", "imports", "words"]
+    chosen = (argv if argv is not None else sys.argv[1:]) or ["ruff", "mypy", "imports", "seams", "words"]
     if chosen == ["_cycles"]:  # run_imports() runs this in build/lint
         return _print_cycles()
     failed = False
     for name in chosen:
-        code, report = {"ruff": run_ruff, "mypy": run_mypy, "imports": run_imports,
+        code, report = {"ruff": run_ruff, "mypy": run_mypy, "imports": run_imports, "seams": run_seams,
                         "words": run_status_words}[name]()
         print(f"== {name}: {'ok' if code == 0 else 'findings'}\n{report}\n")
         failed |= code != 0

@@ -66,7 +66,8 @@ class CapacityLooks:
             try:
                 capacity = self.backend.capacity()
             except Exception as error:  # looked at again at the next interval
-                core.resize_note = f"the cluster did not answer ({type(error).__name__}: {error})"
+                with lock:
+                    handle(ev.CapacityUnknown(f"{type(error).__name__}: {error}"))
                 return
         with lock:
             handle(ev.CapacitySeen(asked if asked is not None else capacity, asked=asked is not None))

@@ -43,12 +43,14 @@ class Cluster:
         self._views = LiveViews()
         self._lock = threading.RLock()  # the run loop's: one for every run of this handle
         self._waits = Waits()  # wait() calls refreshing the views themselves
+        self._detached = False
         self._new_run()
 
     def _new_run(self) -> None:
         """A run of the cell (``__init__``; ``restart()`` of a run that ended: the same cell again)."""
         self._loop = RunLoop(self.spec, self.settings, self.backend, self._lock, self._participants,
                              after_round=self._after_round, after_end=self._after_end)
+        self._loop.detached = self._detached
 
     # ----------------------------------------------------------------------------------- user-facing API
     @property
@@ -60,6 +62,15 @@ class Cluster:
     def loop(self) -> RunLoop:
         """The current run's loop (a detached session's supervisor process waits on it)."""
         return self._loop
+
+    @property
+    def detached(self) -> bool:
+        """Its runs are run by their own supervisor process, outside the kernel (``--detach``): state.json says so."""
+        return self._detached
+
+    @detached.setter
+    def detached(self, value: bool) -> None:
+        self._detached = self._loop.detached = value
 
     @property
     def run_id(self) -> str:

@@ -6,8 +6,9 @@ capacity look, the clock) goes to the supervisor core, the loop carries out the 
 bring about (a launch that failed) is the next event in the queue. So no core calls another, and no action is
 carried out from inside another's handler. Participants (``Participant``, as Ray's controller carries its
 callbacks; a plain run has none, a session is one: magics/sessions/participant.py) get their hooks at fixed points
-of each round, those marked "lock held" under the loop's lock; a participant never calls the run core: what it needs
-of the run it posts to the queue (``post``). Modelled on Ray Train v2's
+of each round, those marked "lock held" under the loop's lock, and a port into the run (``port.py``: its facts, how it
+is now, post, changed, dropped), never the loop: what a participant needs of the run it posts to the queue, and so do
+the events of its own core (``take``), so that one queue orders both. Modelled on Ray Train v2's
 ``TrainController`` (its ``_step``, its callbacks injected, its worker group composed, nothing inherited).
 
 No IPython and no views here: the handle refreshes its views from ``after_round`` and ``after_end``, so the loop
@@ -26,7 +27,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol, assert_never
+from typing import Protocol, assert_never, get_args
 
 from nbworkers.magics.backends.isolation import isolation_fact
 from nbworkers.magics.errors import LaunchError
@@ -39,9 +40,10 @@ from nbworkers.magics.run.core.restart_policy import RestartPolicy
 from nbworkers.magics.run.core.supervisor import Supervisor
 from nbworkers.magics.run.core.timings import Timings
 from nbworkers.magics.run.group_launch import initial_state, launch_group, new_worker_state
-from nbworkers.magics.run.messages import message_events
-from nbworkers.magics.run.noise import NoiseFilter, noise_level
+from nbworkers.magics.run.messages import Relayed, Translator
+from nbworkers.magics.run.noise import noise_level
 from nbworkers.magics.run.outputs import state_file_data
+from nbworkers.magics.run.port import RunFacts, RunNow, RunPort
 from nbworkers.magics.run.relay import Message, RelayReceiver
 from nbworkers.magics.run.worker_group import WorkerGroup
 from nbworkers.magics.rundir import layout as rundir
@@ -51,19 +53,27 @@ from nbworkers.magics.shapes import Backend, ClusterSnapshot
 from nbworkers.procs.ownership import new_run_id
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.private.files import sign_push
+from nbworkers.protocol.relay_curve import CurveServer
+
+RUN_EVENTS = get_args(ev.Event)  # the run core's; a participant posts its own core's too (``RunPort.post``)
 
 
 class Participant(Protocol):
-    def begin_run(self, loop: "RunLoop") -> None:
-        """A new run of the loop (its first, or the Restart of a run that ended): start afresh."""
+    def begin_run(self, port: RunPort) -> None:
+        """A new run of the loop (its first, or the Restart of a run that ended): start afresh; ``port``: the run."""
 
-    def before_launch(self) -> dict[str, str]:
-        """The group is about to be launched (again, on a restart): its sockets ready for the new generation; the
-        environment it adds to every worker's."""
+    def before_launch(self, hosts: tuple[str, str | None], curve: CurveServer | None) -> dict[str, str]:
+        """The group is about to be launched (again, on a restart): its sockets ready for the new generation, bound
+        where the relay is (``hosts``: bind, advertise), encrypted as it is (``curve``); the environment it adds to
+        every worker's."""
 
-    def on_message(self, message: Message) -> bool:
-        """A relay message of the current generation (lock held), before the run core sees it; True: it was the
-        participant's alone (the run core does not see it)."""
+    def take(self, event: object) -> None:
+        """An event the participant posted for its own core (``RunPort.post``), in the loop's queue order (lock
+        held)."""
+
+    def relayed(self, event: ev.Event | Relayed) -> None:
+        """A relay message of the current generation as an event (``messages.py``: the run core's, which it gets
+        next, or a cell's), lock held."""
 
     def tick(self) -> None:
         """Once a round (lock held): the participant's sockets and timers."""
@@ -107,7 +117,7 @@ class RunLoop:
         self.push_pickle: bytes | None = None  # detached: --push as the kernel pickled it (values of its classes)
         self.key = wire.new_key()
         self.run_id = new_run_id()  # NBWORKERS_RUN_ID of every process of this run (ownership.py)
-        self._queue: deque[ev.Event] = deque()
+        self._queue: deque[ev.Event | tuple[Participant, object]] = deque()  # a participant's: (it, its event)
         self._draining = False
         self._last_state_write = 0.0
         self._looks = CapacityLooks(backend, settings.elastic_check_interval)  # elastic runs
@@ -119,8 +129,8 @@ class RunLoop:
         tasks = roles.plan(elastic.size_for(capacity) if elastic else spec.workers, chief=spec.chief,
                            evaluator=spec.evaluator, ps=spec.ps, cell=spec.code, names=cell_scan.of_spec(spec).names)
         self.state = initial_state(self.name, backend.name, self.run_dir, tasks, settings)
-        self.noise_level = noise_level(cpp_log_level(os.environ, spec.env))  # C++ chatter: magics/run/noise.py
-        self._noise = [NoiseFilter(self.noise_level) for _ in self.state.workers]
+        # relay messages as events, C++ chatter filtered out (magics/run/noise.py): messages.py
+        self._messages = Translator(noise_level(cpp_log_level(os.environ, spec.env)), len(self.state.workers))
         self.core = Supervisor(
             self.state, RestartPolicy.from_settings(settings, spec.max_restarts),
             Timings.from_settings(settings, spec.stall_timeout, spec.timeout), tasks,
@@ -131,7 +141,7 @@ class RunLoop:
             self.state.elastic = {"min": elastic.min, "max": elastic.max}
             self.core.handle(ev.CapacitySeen(capacity))
         for participant in self.participants:
-            participant.begin_run(self)
+            participant.begin_run(_Port(self, participant))
 
     # ----------------------------------------------------------------------------------- what others ask
     @property
@@ -161,15 +171,20 @@ class RunLoop:
         """``%workers resize``: a look at the cluster's room now, answered by the loop's next round."""
         return self._looks.ask(self.settings.stop_grace)
 
-    def post(self, event: ev.Event) -> None:
-        """Give the run core an event (lock held). Handled after the event being handled, if any: one queue."""
+    def post(self, event: ev.Event | tuple[Participant, object]) -> None:
+        """Give the run core an event, or a participant its own core's ((participant, event)), lock held. Handled
+        after the event being handled, if any: one queue."""
         self._queue.append(event)
         if self._draining:
             return
         self._draining = True
         try:
             while self._queue:
-                self._step(self._queue.popleft())
+                item = self._queue.popleft()
+                if isinstance(item, tuple):
+                    item[0].take(item[1])
+                else:
+                    self._step(item)
         finally:
             self._draining = False
 
@@ -202,7 +217,7 @@ class RunLoop:
         # each worker's address, GPUs, TF_CONFIG and environment: group_launch.py
         extra_env: dict[str, str] = {}
         for participant in self.participants:
-            extra_env.update(participant.before_launch())
+            extra_env.update(participant.before_launch(self.backend.relay_hosts(), self.relay.curve))
         self._worker_group = WorkerGroup()
         launch_group(self._worker_group.handles, backend=self.backend, spec=self.spec, settings=self.settings,
                      tasks=self.core.tasks, run_dir=self.run_dir, generation=self.state.generation, relay=self.relay,
@@ -270,20 +285,18 @@ class RunLoop:
                 participant.on_run_action(action)
 
     def _take(self, message: Message) -> None:
-        """A relay message: the participants' first, then the core's events (translated once: messages.py)."""
-        content = message.content
-        if content["gen"] == self.state.generation and content["worker"] < len(self.state.workers):
-            taken = [participant.on_message(message) for participant in self.participants]
-            if any(taken):
-                self.dirty = True
-                return
-        events, dropped = message_events(message, self.state.generation, self._noise, self._worker_group.node_label)
+        """A relay message, translated once (messages.py): each event to the participants first, then the run core's
+        to the core."""
+        events, dropped = self._messages.events(message, self.state.generation, self._worker_group.node_label)
         if dropped:
             self.relay.drops.note(*dropped)
             return
         self.dirty = True
         for event in events:
-            self.post(event)
+            for participant in self.participants:
+                participant.relayed(event)
+            if isinstance(event, RUN_EVENTS):
+                self.post(event)
             if isinstance(event, ev.Hello):
                 self._worker_group.note_worker(event.worker, event.pid)
 
@@ -306,8 +319,7 @@ class RunLoop:
         """The group again, on fresh ports (the core has started a new attempt)."""
         self._worker_group.kill()
         self._worker_group.close()
-        size = len(self.core.tasks)  # an elastic group may have changed size (the core's decision)
-        self._noise = self._noise[:size] + [NoiseFilter(self.noise_level) for _ in range(len(self._noise), size)]
+        self._messages.new_generation(len(self.core.tasks))  # an elastic group may have changed size (the core's)
         try:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
@@ -347,3 +359,31 @@ class RunLoop:
             rundir.write_state(self.run_dir, data)
         except OSError:
             pass
+
+
+class _Port:
+    """A participant's port into its run (``port.RunPort``): what it may read and say, not the loop."""
+
+    __slots__ = ("_loop", "_participant", "facts")
+
+    def __init__(self, loop: RunLoop, participant: Participant):
+        self._loop, self._participant = loop, participant
+        self.facts = RunFacts(loop.name, loop.key, loop.settings, loop.lock)
+
+    def now(self) -> RunNow:
+        loop = self._loop
+        state = loop.state
+        return RunNow(state.generation, len(state.workers), loop.ending, loop.core.restart_pending, str(state.status),
+                      state.error)
+
+    def post(self, event: object) -> None:
+        if isinstance(event, RUN_EVENTS):
+            self._loop.post(event)
+        else:
+            self._loop.post((self._participant, event))
+
+    def changed(self) -> None:
+        self._loop.dirty = True
+
+    def dropped(self, what: str, detail: str) -> None:
+        self._loop.relay.drops.note(what, detail)

@@ -1,23 +1,25 @@
 """A session's part in its run loop (``magics/run/loop.py``'s ``Participant``): its command and data sockets, its
 cells and their pure core (``core/cells.py``).
 
-The loop hands it the relay messages of the current generation (a cell's start, pause, save and end; rich output;
-each worker's log lines routed to the cell that printed them; a running cell's metrics and statuses), its tick
-each round, and the supervisor's decisions (``core/bridge.py`` makes them the session core's events). It carries
-out the session core's actions (send a command, tell a cell's views) and posts what needs the processes to the
-loop (``bridge.run_event``: a restart that loses state). It adds the session's part to the run's one snapshot.
+It knows its run through a port (``magics/run/port.py``: the run's facts and how it is now; post, changed,
+dropped), never the loop. The loop hands it the relay messages of the current generation as events, read once
+(``magics/run/messages.py``: a cell's start, pause, save and end; rich output; each worker's output, routed here to
+the cell that printed it; a running cell's metrics and statuses), its tick each round, and the supervisor's decisions
+(``core/bridge.py`` makes them the session core's events). Every event for the session core goes through the loop's
+one queue (``post``, then ``take``), as the supervisor's do, so no chain of events runs inside another's actions. It
+carries out the session core's actions (send a command, tell a cell's views) and posts what needs the processes to
+the loop (``bridge.run_event``: a restart that loses state). It adds the session's part to the run's one snapshot.
 Its hooks marked "lock held" run under the loop's lock.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, assert_never
+from typing import Any, assert_never, get_args
 
+from nbworkers.magics.run import messages as relay_ev
 from nbworkers.magics.run.core import events as run_ev
-from nbworkers.magics.run.loop import RunLoop
-from nbworkers.magics.run.noise import NoiseFilter
-from nbworkers.magics.run.relay import Message
+from nbworkers.magics.run.port import RunPort
 from nbworkers.magics.sessions.cell import LogRouter, SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
 from nbworkers.magics.sessions.core import SessionCore, SessionTimings, bridge
@@ -29,7 +31,10 @@ from nbworkers.magics.sessions.pull import PullRequest
 from nbworkers.magics.sessions.summary import session_summary, with_session
 from nbworkers.magics.shapes import ClusterSnapshot
 from nbworkers.protocol import mime, session_wire
-from nbworkers.protocol.statuses import CellEnd, CellState, WorkerStatus
+from nbworkers.protocol.relay_curve import CurveServer
+from nbworkers.protocol.statuses import CellState, WorkerStatus
+
+SESSION_EVENTS = get_args(ev.Event)
 
 
 class SessionParticipant:
@@ -39,77 +44,93 @@ class SessionParticipant:
         self.data: DataChannel | None = None
 
     # ------------------------------------------------------------------------------ the loop's hooks
-    def begin_run(self, loop: RunLoop) -> None:
-        self.loop = loop
-        self.settings = loop.settings
+    def begin_run(self, port: RunPort) -> None:
+        self.port = port
+        facts = port.facts
+        self.name, self.key, self.settings, self.lock = facts.name, facts.key, facts.settings, facts.lock
         self.channel, self.data = None, None
         self.cells: list[SessionCell] = []
-        self.core = SessionCore(loop.name, len(loop.state.workers), self._timings, clock=time.monotonic)
+        self.core = SessionCore(self.name, port.now().workers, self._timings, clock=time.monotonic)
         self._to_end: list[SessionCell] = []  # concluded under the lock, ended (views, waiters) outside it
         self.pulls: dict[str, PullRequest] = {}  # request id -> its pending pull
         self._logs = LogRouter()  # each worker's output to the cell that printed it
-        self._noise = self._noise_filters()  # TensorFlow's chatter stays out of the cells (the log keeps it)
+        self._submitted: dict[int, tuple[str, str, str]] = {}  # a cell's code, display, label until its core takes it
+        self._answer: ev.InterruptOutcome | None = None  # the session core's answer to the last Stop
         self._ended = False
 
     def _timings(self) -> SessionTimings:
         """The grace periods as the settings say now (a user may change them while the session runs)."""
         return SessionTimings.from_settings(self.settings)
 
-    def before_launch(self) -> dict[str, str]:
+    def before_launch(self, hosts: tuple[str, str | None], curve: CurveServer | None) -> dict[str, str]:
         if self.channel is None:  # bound where the relay is, encrypted as it is (--backend ray: CurveZMQ)
-            hosts, curve = self.loop.backend.relay_hosts(), self.loop.relay.curve
-            self.channel = CommandChannel(self.loop.key, *hosts, curve=curve)
+            self.channel = CommandChannel(self.key, *hosts, curve=curve)
             self.data = DataChannel(*hosts, curve=curve)
-        self.channel.new_generation(self.loop.state.generation)
-        self.loop.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for a save
+        self.channel.new_generation(self.port.now().generation)
+        self.port.post(run_ev.HoldRestarts(self._timings().save_wait))  # a restart the run decides waits for a save
         self._logs = LogRouter()
-        self._noise = self._noise_filters()
-        return {session_wire.ENV_SESSION: self.loop.name, session_wire.ENV_COMMANDS: self.channel.address}
+        return {session_wire.ENV_SESSION: self.name, session_wire.ENV_COMMANDS: self.channel.address}
 
-    def on_message(self, message: Message) -> bool:
-        content, kind = message.content, message.kind
-        index = content["worker"]
+    def relayed(self, event: run_ev.Event | relay_ev.Relayed) -> None:
         current = self.cells[self.core.current - 1] if self.core.current else None
-        if kind == "cell":
-            self._on_cell(index, content)
-            return True
-        if kind == "display":
-            self._on_display(index, content)
-            return True
-        if kind == "log":
-            self._route_log(index, "".join(self._noise[index].filter(content["lines"])))
-        elif kind == "metrics" and current is not None:
-            current.workers[index].apply_metrics(content, time.time())
-            current.dirty = True
-        elif kind == "status" and current is not None and content["state"] in (WorkerStatus.WAITING,
-                                                                                WorkerStatus.RUNNING):
-            current.workers[index].apply_status(WorkerStatus(content["state"]), content.get("detail") or "")
-            current.dirty = True
-        return False  # the run's too (its log, its workers' progress)
+        match event:
+            case relay_ev.WorkerOutput():  # TensorFlow's chatter already out (the log keeps it)
+                self._route_log(event.worker, event.text)
+            case relay_ev.CellStarted():
+                self.post(ev.Began(event.worker, event.cell))
+            case relay_ev.CellPaused():
+                self.post(ev.Paused(event.worker, event.cell, event.step))
+            case relay_ev.CellPausing():
+                self.post(ev.Pausing(event.worker, event.cell))
+            case relay_ev.CellSaved():
+                self.post(ev.StateSaved(event.worker, WorkerSave(event.saved, event.skipped, event.folder, event.error,
+                                                                  event.built_in)))
+            case relay_ev.CellEnded():
+                end = WorkerEnd(event.status, event.error, event.traceback, event.aborted, event.t, event.step)
+                self.post(ev.WorkerEnded(event.worker, event.cell, end))
+            case relay_ev.Displayed():
+                self._on_display(event)
+            case run_ev.Metrics() if current is not None:
+                current.workers[event.worker].apply_metrics(event.content, time.time())
+                current.dirty = True
+            case run_ev.StatusReported() if current is not None and event.state in (WorkerStatus.WAITING,
+                                                                                    WorkerStatus.RUNNING):
+                current.workers[event.worker].apply_status(WorkerStatus(event.state), event.detail)
+                current.dirty = True
 
     def tick(self) -> None:
         if self.channel is None:
             return
         self.channel.drain()
-        self.tell(ev.Tick(self.group()))
+        self.post(ev.Tick(self.group()))
 
     def idle(self) -> bool:
         return self.core.current is None  # an idle session is not stalled
 
     def on_run_action(self, action: run_ev.Action) -> None:
-        event = bridge.session_event(action, self.loop.state.error)
+        event = bridge.session_event(action, self.port.now().error)
         if event is not None:
-            self.tell(event)
+            self.post(event)  # after the rest of the run's actions (one queue)
+
+    def take(self, event: object) -> None:
+        """The session core's event, in the loop's queue order (lock held): what it decides is carried out."""
+        assert isinstance(event, SESSION_EVENTS), event
+        actions = self.core.handle(event)
+        if isinstance(event, ev.Submitted):  # its cell exists before what the core decided for it is carried out
+            code, display, label = self._submitted.pop(event.cell)
+            self.cells.append(SessionCell(self.session, self.core.record(event.cell), code, display, label))
+            self.port.changed()
+        self.carry_out(actions)
 
     def after_round(self) -> None:
         self._end_cells()
-        with self.loop.lock:
+        with self.lock:
             current = self.cells[self.core.current - 1] if self.core.current else None
         if current is not None:
             current.refresh_if_due(self.settings.flush_interval)
 
     def snapshot_part(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
-        return with_session(snapshot, session_summary(self.loop.name, self.core, self._put_back()))
+        return with_session(snapshot, session_summary(self.name, self.core, self._put_back()))
 
     def _put_back(self) -> set[str]:
         """The saved names the cells since the last restart got back (a rebuilding cell's end, ``%workers restore``):
@@ -124,11 +145,12 @@ class SessionParticipant:
             counts["data"] = self.data.dropped  # data messages refused (unsigned, oversized, not for a pull)
 
     def run_ended(self) -> None:
-        with self.loop.lock:
+        with self.lock:
             self._ended = True
-            self.tell(ev.SessionEnded(self.loop.state.status, self.loop.state.error))
+            now = self.port.now()
+            self.post(ev.SessionEnded(now.status, now.error))
             for request in self.pulls.values():
-                request.fail(f"session {self.loop.name!r} ended before worker {request.worker} replied")
+                request.fail(f"session {self.name!r} ended before worker {request.worker} replied")
         self._end_cells()
         self.launch_failed()
 
@@ -140,33 +162,41 @@ class SessionParticipant:
     # ------------------------------------------------------------------------------ the session core
     def group(self) -> Group:
         """Where the processes are, for the session core (lock held)."""
-        connected = self.channel is not None and self.channel.ready(len(self.loop.state.workers))
-        return bridge.group(ending=self._ended or self.loop.ending, restart_pending=self.loop.core.restart_pending,
-                            connected=connected)
+        now = self.port.now()
+        connected = self.channel is not None and self.channel.ready(now.workers)
+        return bridge.group(ending=self._ended or now.ending, restart_pending=now.restart_pending, connected=connected)
+
+    def post(self, event: ev.Event) -> None:
+        """An event for the session core, through the loop's queue (lock held): handled now, unless the loop is
+        handling one (then after it)."""
+        self.port.post(event)
 
     def submit(self, code: str, timeout: float | None, display: str, label: str = "",
                prompt: int | None = None) -> SessionCell:
-        """A new cell, queued (lock held); an idle session starts it now, not at the loop's next round. ``label``:
-        what the views call a cell nbworkers runs itself ("restore"); a user's is "cell N"."""
-        number = len(self.cells) + 1
-        actions = self.core.handle(ev.Submitted(number, timeout, self.group(), label, prompt))
-        cell = SessionCell(self.session, self.core.record(number), code, display, label)
-        self.cells.append(cell)
-        self.loop.dirty = True
-        self.carry_out(actions)
-        return cell
+        """A new cell, queued (lock held, not from the loop's own handlers); an idle session starts it now, not at the
+        loop's next round. ``label``: what the views call a cell nbworkers runs itself ("restore"); a user's is
+        "cell N"."""
+        number = len(self.cells) + len(self._submitted) + 1
+        self._submitted[number] = (code, display, label)
+        self.post(ev.Submitted(number, timeout, self.group(), label, prompt))
+        assert len(self.cells) >= number, "a cell submitted from inside the loop's handlers"
+        return self.cells[number - 1]
 
-    def tell(self, event: ev.Event) -> ev.InterruptOutcome | None:
-        """Give the session core one event and carry out what it decides (lock held); the answer to a Stop."""
-        return self.carry_out(self.core.handle(event))
+    def interrupt(self, cell: int | None) -> ev.InterruptOutcome:
+        """A Stop (lock held, not from the loop's own handlers): of the running cell (None), or of a queued one
+        (cancelled). The session core's answer."""
+        self._answer = None
+        self.post(ev.InterruptRequested(cell, self.group()))
+        answer, self._answer = self._answer, None
+        assert answer is not None, "a Stop asked from inside the loop's handlers"
+        return answer
 
-    def carry_out(self, actions: list[ev.Action]) -> ev.InterruptOutcome | None:
-        """Carry out the session core's actions, in order (lock held); the answer to a Stop, if one was asked."""
-        answer = None
+    def carry_out(self, actions: list[ev.Action]) -> None:
+        """Carry out the session core's actions, in order (lock held); an answer to a Stop is kept for ``interrupt``."""
         for action in actions:
             request = bridge.run_event(action)
             if request is not None:
-                self.loop.post(request)  # the supervisor's, after the event the loop is handling (if any)
+                self.port.post(request)  # the supervisor's, after the event the loop is handling (if any)
                 continue
             match action:
                 case ev.Dispatch():
@@ -192,12 +222,12 @@ class SessionParticipant:
                     cell.conclude()
                     self._to_end.append(cell)
                 case ev.DropStale():
-                    self.loop.relay.drops.note("stale", action.detail)
+                    self.port.dropped("stale", action.detail)
                 case ev.FailPulls():
                     for pull in self.pulls.values():
                         pull.fail(action.reason)
                 case ev.Answer():
-                    answer = action.outcome
+                    self._answer = action.outcome
                     if self.core.current is not None:
                         self.cells[self.core.current - 1].dirty = True
                 case ev.RestartLosingState() | ev.MarkProgress() | ev.SaveFinished():
@@ -205,61 +235,36 @@ class SessionParticipant:
                 case _:
                     assert_never(action)
         if actions:
-            self.loop.dirty = True
-        return answer
+            self.port.changed()
 
     def _send(self, kind: str, **fields: Any) -> None:
-        assert self.channel is not None, f"session {self.loop.name!r} was not started"
+        assert self.channel is not None, f"session {self.name!r} was not started"
         self.channel.send(kind, **fields)
 
     # ------------------------------------------------------------------------------ the workers' messages
-    def _on_cell(self, index: int, content: dict[str, Any]) -> None:
-        """A worker's ``cell`` message (``protocol/session_wire.py`` checked its fields) to the core."""
-        if content["event"] == "start":
-            self.tell(ev.Began(index, content["cell"]))
-        elif content["event"] == "paused":
-            self.tell(ev.Paused(index, content["cell"], content["step"]))
-        elif content["event"] == "pausing":
-            self.tell(ev.Pausing(index, content["cell"]))
-        elif content["event"] == "saved":
-            self.tell(ev.StateSaved(index, WorkerSave(
-                tuple((e["name"], e["kind"], e["detail"]) for e in content.get("saved", [])),
-                tuple((e["name"], e["why"]) for e in content.get("skipped", [])),
-                content.get("dir") or "", content.get("error") or "",
-                tuple((e["name"], e["cell"]) for e in content.get("saved", []) if isinstance(e.get("cell"), int)))))
-        elif content["event"] == "end":
-            end = WorkerEnd(CellEnd(content["status"]), content.get("error") or "", content.get("traceback") or "",
-                            bool(content.get("aborted")), content.get("t"), content.get("step"))
-            self.tell(ev.WorkerEnded(index, content["cell"], end))
-
-    def _on_display(self, index: int, content: dict[str, Any]) -> None:
+    def _on_display(self, event: relay_ev.Displayed) -> None:
         """A worker's rich output (``protocol/session_wire.py`` checked its shape) to its cell, within the limits."""
-        number, drops = content["cell"], self.loop.relay.drops
+        index, number = event.worker, event.cell
         if number != self.core.current:  # a cell's outputs come while it runs, before its worker's end
-            drops.note("stale", f"display for cell {number}, not the running one, from worker {index}")
+            self.port.dropped("stale", f"display for cell {number}, not the running one, from worker {index}")
             return
         try:
-            mime.check_bundle(content["data"], content.get("metadata"), self.settings.display_max_bytes)
+            mime.check_bundle(event.data, event.metadata, self.settings.display_max_bytes)
         except mime.BundleError as error:
-            drops.note("oversized", f"display from worker {index}: {error}")
+            self.port.dropped("oversized", f"display from worker {index}: {error}")
             return
         cell = self.cells[number - 1]
-        if not cell.add_rich(index, content["source"], content["data"], content.get("metadata") or {},
-                             self.settings.display_max_outputs):
-            drops.note("oversized", f"cell {number}: more than {self.settings.display_max_outputs} "
-                       "outputs (setting display_max_outputs)")
+        if not cell.add_rich(index, event.source, event.data, event.metadata, self.settings.display_max_outputs):
+            self.port.dropped("oversized", f"cell {number}: more than {self.settings.display_max_outputs} "
+                              "outputs (setting display_max_outputs)")
         cell.dirty = True
-
-    def _noise_filters(self) -> list[NoiseFilter]:
-        """One filter per worker, apart from the run's (each keeps its own place in a line)."""
-        return [NoiseFilter(self.loop.noise_level) for _ in self.loop.state.workers]
 
     def _route_log(self, index: int, text: str) -> None:
         for number in self._logs.route(self.cells, index, text):
-            self.tell(ev.LogClosed(index, number))
+            self.post(ev.LogClosed(index, number))
 
     def _end_cells(self) -> None:
-        with self.loop.lock:
+        with self.lock:
             cells, self._to_end = self._to_end, []
         for cell in cells:
             cell.end()

@@ -37,7 +37,6 @@ from nbworkers.magics.run.core.state import ClusterState
 from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.magics.sessions.cell import SessionCell
 from nbworkers.magics.sessions.channel import CommandChannel
-from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.records import RESTORE_LABEL
 from nbworkers.magics.sessions.core.saved_state import SavedState
 from nbworkers.magics.sessions.data import DataChannel
@@ -220,9 +219,7 @@ class Session:
         """Stop the running cell (KeyboardInterrupt on every worker); a queued ``cell`` is cancelled instead.
         A second Stop of the same cell restarts the processes. Returns what was done (``InterruptOutcome``)."""
         with self.lock:
-            answer = self._part.tell(ev.InterruptRequested(cell.number if cell else None, self._part.group()))
-        assert answer is not None
-        return answer.value
+            return self._part.interrupt(cell.number if cell else None).value
 
     def stop_cell(self) -> str:
         return self.interrupt()
@@ -240,7 +237,7 @@ class Session:
                      ) -> tuple[str, dict[str, Any], list[Any]]:
         """A data-socket message checked against the session's key and ``pull_max_bytes`` (``DataError`` if not);
         ``open_shm``: how a local session's shared-memory reply is mapped (``DataChannel.open_reply``)."""
-        return session_data.unpack(frames, self._part.loop.key, self.settings.pull_max_bytes, open_shm)
+        return session_data.unpack(frames, self._part.key, self.settings.pull_max_bytes, open_shm)
 
     def restore(self) -> SessionCell:
         """Queue a cell that puts back what the workers saved before the processes last restarted

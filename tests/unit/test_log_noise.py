@@ -74,13 +74,16 @@ def test_is_noise_is_both_kinds():
 
 
 def test_a_runs_log_events_carry_neither_kind_of_noise():
-    from nbworkers.magics.run.messages import message_events
+    from nbworkers.magics.run.messages import Translator, WorkerOutput
     from nbworkers.magics.run.relay import Message
 
-    noise = [NoiseFilter(DEFAULT_LEVEL)]
+    translator = Translator(DEFAULT_LEVEL, 1)  # one noise filter per worker, for the run and its session alike
     text = FORKED + "".join(CHATTER) + session_wire.marker(2, "start") + "epoch 1\n" + session_wire.marker(2, "end")
-    [logged], drop = message_events(Message("log", {"gen": 0, "worker": 0, "lines": [text]}), 0, noise, lambda i: "")
+    [output, logged], drop = translator.events(Message("log", {"gen": 0, "worker": 0, "lines": [text]}), 0,
+                                               lambda i: "")
     assert drop is None and "".join(logged.lines) == "epoch 1\n" and logged.hidden == len(CHATTER)
+    # a session's cells route the output by its markers: they stay in the output the participant gets
+    assert output == WorkerOutput(0, session_wire.marker(2, "start") + "epoch 1\n" + session_wire.marker(2, "end"))
 
 
 # After a Stop of a Keras fit (worker 0's log, TensorFlow 2.21): the C++ line comes on stderr while the progress bar's

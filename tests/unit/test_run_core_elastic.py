@@ -107,6 +107,9 @@ def test_no_growth_while_starting_stopping_or_at_full_size_and_the_user_is_told_
     assert run.send(ev.CapacitySeen(3, asked=True)) == [] and "not now" in run.core.resize_note
     fixed = Run()
     assert fixed.send(ev.CapacitySeen(9, asked=True)) == [] and "not elastic" in fixed.core.resize_note
+    # a look that failed is an event too (capacity.py): the core notes it, nothing outside the loop writes the note
+    assert run.send(ev.CapacityUnknown("ConnectionError: gcs")) == []
+    assert run.core.resize_note == "the cluster did not answer (ConnectionError: gcs)"
 
 
 def test_a_fixed_size_group_ignores_capacity_at_relaunch():

@@ -148,7 +148,7 @@ def test_a_frame_count_or_size_over_the_bounds_is_refused_before_it_is_read():
 def test_session_loop_serves_while_the_session_runs(tmp_path):
     loop_events = SimpleNamespace(detached=False, stop_event=threading.Event(), done=threading.Event())
     started: list[str] = []
-    session = SimpleNamespace(name="s", run_dir=tmp_path, cluster=SimpleNamespace(loop=loop_events),
+    session = SimpleNamespace(name="s", run_dir=tmp_path, cluster=SimpleNamespace(loop=loop_events, detached=False),
                               start=lambda: started.append("session"))
 
     class FakeServer:
@@ -164,7 +164,7 @@ def test_session_loop_serves_while_the_session_runs(tmp_path):
     loop = SessionLoop(session, FakeServer)
     loop.detached = True
     loop.start()
-    assert loop_events.detached and started == ["session", "server"]
+    assert session.cluster.detached and started == ["session", "server"]
     assert loop.stop_event is loop_events.stop_event and loop.done is loop_events.done
     loop.close()
     assert loop.server.closed

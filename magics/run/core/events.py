@@ -122,6 +122,13 @@ class CapacitySeen:
 
 
 @dataclass(frozen=True)
+class CapacityUnknown:
+    """An elastic run's look at its cluster failed (``why``); it looks again at the next interval."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class LaunchFailed:
     """A relaunch of the group raised (for example, too few nodes are left)."""
 
@@ -194,5 +201,5 @@ class Failed:
 
 
 Event = Union[Progress, Logged, Hello, Metrics, StatusReported, Exited, StopRequested, RestartRequested, Tick,
-              CapacitySeen, LaunchFailed, Ended, SupervisorCrashed, HoldRestarts, SaveEnded]
+              CapacitySeen, CapacityUnknown, LaunchFailed, Ended, SupervisorCrashed, HoldRestarts, SaveEnded]
 Action = Union[StopGroup, KillGroup, DumpStacks, RetireWorker, Relaunch, RestartScheduled, SaveBeforeRestart, Failed]

@@ -129,6 +129,9 @@ class Supervisor:
                 return self._on_tick(event)
             case ev.CapacitySeen():
                 return self._on_capacity(event)
+            case ev.CapacityUnknown():
+                self.resize_note = f"the cluster did not answer ({event.why})"
+                return []
             case ev.LaunchFailed():
                 return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
             case ev.Ended():

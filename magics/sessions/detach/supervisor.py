@@ -35,11 +35,11 @@ class SessionLoop:
 
     @property
     def detached(self) -> bool:
-        return bool(self.session.cluster.loop.detached)
+        return bool(self.session.cluster.detached)
 
     @detached.setter
     def detached(self, value: bool) -> None:
-        self.session.cluster.loop.detached = value
+        self.session.cluster.detached = value  # the handle's: it tells each of its runs (run/cluster.py)
 
     @property
     def stop_event(self) -> threading.Event:

@@ -40,7 +40,7 @@ for curve in [(channel.curve.public_key, *client_keypair()), None]:  # a key nob
         sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (k.encode() for k in curve)
     sock.connect(channel.address)
     # signed with the run's HMAC key (readable in Ray's traffic): only CurveZMQ keeps it out
-    sock.send_multipart(wire.Signer(session._part.loop.key).frames("ready", {"worker": 0, "gen": session.state.generation}))
+    sock.send_multipart(wire.Signer(session._part.key).frames("ready", {"worker": 0, "gen": session.state.generation}))
     strangers.append(sock)
 time.sleep(3)
 answered = [bool(s.poll(1000)) for s in strangers]
@@ -49,7 +49,7 @@ from nbworkers.protocol import session_data, session_values
 data = session.data_channel
 data_refused, data_forged = data.curve.keys.refused, data.forged
 tree, blobs = session_values.encode("forged")
-forged = session_data.pack(session._part.loop.key, wire.Signer(session._part.loop.key), "pull",
+forged = session_data.pack(session._part.key, wire.Signer(session._part.key), "pull",
                            {"request": "forged", "worker": 0, "gen": session.state.generation, "value": tree}, blobs)
 other_node = client_keypair()
 data.curve.allow(other_node[0], 1)
