@@ -7,6 +7,7 @@ One place for the modules both are started from, shared by the local backend (``
 from __future__ import annotations
 
 import sys
+from typing import IO
 
 from nbworkers.protocol.private.dirs import module_command
 
@@ -22,3 +23,16 @@ def host_command(python: str, host_args: list[str]) -> list[str]:
         *module_command(sys.executable, HOST_MODULE, "--cell-end", *host_args),
         "--", *module_command(python, BOOTSTRAP_MODULE, unbuffered=True),
     ]
+
+
+def tell_host(stdin: IO[bytes] | None, command: str) -> None:
+    """Write one of the commands the host reads on its stdin (``stop``, ``stacks``: ``worker_host.main``) to the
+    pipe that holds it (a local host's, or the ``srun`` that forwards it to a host on a Slurm node); nothing when
+    the pipe is closed or the host gone."""
+    if stdin is None:
+        return
+    try:
+        stdin.write(f"{command}\n".encode())
+        stdin.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        pass

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from nbworkers.host.command import host_command
+from nbworkers.host.command import host_command, tell_host
 from nbworkers.magics.backends.isolation import RunNamespace, namespace_for_run
 from nbworkers.magics.backends.registry import BackendKind, Flag
 from nbworkers.magics.backends.zygotes import zygotes
@@ -90,14 +90,7 @@ class WorkerProcess:
         return code
 
     def _tell_host(self, command: str) -> None:
-        stdin = self.host.stdin
-        if stdin is None:
-            return
-        try:
-            stdin.write(f"{command}\n".encode())
-            stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
+        tell_host(self.host.stdin, command)
 
     def request_stop(self) -> None:
         """Ask the host to stop the worker group (INT, TERM, grace, KILL: ``procs.kill.interrupt_group``);

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from nbworkers.host.command import tell_host
 from nbworkers.magics.backends.slurm import commands
 from nbworkers.magics.backends.slurm.allocation import Allocation, cancel
 from nbworkers.magics.run.core.failures import NODE_LOST_MARKER
@@ -90,14 +91,7 @@ class SlurmWorker:
         return self.host.poll() is None
 
     def _tell_host(self, command: str) -> None:
-        stdin = self.host.stdin
-        if stdin is None:
-            return
-        try:
-            stdin.write(f"{command}\n".encode())
-            stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
+        tell_host(self.host.stdin, command)
 
     def request_stop(self) -> None:
         """The host stops the worker (INT, TERM, grace, KILL), then its step ends; returns at once."""
