@@ -45,9 +45,10 @@ def test_the_built_in_backends_are_registered_through_their_entry_points():
     points = {point.name: point.value for point in registry._entry_points()}
     assert points["local"] == "nbworkers.magics.backends.local:LOCAL"
     assert points["ray"] == "nbworkers.magics.backends.ray.kind:RAY"
+    assert points["slurm"] == "nbworkers.magics.backends.slurm.kind:SLURM"
     assert list(registry.kinds())[:2] == ["local", "ray"]  # the default first
     assert registry.get("Ray").name == "ray"  # names are case-insensitive
-    assert registry.names(lambda kind: kind.can_detach) == ["local", "ray"]
+    assert registry.names(lambda kind: kind.can_detach) == ["local", "ray", "slurm"]
     with pytest.raises(LookupError, match="--backend k8s: no such backend"):
         registry.get("k8s")
 
