@@ -73,10 +73,6 @@ class Cluster:
         self._detached = self._loop.detached = value
 
     @property
-    def run_id(self) -> str:
-        return self._loop.run_id
-
-    @property
     def relay(self) -> RelayReceiver:
         """The run's relay (from ``start()`` on)."""
         return self._loop.relay

@@ -65,13 +65,12 @@ class Session:
         self.cluster = Cluster(spec, config, backend, view_factory, participants=(self._part,))
 
     # ------------------------------------------------------------------------------ the run (its Cluster handle)
+    # What a user calls on a cluster (docs/reference/python-api.md: status, done, snapshot, stop, restart, resize,
+    # logs, show), what ``%workers`` asks of any handle, and what the session's own parts read (its cells, pull, push,
+    # views: state, settings, backend, lock, ending). The rest is ``session.cluster``'s.
     @property
     def name(self) -> str:
         return self.cluster.name
-
-    @property
-    def spec(self) -> LaunchSpec:
-        return self.cluster.spec
 
     @property
     def settings(self) -> WorkerSettings:
@@ -90,10 +89,6 @@ class Session:
         return self.cluster.state
 
     @property
-    def run_id(self) -> str:
-        return self.cluster.run_id
-
-    @property
     def relay(self) -> RelayReceiver:
         return self.cluster.relay
 
@@ -108,11 +103,6 @@ class Session:
     @property
     def stop_requested(self) -> bool:
         return self.cluster.stop_requested
-
-    @property
-    def stopping(self) -> bool:
-        """A stop was asked for (or the session ended)."""
-        return self.cluster.stopping
 
     @property
     def ending(self) -> bool:
@@ -284,7 +274,7 @@ class Session:
         """Wait for the last submitted cell (``RunFailed`` if it failed); once stopping, for the session's end."""
         with self.lock:
             last = self.cells[-1] if self.cells else None
-            ending = self.stopping
+            ending = self.cluster.stopping
         if ending or last is None:
             return self.cluster.wait(timeout, echo=echo, **kwargs)
         return last.wait(timeout, raise_on_failure=raise_on_failure, echo=echo)
