@@ -9,7 +9,8 @@ ended the cell writes what its namespace holds into ``<run dir>/session-state/ge
 - worker 0 only (under MultiWorkerMirroredStrategy every worker holds the same values): each trackable — a Keras
   model with its compiled optimizer, a Keras optimizer on its own, a variable, a ``tf.Module``, a
   ``tf.train.Checkpoint``, a Keras metric, or a tuple, list or dict holding some (and arrays) — as a TensorFlow
-  checkpoint ``<name>.index``/``<name>.data-*`` (``objects``), its arrays in ``<name>.npz``;
+  checkpoint ``<name>.index``/``<name>.data-*`` (``objects``), its arrays in ``<name>.npz``; with Keras 3 on JAX
+  (``%%worker --framework jax``) by Keras' own saving instead (``keras_objects``: ``model.save_weights``);
 - every worker, its own: numpy arrays and tuples, lists and dicts of them (``values.npz``, ``containers.json``)
   and JSON values (``values.json``), up to ``max_bytes`` in all (the trackables count too).
 
@@ -35,7 +36,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from nbworkers.distlib.saved_state import files
+from nbworkers.distlib.saved_state import files, keras_objects
 from nbworkers.distlib.saved_state import objects as saved_objects
 from nbworkers.distlib.saved_state.files import latest_saved
 from nbworkers.distlib.saved_state.plan import (
@@ -58,6 +59,7 @@ __all__ = ["Kinds", "SavePlan", "kind_of", "plan_save", "latest_saved", "loaded_
            "restore_values_after_restart", "restore_session_state", "NoSavedState", "StateNotRestored"]
 
 TF_KINDS = TRACKABLE_KINDS
+KERAS_FORMAT = "keras"  # a manifest record's "format": written by keras_objects (Keras' saving), else TensorFlow's
 MAX_DETAIL_CHARS = 200
 
 
@@ -102,7 +104,7 @@ def save_namespace(namespace: Mapping[str, Any], run_dir: str | os.PathLike, gen
             else:
                 records[name], detail, size = _write_trackable(name, value, kinds, folder, namespace)
                 if size > budget:
-                    for path in saved_objects.files_of(str(folder / name)) + [str(folder / f"{name}.npz")]:
+                    for path in _store(records[name]).files_of(str(folder / name)) + [str(folder / f"{name}.npz")]:
                         Path(path).unlink(missing_ok=True)
                     skipped.append({"name": name, "why": too_large(size, max_bytes)})
                     continue
@@ -156,14 +158,21 @@ def _write_trackable(name: str, value: Any, kinds: Kinds, folder: Path,
     scalars = {str(i): leaf for i, (k, leaf) in enumerate(flat.leaves) if k == "scalar"}
     record = {"structure": flat.structure, "scalars": scalars, "trackables": sorted(trackables),
               "builds": saved_objects.build_plan(trackables, namespace)}
-    detail = saved_objects.write(trackables, str(folder / name))
+    if keras_objects.applies():  # Keras 3 on JAX (or torch): Keras' own saving, not TensorFlow's checkpoints
+        record["format"] = KERAS_FORMAT
+    detail = _store(record).write(trackables, str(folder / name))
     if flat.structure != {"leaf": 0}:
         detail = f"{a_type(value)} of {len(flat.leaves)}: {detail}"
-    written = saved_objects.files_of(str(folder / name))
+    written = _store(record).files_of(str(folder / name))
     if leaf_arrays:
         files.write_arrays(folder / f"{name}.npz", leaf_arrays)
         written.append(str(folder / f"{name}.npz"))
     return record, detail, sum(os.path.getsize(p) for p in written)
+
+
+def _store(record: Mapping[str, Any]) -> Any:
+    """The module that writes and reads a name's objects: Keras' own saving (Keras 3 on JAX) or TensorFlow's."""
+    return keras_objects if record.get("format") == KERAS_FORMAT else saved_objects
 
 
 # ------------------------------------------------------------------------------------------- restore
@@ -295,7 +304,7 @@ def _restore_trackable(entry: Mapping[str, Any], namespace: MutableMapping[str, 
             raise ValueError(f"here its {key} is {a_type(obj)}, saved was a {entry['kind']}: build it as "
                              "the cell that made the saved one did")
         leaves[key] = (kind, obj)
-    text = saved_objects.read(leaves, str(source / name), entry.get("builds", {}), namespace)
+    text = _store(entry).read(leaves, str(source / name), entry.get("builds", {}), namespace)
     if flat.structure != {"leaf": 0} and (entry.get("scalars") or (source / f"{name}.npz").is_file()):
         arrays = files.read_arrays(source / f"{name}.npz") if (source / f"{name}.npz").is_file() else {}
         namespace[name] = unflatten(entry["structure"], _leaves(entry, arrays, [obj for _, obj in flat.leaves]))
