@@ -1,7 +1,8 @@
 """TensorBoard summaries of a ``%%worker`` run, in the run's directory: one folder per worker.
 
 ``tensorboard_dir()`` is ``<run dir>/tensorboard/<task>``: ``worker-0`` (the chief when there is no ``--chief``),
-``worker-1``, ..., ``chief``, ``evaluator``; so no worker overwrites another's event files, and
+``worker-1``, ..., ``chief``, ``evaluator`` (without ``TF_CONFIG``, as under ``--framework jax``: ``worker-<i>`` by
+the worker's index); so no worker overwrites another's event files, and
 ``%workers tensorboard NAME`` (TensorBoard on ``<run dir>/tensorboard``) shows each worker as its own run.
 ``TensorBoard(**kwargs)`` is the Keras callback of the model's own Keras (tf_keras when ``TF_USE_LEGACY_KERAS=1``,
 else Keras 3) writing there; custom loops use ``tf.summary.create_file_writer(distlib.tensorboard_dir())``.
@@ -40,6 +41,8 @@ def _task_folder() -> str:
     info = task()
     if info.type in ("chief", "evaluator"):
         return info.type
+    if not info.in_cluster and env_settings.WORKER.is_set():  # no TF_CONFIG (--framework jax): the worker's index
+        return f"worker-{env_settings.WORKER.get()}"
     return f"{info.type}-{info.index}"
 
 
