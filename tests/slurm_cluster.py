@@ -63,6 +63,9 @@ START_TIMEOUT = 60.0  # s for each daemon to answer (well under a second on a qu
 JOBS_GONE_TIMEOUT = 30.0  # s for the jobs left at the end to go after scancel (KillWait and some)
 STOP_GRACE = 10.0  # s a daemon gets after SIGTERM before SIGKILL
 MUNGE_USER = "munge"  # Debian's munge package makes it; munged refuses to run as root
+# Starts tried: a daemon may lose its free port to another process between free_port() and its own bind (racy, as
+# every bind-close-bind is); the failed start is stopped and the next one gets fresh ports.
+START_ATTEMPTS = 2
 
 
 def missing_commands() -> list[str]:
@@ -326,18 +329,36 @@ def new_root(parent: str | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix="nbworkers-slurm-", dir=parent))
 
 
+def started_cluster(root: Path | None = None, die_with_parent: bool = True) -> SlurmCluster:
+    """A started cluster in ``root`` (default: a new temp folder). A start that fails is stopped (every daemon it
+    started, the folder removed) and tried again on fresh ports, START_ATTEMPTS times in all."""
+    errors = []
+    for _ in range(START_ATTEMPTS):
+        cluster = SlurmCluster(root or new_root(), die_with_parent=die_with_parent)
+        cluster.root.mkdir(parents=True, exist_ok=True)
+        try:
+            return cluster.start()
+        except RuntimeError as error:
+            errors.append(str(error))
+            cluster.stop()
+        except BaseException:
+            cluster.stop()
+            raise
+    raise RuntimeError(f"the test Slurm did not start ({START_ATTEMPTS} tries):\n" + "\n---\n".join(errors))
+
+
 @contextlib.contextmanager
 def running_cluster(root: Path | None = None, problems: list[str] | None = None) -> Iterator[SlurmCluster]:
-    """A started cluster, stopped (every daemon by its pid) and removed at the end, also when starting failed.
-    What the stop had to kill goes into ``problems`` (printed when it is None)."""
+    """A started cluster (``started_cluster``), stopped (every daemon by its pid) and removed at the end. What the
+    stop had to kill goes into ``problems`` (printed when it is None)."""
     missing = missing_commands()
     if missing:
         raise RuntimeError(f"Slurm is not installed (no {', '.join(missing)}): {install_hint()}")
     if os.geteuid() != 0:
         raise RuntimeError("the test Slurm's daemons run as root (slurmd starts each job as its user): run as root")
-    cluster = SlurmCluster(root or new_root())
+    cluster = started_cluster(root)
     try:
-        yield cluster.start()
+        yield cluster
     finally:
         found = cluster.stop()
         if problems is not None:
@@ -365,12 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(root.iterdir()):
         parser.error(f"{root} is not empty")
     if args.command == "start":
-        cluster = SlurmCluster(root, die_with_parent=False)
-        try:
-            cluster.start()
-        except BaseException:
-            cluster.stop()
-            raise
+        cluster = started_cluster(root, die_with_parent=False)
         cluster.save()
         print(f"export SLURM_CONF={cluster.conf}\n# up in {cluster.startup_seconds['total']:.2f} s; "
               f"stop: {sys.executable} {__file__} stop --dir {root}")  # fmt: skip
