@@ -18,6 +18,7 @@ own (munge-authenticated, not encrypted) transport, as the run's HMAC key does.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -69,7 +70,8 @@ class SlurmBackend:
         Slurm starts it (the cell says it is queued, and why, meanwhile: ``submit.py``)."""
         if self._allocation is None:
             if self.options.submit:
-                self._heartbeat = Heartbeat(run_root() / f".slurm-{self.run_name}-{os.getpid()}.alive",
+                beat_file = f".slurm-{self.run_name}-{os.getpid()}-{secrets.token_hex(4)}.alive"  # one per allocation
+                self._heartbeat = Heartbeat(run_root() / beat_file,
                                             self.settings.heartbeat_timeout / 10)
                 self._allocation = submit(self.options, self.workers, self.run_name, self._gpus(None),
                                           self._heartbeat, self.settings)

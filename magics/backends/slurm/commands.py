@@ -136,9 +136,10 @@ def step_cancelled(log_tail: str) -> bool:
 
 
 # --submit: the job that holds the new allocation runs this (sbatch --wrap, /bin/sh) while the kernel's heartbeat
-# file is fresh: it ends by itself when the kernel is gone (even by kill -9), or when the kernel removes the file.
+# file is fresh: it ends by itself when the kernel is gone (even by kill -9), or when the kernel removes the file
+# (and then removes a stale one).
 HOLDER = ('hb={heartbeat}; while [ -e "$hb" ] && [ $(( $(date +%s) - $(stat -c %Y "$hb") )) -lt {stale} ]; '
-          'do sleep {every}; done')
+          'do sleep {every}; done; rm -f "$hb"')
 ENDED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                           "DEADLINE", "OUT_OF_MEMORY", "COMPLETING", ""})
 

@@ -253,3 +253,22 @@ def test_an_error_in_the_cell_fails_the_run_as_on_one_machine(allocation, kernel
     assert snap["status"] == "failed" and snap["failure_kind"] == "WorkerRaised" and snap["restarts"] == 0, snap
     assert "ValueError: boom on n2" in snap["error"], snap["error"]
     assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
+
+
+@pytest.mark.own_kernel  # it kills its kernel
+def test_a_submitted_allocation_ends_by_itself_after_its_kernels_kill_9(kernel, run_root, slurm_cluster):
+    """The batch job holding a --submit allocation lives while its kernel's heartbeat file is fresh: the kernel's
+    kill -9 ends the workers' steps (srun's stdin) and, ``heartbeat_timeout`` later, the job itself."""
+    configured = kernel.run("from nbworkers.magics.settings import settings\n"
+                            "settings().config.SlurmSettings.heartbeat_timeout = 5.0\n")
+    assert not configured.error, configured.text
+    started = kernel.run(worker_cell("-n 2 --backend slurm --submit --spread --time 5 --name slurmbeat", TICKS),
+                         timeout=120)
+    assert not started.error, started.text
+    assert wait_until(lambda: _ticks(run_root, "slurmbeat") >= 3, UP_TIMEOUT, interval=0.5), "no worker ticked"
+    assert len(slurm_cluster.jobs()) == 1 and list(run_root.glob(".slurm-slurmbeat-*.alive")), slurm_cluster.jobs()
+    os.kill(kernel.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    assert wait_until(lambda: not slurm_cluster.jobs(), 5.0 + STEPS_GONE_TIMEOUT), slurm_cluster.jobs()
+    print(f"the submitted allocation ended {time.monotonic() - killed:.1f} s after the kernel's kill -9")
+    assert not list(run_root.glob(".slurm-slurmbeat-*.alive"))  # the job removed the stale heartbeat
