@@ -17,6 +17,10 @@ did so before it started step ``s + 1``; a peer ends step ``s + 1`` only after t
 latest: at ``max + 1`` = ``T`` every worker has read every step.
 
 Without the store (one process, JAX's symbols moved) or when a peer never answers, the worker leaves where it is.
+
+In a session the callback is also each step's ``step_points.reached()``: a session cell's Stop is the session's own
+(the kernel pauses every worker, then names the step they raise at: ``worker/session.py``), as for TensorFlow's
+distributed step calls.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from typing import Any, cast
 
 from nbworkers.distlib.compat import jax_backends
-from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker import step_points, stop_signal
 
 AGREE_TIMEOUT_S = 2.0  # how long a stopped worker trains on without every peer's step (each has its SIGINT within ms)
 WRAPPED = "__nbworkers_common_stop__"
@@ -81,6 +85,7 @@ def common_stop_callback(prefix: str, rank: int, processes: int) -> Any:
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.step += 1
+            step_points.reached()  # a session's Stop: the kernel's pause, at a step every worker agrees on
             if self.agreement is None:
                 if not stop_signal.pending():
                     return

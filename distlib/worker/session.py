@@ -41,7 +41,7 @@ from typing import Any
 from nbworkers.distlib import reporting
 from nbworkers.distlib.compat import eager_context, step_calls
 from nbworkers.distlib.saved_state.rebuild import Bindings, RestoreOnRebuild
-from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker import step_points, stop_signal
 from nbworkers.distlib.worker.rich.cell_code import split_last_expression, user_traceback
 from nbworkers.distlib.worker.rich.output import RichOutput, install_rich_output
 from nbworkers.protocol import env_settings, session_data, session_shm, session_wire, wire
@@ -76,6 +76,7 @@ class SessionWorker:
         self.rebuilds: RestoreOnRebuild | None = None  # saved trackables put back when a cell rebuilds them
         # every distributed step call is a step point (compat/step_calls.py); it knows when the cell is inside one
         self.step_hook = step_calls.install(lambda: self.step_point(call=True))
+        step_points.register(lambda: self.step_point(call=True))  # and each step of a loop it does not see (JAX)
 
     # ------------------------------------------------------------------------------ the command thread
     def listen(self, address: str) -> None:

@@ -5,7 +5,8 @@ One kernel, three runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras sh
 workers to the same weights with the loss going down, ``jax.process_count()`` is 2 in each, the workers forked from
 a zygote that imported JAX and Keras on JAX and not TensorFlow; then a long fit is stopped (``%workers stop``): each
 worker leaves after the same step and runs its ``finally:`` (distlib/frameworks/jax_stop.py), the run reads
-stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, and both
+stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, through a
+Stop of its cell (the session's own: both workers leave the fit after the same step, the model intact), and both
 workers' weights pulled into the kernel are equal.
 """
 
@@ -63,6 +64,21 @@ try:
     model.fit(dataset, epochs=1000, steps_per_epoch=50, verbose=0, callbacks=[Started()])
 finally:
     print("FINALLY", jax.process_index(), flush=True)
+"""
+
+
+LONG_SESSION_CELL = """%%worker --session jaxs
+class Said(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2 and not getattr(self, "said", False):
+            self.said = True
+            print("TRAINING", flush=True)
+
+
+try:
+    model.fit(dataset.repeat(), epochs=1000, steps_per_epoch=8, verbose=0, callbacks=[Said()])
+finally:
+    print("FINALLY", jax.process_index(), int(model.optimizer.iterations.numpy()), flush=True)
 """
 
 
@@ -137,6 +153,14 @@ first = model.fit(dataset, epochs=1, verbose=0).history["loss"]
 '''
     result = kernel.run(session_cell, timeout=240)
     assert not result.error and result.status == "ok", result.text
+    # its Stop (the session's own: every worker paused at the same step) keeps the live model intact on both
+    assert not kernel.run(LONG_SESSION_CELL).error
+    logs = [run_root / "jaxs" / f"worker-{i}.log" for i in range(2)]
+    assert wait_until(lambda: all("TRAINING" in log.read_text() for log in logs), 120), logs[0].read_text()
+    kernel.run("%workers stop jaxs --cell")
+    assert wait_until(lambda: all("FINALLY" in log.read_text() for log in logs), 30), logs[0].read_text()
+    finals = [next(line for line in log.read_text().splitlines() if line.startswith("FINALLY")) for log in logs]
+    assert finals[0].split()[2] == finals[1].split()[2], finals  # the same step on both
     result = kernel.run("%%worker --session jaxs --block\n"
                         "second = model.fit(dataset, epochs=2, verbose=0).history['loss']\n"
                         "weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]",
