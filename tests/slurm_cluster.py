@@ -66,6 +66,8 @@ MUNGE_USER = "munge"  # Debian's munge package makes it; munged refuses to run a
 # Starts tried: a daemon may lose its free port to another process between free_port() and its own bind (racy, as
 # every bind-close-bind is); the failed start is stopped and the next one gets fresh ports.
 START_ATTEMPTS = 2
+PORT_TAKEN = "Address already in use"  # a daemon's log line when its port was taken
+LOOK_TIMEOUT = 2.0  # s for one look (scontrol ping, sinfo) while the daemons start: asked again after it
 
 
 def missing_commands() -> list[str]:
@@ -193,11 +195,14 @@ class SlurmCluster:
     def _wait(self, what: str, ready, daemons: list[Daemon]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if ready():
-                return
             for daemon in daemons:
                 if daemon.process() is None:
                     raise RuntimeError(f"{daemon.name} ended before {what}:\n{self.tail(daemon.name)}")
+                if PORT_TAKEN in self.tail(daemon.name):  # it retries its bind for ~20 s before it gives up
+                    raise RuntimeError(f"{daemon.name}'s port was taken before it bound it:\n{self.tail(daemon.name)}")
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a client waits for a daemon that is not up yet
+                if ready():
+                    return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what}: not after {START_TIMEOUT:.0f} s:\n"
                                    + "\n".join(self.tail(d.name) for d in daemons))  # fmt: skip
@@ -228,7 +233,7 @@ class SlurmCluster:
 
     def node_states(self) -> dict[str, str]:
         """Each node's state as sinfo says it (idle, alloc, mix, down*, ...); empty when slurmctld does not answer."""
-        answer = self.client("sinfo", "-h", "-N", "-o", "%N %T")
+        answer = self.client("sinfo", "-h", "-N", "-o", "%N %T", timeout=LOOK_TIMEOUT)
         return dict(line.split(maxsplit=1) for line in answer.stdout.splitlines() if " " in line) if (
             answer.returncode == 0) else {}  # fmt: skip
 
@@ -246,7 +251,8 @@ class SlurmCluster:
         self.startup_seconds["munged"] = time.monotonic() - started
         mark = time.monotonic()
         ctld = self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-f", str(self.conf)])
-        self._wait("slurmctld answers", lambda: self.client("scontrol", "ping").stdout.count("UP") > 0, [ctld])
+        self._wait("slurmctld answers",
+                   lambda: "UP" in self.client("scontrol", "ping", timeout=LOOK_TIMEOUT).stdout, [ctld])  # fmt: skip
         self.startup_seconds["slurmctld"] = time.monotonic() - mark
         mark = time.monotonic()
         slurmds = [self._spawn(f"slurmd-{node}", [_sbin("slurmd"), "-D", "-N", node, "-f", str(self.conf)])
@@ -260,6 +266,8 @@ class SlurmCluster:
     # --- stop --------------------------------------------------------------------------------------------------
     def cancel_all_jobs(self) -> None:
         """scancel every job of this cluster and wait (up to JOBS_GONE_TIMEOUT) until none is left."""
+        if not any(daemon.name == "slurmctld" and daemon.process() for daemon in self.daemons):
+            return  # no slurmctld, no job (and squeue would wait for it in vain)
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             jobs = self.client("squeue", "-h", "-o", "%i", timeout=10).stdout.split()
             if jobs:
