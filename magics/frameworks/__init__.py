@@ -40,6 +40,9 @@ class Framework(Protocol):
     def variables(self) -> frozenset[str]: ...  # the names ``environment`` sets: per worker only
 
     @property
+    def chatter(self) -> Sequence[str]: ...  # regexes of its runtime's start-up lines the views leave out (level 1+)
+
+    @property
     def shown(self) -> str: ...  # the variable a worker's launch line in its log shows
 
     def environment(self, tasks: Sequence[PlannedTask], hosts: Sequence[str], ports: Sequence[int],

@@ -45,6 +45,8 @@ class Jax:
     roles: frozenset[str] = frozenset({"worker"})
     variables: frozenset[str] = frozenset({ENV_ADDRESSES, ENV_PROCESSES, ENV_PROCESS_ID})
     shown: str = ENV_ADDRESSES
+    # gloo's line when a worker's CPU collectives are up (every healthy run prints it, once per worker)
+    chatter: Sequence[str] = (r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. ",)
 
     def environment(self, tasks: Sequence[PlannedTask], hosts: Sequence[str], ports: Sequence[int],
                     index: int) -> dict[str, str]:

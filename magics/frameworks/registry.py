@@ -12,6 +12,7 @@ or, in the kernel, ``register(framework)`` (a test's fake framework). Names are 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from importlib.metadata import EntryPoint
 from typing import Any
@@ -24,6 +25,7 @@ GROUP = "nbworkers.frameworks"  # the entry-point group
 DEFAULT = "tf"  # a spec's default
 
 _frameworks: dict[str, Framework] | None = None
+_chatter: tuple[tuple[str, ...], re.Pattern[str] | None] | None = None  # (the patterns, compiled)
 
 
 def frameworks() -> dict[str, Framework]:
@@ -64,6 +66,16 @@ def variables() -> frozenset[str]:
 def blank(name: str = DEFAULT) -> dict[str, str]:
     """A framework's variables, each empty: the environment of a run not planned yet (a zygote's prewarm)."""
     return dict.fromkeys(sorted(get(name).variables), "")
+
+
+def chatter() -> re.Pattern[str] | None:
+    """Every registered framework's start-up lines as one pattern (None: none declares any); made once for the
+    frameworks registered now (the views ask for each line)."""
+    global _chatter
+    patterns = tuple(pattern for framework in frameworks().values() for pattern in framework.chatter)
+    if _chatter is None or _chatter[0] != patterns:
+        _chatter = (patterns, re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None)
+    return _chatter[1]
 
 
 def shared(name: str = DEFAULT, options: Mapping[str, Any] | None = None) -> dict[str, str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from nbworkers.magics.collective_abort import is_collective_abort
+from nbworkers.magics.frameworks import registry as frameworks
 from nbworkers.magics.launch.environment import DEFAULT_ENV
 from nbworkers.protocol import session_wire, wire
 from nbworkers.protocol.terminal import TerminalStream, settled_lines
@@ -83,10 +84,14 @@ def is_own_line(line: str, patterns: tuple[re.Pattern[str], ...] = OWN_LINES) ->
 
 
 def is_chatter(line: str, level: int) -> bool:
-    """TensorFlow's C++ start-up chatter below ``level`` (the worker's TF_CPP_MIN_LOG_LEVEL)."""
+    """TensorFlow's C++ start-up chatter below ``level`` (the worker's TF_CPP_MIN_LOG_LEVEL), and a framework's own
+    start-up lines (``Framework.chatter``: gloo's for JAX) at 1 and up."""
     if level <= 0:
         return False
     if line.startswith(ABSL_PREAMBLE):
+        return True
+    framework_lines = frameworks.chatter()
+    if framework_lines is not None and framework_lines.match(line):
         return True
     match = CPP_LOG_LINE.match(line)
     if not match:

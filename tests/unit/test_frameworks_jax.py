@@ -116,3 +116,13 @@ def test_a_jax_run_on_ray_forwards_the_shared_variables_and_asks_for_a_jax_zygot
     assert set(per_worker) | set(backend.shared) <= set(backend._worker_variables(env))
     tf_backend = RayBackend.from_spec(LaunchSpec(code="x = 1"), RayOptions(address="127.0.0.1:1"))
     assert tf_backend.zygote_request()[1]["NBWORKERS_FRAMEWORK"] == "tf"
+
+
+def test_gloos_start_up_line_is_chatter_and_a_line_like_it_from_the_cell_is_not():
+    from nbworkers.magics.run.noise import is_chatter, shown_log
+
+    gloo = "[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+    assert is_chatter(gloo, 2) and is_chatter(gloo, 1) and not is_chatter(gloo, 0)
+    assert not is_chatter("[Gloo] what the cell printed", 2) and not is_chatter("loss 0.5", 2)
+    launch = "--- nbworkers: worker 1, launch 0, TF_CPP_MIN_LOG_LEVEL=2, KERAS_DISTRIBUTION_JOB_ADDRESSES=h:1,h:2"
+    assert shown_log("\n".join([launch, gloo, "DONE 2 1"])) == "DONE 2 1"
