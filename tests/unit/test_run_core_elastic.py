@@ -5,6 +5,7 @@ changes on its fake clock (magics/run/core/supervisor.py), the Ray capacity esti
 from __future__ import annotations
 
 import signal
+import threading
 from argparse import Namespace
 
 import pytest
@@ -13,6 +14,7 @@ from supervisor_run import Run, kinds
 from nbworkers.magics.backends.ray.capacity import placeable
 from nbworkers.magics.errors import LaunchError
 from nbworkers.magics.notebook.parse import check_min_workers
+from nbworkers.magics.run.capacity import CapacityLooks
 from nbworkers.magics.run.core import events as ev
 from nbworkers.magics.run.core.elastic import Elastic, growth
 from nbworkers.magics.run.core.state import WorkerState
@@ -107,9 +109,20 @@ def test_no_growth_while_starting_stopping_or_at_full_size_and_the_user_is_told_
     assert run.send(ev.CapacitySeen(3, asked=True)) == [] and "not now" in run.core.resize_note
     fixed = Run()
     assert fixed.send(ev.CapacitySeen(9, asked=True)) == [] and "not elastic" in fixed.core.resize_note
-    # a look that failed is an event too (capacity.py): the core notes it, nothing outside the loop writes the note
-    assert run.send(ev.CapacityUnknown("ConnectionError: gcs")) == []
-    assert run.core.resize_note == "the cluster did not answer (ConnectionError: gcs)"
+
+
+def test_a_look_that_fails_is_an_event_for_the_core_not_a_write_into_it():
+    run = elastic_run(capacity=2)
+    run.state.resize(2, run.core.new_worker)  # 2 of 3: the periodic look is due
+
+    class Unreachable:
+        def capacity(self) -> int:
+            raise ConnectionError("gcs")
+
+    posted: list[ev.Event] = []
+    CapacityLooks(Unreachable(), interval=0.0, clock=lambda: 5.0).look(run.core, posted.append, threading.Lock())
+    assert posted == [ev.CapacityUnknown("ConnectionError: gcs")] and "did not answer" not in run.core.resize_note
+    assert run.send(posted[0]) == [] and run.core.resize_note == "the cluster did not answer (ConnectionError: gcs)"
 
 
 def test_a_fixed_size_group_ignores_capacity_at_relaunch():
