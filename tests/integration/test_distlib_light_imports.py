@@ -55,3 +55,28 @@ def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
     assert "ERROR Workers see different numbers of GPUs (worker 0: 2, worker 1: 1" in out.stdout, out.stderr
     assert "TF_LOADED False" in out.stdout
+
+
+def test_report_and_report_callback_under_keras_on_jax_import_no_tensorflow():
+    """--framework jax: a Keras fit on JAX with distlib's ReportCallback and report() loads no TensorFlow (a cell that
+    feeds numpy arrays never pays its import)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        import keras
+        from nbworkers import distlib
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(np.ones((32, 4), "float32"), np.ones((32, 2), "float32"), epochs=2, verbose=0,
+                  callbacks=[distlib.ReportCallback()])
+        distlib.report(step=1, loss=np.float32(0.5), flush=True)
+        distlib.tensorboard_dir()
+        print("BACKEND", keras.backend.backend(), "TF_LOADED", "tensorflow" in sys.modules)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY)}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "BACKEND jax TF_LOADED False" in out.stdout, out.stdout + out.stderr[-2000:]
