@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
+from nbworkers.distlib import keras_fit_jax
 from nbworkers.distlib.checkpoint import TrainingCheckpoint
 from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat import keras3_model, tf_keras_callbacks
@@ -122,7 +123,13 @@ def fit(
     tf_keras / Keras 2 models are handed to their own ``model.fit``, which works under
     MultiWorkerMirroredStrategy; with ``checkpoint_dir`` it gets Keras's own ``BackupAndRestore`` (a backup per
     epoch, kept after training) and, with ``steps_per_epoch``, the same save on SIGTERM as above.
+    Keras 3 on JAX (``%%worker --framework jax``): Keras's own ``model.fit`` across the processes, with reporting and,
+    with ``checkpoint_dir``, a ``BackupAndRestore`` per process (``distlib/keras_fit_jax.py``).
     """
+    if keras_fit_jax.applies(model):  # Keras 3 on JAX: its own fit across the processes (distlib/keras_fit_jax.py)
+        return keras_fit_jax.fit(model, dataset_or_fn, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                 callbacks=callbacks, initial_epoch=initial_epoch, verbose=verbose, report=report,
+                                 checkpoint_dir=checkpoint_dir)
     if not _is_keras3_model(model):  # tf_keras / Keras 2: its own fit works under the strategy
         callbacks = _with_reporting(callbacks, report)
         if checkpoint_dir is not None:

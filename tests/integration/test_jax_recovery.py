@@ -1,7 +1,8 @@
 """A Keras-on-JAX worker killed mid-fit (``%%worker --framework jax``): the group restarts and resumes from Keras'
-own ``BackupAndRestore`` (one backup folder per process: every process takes part in Keras' save, whose throwaway
-optimizer is placed with a collective, and two writers of one ``.weights.h5`` collide on its lock), with
-``distlib.ReportCallback`` feeding the run's progress (which the kill waits for) under JAX.
+own ``BackupAndRestore``, which ``distlib.fit(checkpoint_dir=...)`` gives one folder per process
+(distlib/keras_fit_jax.py: every process takes part in Keras' save, whose throwaway optimizer is placed with a
+collective, and two writers of one ``.weights.h5`` collide on its lock), with the ``ReportCallback`` it adds feeding
+the run's progress (which the kill waits for) under JAX.
 
 The cell prints ``EPOCH <generation> <epoch>`` (0-based) as each epoch begins and ``CHECKSUM`` of its final weights.
 """
@@ -47,9 +48,11 @@ class Markers(keras.callbacks.Callback):
         time.sleep(0.15)
 
 
-backup = keras.callbacks.BackupAndRestore(os.path.join(os.getcwd(), "backup-{name}", f"process-{{jax.process_index()}}"))
-model.fit(dataset, epochs=4, steps_per_epoch=8, verbose=0, callbacks=[backup, Markers(), distlib.ReportCallback()])
+# Keras' fit with a ReportCallback and Keras' BackupAndRestore in <checkpoint_dir>/process-<i> (distlib/keras_fit_jax.py)
+distlib.fit(model, dataset, epochs=4, steps_per_epoch=8, verbose=0, callbacks=[Markers()],
+            checkpoint_dir=os.path.join(os.getcwd(), "backup-{name}"))
 weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]
+print("BACKUPS", sorted(os.listdir(os.path.join(os.getcwd(), "backup-{name}"))), flush=True)
 print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in weights))), flush=True)
 """
 
@@ -79,6 +82,7 @@ def test_a_killed_jax_worker_restarts_the_group_which_resumes_from_backup_and_re
     for log in logs:
         epochs = [int(e) for e in re.findall(r"^EPOCH 1 (\d+)$", log, re.M)]
         assert epochs == [1, 2, 3], f"{epochs}\n{tails}"  # generation 1 skipped the backed-up epoch 0
+        assert "BACKUPS ['process-0', 'process-1']" in log, tails  # one Keras backup folder per process
     sums = [re.findall(r"^CHECKSUM (\S+)$", log, re.M) for log in logs]
     assert sums[0] and sums[1] and sums[0][-1] == sums[1][-1], sums
     assert wait_until(lambda: not processes_of_run_root(run_root), 15)
