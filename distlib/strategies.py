@@ -14,6 +14,11 @@ from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat import keras_compat
 from nbworkers.distlib.worker import strategy_setup
 from nbworkers.distlib.worker.roles import role_strategy
+from nbworkers.protocol import env_settings
+
+
+class NotATensorFlowRun(RuntimeError):
+    """``strategy()`` in a run of another framework (``%%worker --framework jax``): the message says what to use."""
 
 
 def local_gpu_count() -> int:
@@ -36,6 +41,12 @@ def strategy(communication: str = "auto"):
     ``communication``: "auto" (NCCL with GPUs, else RING), "nccl" or "ring". A broken TF_CONFIG raises
     ``TFConfigError``; workers with unequal GPU counts raise ``GpuCountMismatchError`` before training.
     """
+    framework = env_settings.FRAMEWORK.get()
+    if framework != "tf":  # its workers have no TF_CONFIG: a strategy here would train each process on its own
+        raise NotATensorFlowRun(
+            f"distlib.strategy() is TensorFlow's, and this run is --framework {framework}: its workers joined their "
+            "group before the cell (Keras 3 on JAX: a DataParallel distribution is set), so build and fit the model "
+            "without a strategy scope (distlib.fit or model.fit)")
     info = task()  # validates TF_CONFIG before TensorFlow sees it
     if info.uses_parameter_servers or info.is_evaluator:  # ParameterServerStrategy / the evaluator: distlib.roles
 
