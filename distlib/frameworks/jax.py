@@ -54,8 +54,12 @@ def fork_refusal() -> str | None:
 
 def before_user_code() -> None:
     """Join the group: Keras' distribution (a ``DataParallel`` over every process's devices) on JAX, else JAX's."""
-    import jax
-    import keras
+    try:
+        import jax
+        import keras
+    except ImportError as error:
+        raise ImportError(f"--framework jax: {error.name} is not installed for the workers' interpreter "
+                          f"({sys.executable}): pip install \"nbworkers[jax]\" there") from None
 
     # JAX's preemption service catches SIGTERM in C++ and carries on: a stop's SIGTERM must end a worker blocked in
     # a collective (nbworkers' hosts are the ones that signal; distlib's checkpoints are Keras' own)

@@ -40,6 +40,9 @@ class Framework(Protocol):
     def variables(self) -> frozenset[str]: ...  # the names ``environment`` sets: per worker only
 
     @property
+    def requires(self) -> Sequence[str]: ...  # the modules its workers import ("jax", "keras"): checked before a launch
+
+    @property
     def chatter(self) -> Sequence[str]: ...  # regexes of its runtime's start-up lines the views leave out (level 1+)
 
     @property

@@ -10,6 +10,9 @@ framework has not (``--chief``, ``--ps``, ``--evaluator`` are TensorFlow's), is 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,6 +73,18 @@ def chosen(args: argparse.Namespace) -> tuple[Framework, dict[str, Any]]:
                           f"-n equal processes. Leave {' and '.join(roles)} out, or use --framework "
                           f"{registry.DEFAULT}.")
     return framework, {flag.dest: getattr(args, flag.dest, flag.default) for flag in framework.flags}
+
+
+def check_installed(framework: Framework, python: str) -> None:
+    """The modules ``framework`` requires are installed for ``python`` when it is this kernel's interpreter (another
+    one's: the worker says so itself). Nothing is imported here."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return
+    missing = [name for name in framework.requires if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LaunchError(f"--framework {framework.name}: {', '.join(missing)} is not installed for the workers' "
+                          f"interpreter ({python}). Install it (pip install \"nbworkers[{framework.name}]\"), or "
+                          f"leave --framework {framework.name} out.")
 
 
 def _given(args: argparse.Namespace, flag: Flag) -> bool:

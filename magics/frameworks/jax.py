@@ -45,6 +45,7 @@ class Jax:
     roles: frozenset[str] = frozenset({"worker"})
     variables: frozenset[str] = frozenset({ENV_ADDRESSES, ENV_PROCESSES, ENV_PROCESS_ID})
     shown: str = ENV_ADDRESSES
+    requires: Sequence[str] = ("jax", "keras")
     # gloo's line when a worker's CPU collectives are up (every healthy run prints it, once per worker)
     chatter: Sequence[str] = (r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. ",)
 

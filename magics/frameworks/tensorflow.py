@@ -50,6 +50,7 @@ class TensorFlow:
     roles: frozenset[str] = frozenset({"chief", "worker", "ps", "evaluator"})
     variables: frozenset[str] = frozenset({ENV_TF_CONFIG})
     shown: str = ENV_TF_CONFIG
+    requires: Sequence[str] = ()  # (TensorFlow is imported by the cell, when it uses it)
     chatter: Sequence[str] = ()  # TensorFlow's own: glog/absl lines by level (magics/run/noise.py)
 
     def shared(self, options: Mapping[str, Any]) -> dict[str, str]:

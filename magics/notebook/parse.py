@@ -139,11 +139,14 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
             f"cluster {name!r} is still running: `%workers stop {name}` first, or pick another --name.")
     if not os.path.isdir(cwd) and kind.runs_here:  # else (ray): the directory is looked for on each node
         raise LaunchError(f"--cwd {args.cwd}: no such directory.")
+    python = check_python(args.python) if kind.runs_here else nodes_python(args.python)
+    if kind.runs_here:
+        frameworks_arguments.check_installed(framework, python)  # --framework jax without JAX: say so, start nothing
     return LaunchSpec(
         code=cell,
         workers=args.workers,
         name=name,
-        python=check_python(args.python) if kind.runs_here else nodes_python(args.python),
+        python=python,
         env=parse_env(args.env),
         cwd=cwd,
         gpus_per_worker=args.gpus_per_worker,

@@ -60,7 +60,7 @@ def test_each_task_gets_the_tf_config_it_got_before_the_seam(hosts):
 def test_the_frameworks_variables_are_per_worker_everywhere(isolated_registry, monkeypatch):
     class Fake:
         name, variables, shown = "fake", frozenset({"FAKE_RANK"}), "FAKE_RANK"
-        summary, flags, roles, chatter = "a fake", (), frozenset({"worker"}), ()
+        summary, flags, roles, chatter, requires = "a fake", (), frozenset({"worker"}), (), ()
 
         def environment(self, tasks, hosts, ports, index):
             return {"FAKE_RANK": str(index)}

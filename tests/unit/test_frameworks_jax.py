@@ -126,3 +126,14 @@ def test_gloos_start_up_line_is_chatter_and_a_line_like_it_from_the_cell_is_not(
     assert not is_chatter("[Gloo] what the cell printed", 2) and not is_chatter("loss 0.5", 2)
     launch = "--- nbworkers: worker 1, launch 0, TF_CPP_MIN_LOG_LEVEL=2, KERAS_DISTRIBUTION_JOB_ADDRESSES=h:1,h:2"
     assert shown_log("\n".join([launch, gloo, "DONE 2 1"])) == "DONE 2 1"
+
+
+def test_a_framework_whose_modules_are_missing_is_refused_before_anything_starts(monkeypatch):
+    from nbworkers.magics.frameworks import arguments
+
+    arguments.check_installed(JAX, sys.executable)  # installed here (the jax extra)
+    monkeypatch.setattr(arguments.importlib.util, "find_spec", lambda name: None if name == "jax" else object())
+    with pytest.raises(LaunchError, match=r'--framework jax: jax is not installed .*pip install "nbworkers\[jax\]"'):
+        arguments.check_installed(JAX, sys.executable)
+    arguments.check_installed(JAX, "/usr/bin/python3-other")  # another interpreter: its worker says so itself
+    arguments.check_installed(TF, sys.executable)
