@@ -185,6 +185,11 @@ REGISTRY: tuple[Internal, ...] = tuple(
     # they leave at (there is no public handle to it: jax-ml/jax#23001)
     + _entries("jax_backends.store", "jax._src.distributed", JAX, "the distributed client: its key-value store",
                "global_state global_state.client")
+    # keras3_backup: where Keras 3's BackupAndRestore keeps its files, so that a JAX run's processes (one backup folder
+    # each: distlib/keras_fit_jax.py) resume from the same epoch (no public accessor)
+    + _entries("keras3_backup", BACKUP3, JAX, "read: the backup's weights and metadata files, current and previous",
+               "BackupAndRestore._weights_path BackupAndRestore._training_metadata_path "
+               "BackupAndRestore._prev_weights_path BackupAndRestore._prev_training_metadata_path", kind="instance")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler
     + _entries("preemption_handler", PCH, TF_221, "picks the step every worker saves at",
                "PreemptionCheckpointHandler PreemptionCheckpointHandler.save_checkpoint_if_preempted "
