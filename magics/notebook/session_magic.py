@@ -94,9 +94,10 @@ def run_session_cell(magics: Any, args: Namespace, cell: str):
     cell_handle.blocking = True
     echo = _echo()
     cell_handle.echoed = echo is not None  # the lines are in the cell: the widget shows no second copy of them
-    cell_handle.show()
     try:
-        cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=echo)
+        with cell_handle.waited():  # a cell that ends before the wait begins leaves its summary to the wait
+            cell_handle.show()
+            cell_handle.wait(raise_on_failure=not getattr(args, "no_raise", False), echo=echo)
     except KeyboardInterrupt:
         stop_on_interrupt(session, [cell_handle], echo)
     except RunFailed as error:

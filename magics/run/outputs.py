@@ -5,6 +5,7 @@ wait that refreshes them, the final summary's snapshot, the state file's payload
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -12,7 +13,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from nbworkers.magics.run.failed import mark_error_below
 from nbworkers.magics.rundir.layout import log_path
@@ -63,6 +64,19 @@ class Waits:
     def any(self) -> bool:
         with self._lock:
             return self._count > 0
+
+    @contextlib.contextmanager
+    def coming(self) -> Iterator[None]:
+        """A ``wait()`` follows (``--block`` shows the cell's view, then waits): a cell that ends in between leaves
+        its final summary to that wait, as during it (else its view was finished twice, once without the error
+        below it: the traceback showed twice, test_a_failed_session_cell_shows_its_traceback_once)."""
+        with self._lock:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
 
     def wait(self, done: threading.Event, timeout: float | None, interval: float, tick: Callable[[], None],
              echo: Any, snapshot: Callable[[], Any], finish: Callable[[], None]) -> bool:

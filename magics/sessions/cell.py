@@ -221,9 +221,13 @@ class SessionCell:
         view.show()
         if not self.blocking and self._live is None:
             self._show_live_outputs()
-        if self._done.is_set():
+        if self._done.is_set() and not self._waits.any:  # (a coming wait leaves the final summary)
             view.finish(self.snapshot())
         return view
+
+    def waited(self) -> Any:
+        """``with cell.waited(): cell.show(); cell.wait()``: the cell's end leaves its final summary to the wait."""
+        return self._waits.coming()
 
     def _show_live_outputs(self) -> None:
         try:

@@ -186,9 +186,13 @@ class RemoteCell:
                 self._live.show()
             except ImportError:  # no ipywidgets
                 self._live = None
-        if self.done:
+        if self.done and not self._waits.any:  # (a coming wait leaves the final summary)
             view.finish(self.snapshot())
         return view
+
+    def waited(self) -> Any:
+        """``with cell.waited(): cell.show(); cell.wait()``: the cell's end leaves its final summary to the wait."""
+        return self._waits.coming()
 
     def show_outputs(self) -> None:
         RichPublisher(label_workers=self.display == "all").tick(list(self.outputs))
