@@ -19,7 +19,7 @@ from pathlib import Path
 from conftest import processes_of_run_root, wait_until
 
 FIT_CELL = """%%worker -n 2 --framework jax --name jaxfit --block
-import json, os, sys
+import json, os, sys, time
 import numpy as np
 import jax, keras
 import tensorflow as tf  # tf.data only: Keras on JAX shards a tf.data dataset per process
@@ -32,6 +32,8 @@ model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="
 model.compile(optimizer=keras.optimizers.SGD(0.2),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 history = model.fit(dataset, epochs=4, verbose=0)
+if jax.process_index() == 1:  # a peer busy longer than the atexit functions' 10 s after worker 0 (the coordinator) ends
+    time.sleep(11)
 weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]
 print("RESULT", json.dumps({
     "processes": jax.process_count(), "index": jax.process_index(), "devices": len(jax.devices()),
@@ -100,6 +102,9 @@ def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights_and_stops(ker
         assert run["loss"][-1] < run["loss"][0], run["loss"]
         assert run["forked"], "the JAX workers were spawned, not forked from a JAX zygote"
     assert first["weights"] == second["weights"]  # one model: the same weights to the last bit
+    restarts = kernel.value("[w['restarts'] for w in "
+                            "__import__('nbworkers').get_cluster('jaxfit').snapshot()['workers']]")
+    assert restarts == [0, 0]  # worker 0 waited for worker 1 at JAX's shutdown (its coordinator gone, 1 was aborted)
     assert first["loss"] == second["loss"]
     fit_seconds = time.monotonic() - started
     # the zygote they forked from imported JAX and Keras on JAX, never TensorFlow (the cell did, in the workers)
