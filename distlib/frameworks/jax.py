@@ -21,6 +21,8 @@ import sys
 from nbworkers.distlib.compat import jax_backends
 from nbworkers.distlib.frameworks import jax_stop
 from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker.status import send_status
+from nbworkers.protocol.statuses import WorkerStatus
 
 NAME = "jax"
 IMPORTED = "JAX and Keras on JAX"  # what a forked worker's first line says its zygote imported
@@ -64,6 +66,8 @@ def before_user_code() -> None:
     # JAX's preemption service catches SIGTERM in C++ and carries on: a stop's SIGTERM must end a worker blocked in
     # a collective (nbworkers' hosts are the ones that signal; distlib's checkpoints are Keras' own)
     jax.config.update("jax_enable_preemption_service", False)
+    # the widget's card says so while the processes connect (the bootstrap says "running" once they have)
+    send_status(WorkerStatus.WAITING, f"joining {os.environ.get(ENV_PROCESSES, '?')} JAX processes")
     if keras.backend.backend() == "jax":
         keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables; agrees on a seed
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
