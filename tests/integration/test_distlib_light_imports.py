@@ -20,7 +20,7 @@ def tf_config(cluster_spec, task_type="worker", index=0) -> dict[str, str]:
     return {"TF_CONFIG": json.dumps({"cluster": cluster_spec, "task": {"type": task_type, "index": index}})}
 
 
-def test_import_and_startup_hook_do_not_import_tensorflow():
+def test_import_and_startup_hook_do_not_import_tensorflow(tmp_path):
     code = textwrap.dedent(
         """
         import sys
@@ -33,12 +33,13 @@ def test_import_and_startup_hook_do_not_import_tensorflow():
         """
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=SUBPROCESS_TIMEOUT_S, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "TF_LOADED False KERAS_LOADED False" in out.stdout
 
 
-def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts():
+def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts(tmp_path):
     """Mocked counts in NBWORKERS_GPU_COUNTS (what a launcher that assigned GPUs would set)."""
     code = textwrap.dedent(
         """
@@ -52,12 +53,13 @@ def test_launcher_gpu_counts_stop_strategy_before_tensorflow_starts():
         """
     )
     env = {**os.environ, **tf_config(TWO_WORKERS), collectives.ENV_GPU_COUNTS: "2,1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=SUBPROCESS_TIMEOUT_S, cwd=tmp_path)
     assert "ERROR Workers see different numbers of GPUs (worker 0: 2, worker 1: 1" in out.stdout, out.stderr
     assert "TF_LOADED False" in out.stdout
 
 
-def test_report_and_report_callback_under_keras_on_jax_import_no_tensorflow():
+def test_report_and_report_callback_under_keras_on_jax_import_no_tensorflow(tmp_path):
     """--framework jax: a Keras fit on JAX with distlib's ReportCallback and report() loads no TensorFlow (a cell that
     feeds numpy arrays never pays its import)."""
     code = textwrap.dedent(
@@ -77,6 +79,9 @@ def test_report_and_report_callback_under_keras_on_jax_import_no_tensorflow():
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", wire.ENV_RELAY, wire.ENV_KEY)}
     env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S)
+    # in a folder of its own: report()'s TensorBoard folder without a run directory is ./tensorboard (a `tensorboard`
+    # folder in the checkout made ruff take tensorboard for a first-party package: test_lint failed in CI)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=SUBPROCESS_TIMEOUT_S, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "BACKEND jax TF_LOADED False" in out.stdout, out.stdout + out.stderr[-2000:]
