@@ -107,7 +107,8 @@ def test_a_failed_cell_raises_and_the_session_goes_on(session_kernel):
     assert failed.error.index("- run: cell [") < failed.error.index("Traceback"), failed.error
     again = k.run("%%worker --session train --block\nprint('STILL', built_in_cell)")
     assert not again.error, again.text
-    assert "STILL 1" in cell_log(k, 5, 1)
+    # the cell it ran, not a fixed number: make soak runs a part of the module's tests, in another order
+    assert "STILL 1" in cell_log(k, k.value("len(nbworkers.session('train').cells)"), 1)
 
 
 def test_stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state(session_kernel):
