@@ -59,11 +59,6 @@ class Cluster:
         return self._loop.state
 
     @property
-    def loop(self) -> RunLoop:
-        """The current run's loop (a detached session's supervisor process waits on it)."""
-        return self._loop
-
-    @property
     def detached(self) -> bool:
         """Its runs are run by their own supervisor process, outside the kernel (``--detach``): state.json says so."""
         return self._detached
@@ -117,7 +112,12 @@ class Cluster:
 
     def stop(self) -> None:
         """Ask the supervisor to stop every worker (INT, TERM, a grace period, KILL). Thread-safe; returns at once."""
-        self._loop.stop_event.set()
+        self._loop.stop()
+
+    def wait_done(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the current run's end (a detached session's supervisor process waits so);
+        whether it ended. ``wait()`` is the user's: it refreshes the views and says how the run ended."""
+        return self._loop.wait_done(timeout)
 
     def restart(self) -> None:
         """Stop the group and start it again on fresh ports (a run that ended runs again). Thread-safe; returns

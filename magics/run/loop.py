@@ -167,6 +167,14 @@ class RunLoop:
             data = participant.snapshot_part(data)
         return data
 
+    def stop(self) -> None:
+        """Ask for the run's stop (any thread, a signal handler too): the loop takes it at its next round."""
+        self.stop_event.set()
+
+    def wait_done(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the run's end; whether it ended."""
+        return self.done.wait(timeout)
+
     def ask_capacity(self) -> bool:
         """``%workers resize``: a look at the cluster's room now, answered by the loop's next round."""
         return self._looks.ask(self.settings.stop_grace)
@@ -373,7 +381,7 @@ class _Port:
     def now(self) -> RunNow:
         loop = self._loop
         state = loop.state
-        return RunNow(state.generation, len(state.workers), loop.ending, loop.core.restart_pending, str(state.status),
+        return RunNow(state.generation, len(state.workers), loop.ending, loop.core.restart_pending, state.status,
                       state.error)
 
     def post(self, event: object) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nbworkers.magics.settings import WorkerSettings
+from nbworkers.protocol.statuses import ClusterStatus
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RunNow:
     workers: int
     ending: bool  # stopping, or ended: no new work for it
     restart_pending: bool  # a restart of the group is under way
-    status: str
+    status: ClusterStatus
     error: str
 
 

@@ -40,6 +40,12 @@ class FakeLoop:
             raise self.fail
         self.started = True
 
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def wait_done(self, timeout: float) -> bool:
+        return self.done.wait(timeout)
+
 
 def _request() -> DetachRequest:
     return DetachRequest(LaunchSpec(code="print(1)\n", workers=1, name="d1"), settings_values(WorkerSettings()))

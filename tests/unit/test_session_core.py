@@ -25,7 +25,7 @@ from session_core_run import (
 
 from nbworkers.magics.sessions.core import events as ev
 from nbworkers.magics.sessions.core.events import InterruptOutcome, WorkerEnd
-from nbworkers.protocol.statuses import CellEnd, CellState
+from nbworkers.protocol.statuses import CellEnd, CellState, ClusterStatus
 
 
 def test_cells_queue_and_run_one_at_a_time_once_every_worker_is_ready():
@@ -276,10 +276,10 @@ def test_a_failed_session_and_its_end_conclude_what_is_left():
     assert s.core.record(2).error == "not run: cell 1 failed"  # the failed cell cancels the queue first
     stopped = Session()
     stopped.submit(), stopped.submit()
-    actions = stopped.send(ev.SessionEnded("stopped"))
+    actions = stopped.send(ev.SessionEnded(ClusterStatus.STOPPED))
     assert concluded(actions) == [(1, CellState.STOPPED), (2, CellState.CANCELLED)]
     assert stopped.core.record(2).error == "the session ended (stopped)"
-    assert stopped.send(ev.SessionEnded("stopped")) == []  # nothing left to end
+    assert stopped.send(ev.SessionEnded(ClusterStatus.STOPPED)) == []  # nothing left to end
 
 
 def test_live_cells_names_what_a_restart_would_lose_and_starts_again_after_one():

@@ -146,10 +146,10 @@ def test_a_frame_count_or_size_over_the_bounds_is_refused_before_it_is_read():
 
 
 def test_session_loop_serves_while_the_session_runs(tmp_path):
-    loop_events = SimpleNamespace(detached=False, stop_event=threading.Event(), done=threading.Event())
+    done = threading.Event()
     started: list[str] = []
-    session = SimpleNamespace(name="s", run_dir=tmp_path, cluster=SimpleNamespace(loop=loop_events, detached=False),
-                              start=lambda: started.append("session"))
+    cluster = SimpleNamespace(detached=False, stop=lambda: started.append("stop"), wait_done=done.wait)
+    session = SimpleNamespace(name="s", run_dir=tmp_path, cluster=cluster, start=lambda: started.append("session"))
 
     class FakeServer:
         def __init__(self, name: str, run_dir: Path, handler: Any):
@@ -165,7 +165,10 @@ def test_session_loop_serves_while_the_session_runs(tmp_path):
     loop.detached = True
     loop.start()
     assert session.cluster.detached and started == ["session", "server"]
-    assert loop.stop_event is loop_events.stop_event and loop.done is loop_events.done
+    assert loop.wait_done(0.01) is False
+    loop.stop()  # a signal to the supervisor: the session's run stops
+    done.set()
+    assert started[-1] == "stop" and loop.wait_done(0.01) is True
     loop.close()
     assert loop.server.closed
 

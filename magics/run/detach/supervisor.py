@@ -56,11 +56,9 @@ class DetachableLoop(Protocol):
 
     def start(self) -> None: ...
 
-    @property
-    def stop_event(self) -> Any: ...
+    def stop(self) -> None: ...
 
-    @property
-    def done(self) -> Any: ...
+    def wait_done(self, timeout: float) -> bool: ...
 
 
 def serve(request: DetachRequest, make_loop: Callable[[DetachRequest], DetachableLoop], answer: IO[str],
@@ -80,10 +78,10 @@ def serve(request: DetachRequest, make_loop: Callable[[DetachRequest], Detachabl
     on_started(loop)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         try:
-            signal.signal(signum, lambda *_: loop.stop_event.set())
+            signal.signal(signum, lambda *_: loop.stop())
         except ValueError:  # not the main thread (unit tests)
             pass
-    while not loop.done.wait(1.0):
+    while not loop.wait_done(1.0):
         pass
     return 0
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-from nbworkers.protocol.statuses import CellEnd, CellState
+from nbworkers.protocol.statuses import CellEnd, CellState, ClusterStatus
 
 
 class Group(str, Enum):
@@ -173,9 +173,9 @@ class GroupFailed:
 
 @dataclass(frozen=True)
 class SessionEnded:
-    """Every process is gone: the session ended with ``status`` (a ``ClusterStatus`` value) and ``error``."""
+    """Every process is gone: the session ended with ``status`` and ``error``."""
 
-    status: str
+    status: ClusterStatus
     error: str = ""
 
 

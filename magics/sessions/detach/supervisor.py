@@ -11,7 +11,6 @@ socket and client file are removed when the session ends.
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +40,11 @@ class SessionLoop:
     def detached(self, value: bool) -> None:
         self.session.cluster.detached = value  # the handle's: it tells each of its runs (run/cluster.py)
 
-    @property
-    def stop_event(self) -> threading.Event:
-        return self.session.cluster.loop.stop_event
+    def stop(self) -> None:
+        self.session.cluster.stop()
 
-    @property
-    def done(self) -> threading.Event:
-        return self.session.cluster.loop.done
+    def wait_done(self, timeout: float) -> bool:
+        return self.session.cluster.wait_done(timeout)
 
     def start(self) -> None:
         self.session.start()
