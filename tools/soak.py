@@ -34,8 +34,11 @@ DEFAULT_TESTS = [
     SESSIONS + "stop_interrupts_a_long_fit_and_the_next_cell_runs_in_the_same_state",
     SESSIONS + "the_notebooks_interrupt_stops_a_blocking_cell_on_both_workers_and_keeps_the_state",
     "tests/integration/test_sessions_saved_state.py",
+    "tests/integration/test_fault_soak.py",
     "tests/integration/test_fault_tolerance.py", "-k", "not watchdog",
 ]
+# The repetitions `make test` keeps short, in full here (each test's docstring says why its short count is enough).
+FULL_COUNTS = {"NBWORKERS_CHAOS_RUNS": "10", "NBWORKERS_SOAK_KILLS": "10"}
 STOP_WAIT_S = 60.0  # a run stopped here (Ctrl-C, SIGTERM) gets this long to tear down its kernels, then is killed
 BUSY_LOOP = "while True:\n    pass\n"
 
@@ -53,9 +56,10 @@ def stop_busy(processes: list[subprocess.Popen]) -> None:
 
 
 def run_pytest(command: list[str], output) -> int:
-    """pytest in a process group of its own; stopped with the soak (SIGINT: its fixtures end their kernels; then
-    SIGKILL after STOP_WAIT_S)."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    """pytest in a process group of its own, with FULL_COUNTS (unless set already); stopped with the soak (SIGINT: its
+    fixtures end their kernels; then SIGKILL after STOP_WAIT_S)."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**FULL_COUNTS, **os.environ})
     try:
         return process.wait()
     except BaseException:

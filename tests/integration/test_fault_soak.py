@@ -1,7 +1,14 @@
 """A fault soak (recovery must hold up under repeated kills, not once): one real 2-worker custom-loop run, ``kill -9`` of a random worker at a random moment,
-ten times in a row (the generation after the tenth kill trains a few steps more and ends). After every kill the group restarts from the last checkpoint with identical weights on both
+KILLS times in a row (the generation after the last kill trains a few steps more and ends). After every kill the group restarts from the last checkpoint with identical weights on both
 workers (each generation prints its restore point and a checksum of the restored weights), the run finishes with
 identical final weights, and no process is left.
+
+KILLS is 6 in `make test`, 10 in `make soak` (NBWORKERS_SOAK_KILLS, tools/soak.py). Why 6 are enough for what this
+test is for: with SOAK_SEED's 6 kills both workers are killed, at moments 0.02 to 0.57 s after a step (a save after
+every step: kills inside and between saves), and the group restarted from a restart five times over, so a resume
+that reads another checkpoint than its peer's, goes backwards, or leaves a process of an earlier generation fails
+here as with 10 (kills 7-10 fall within the same range of moments). The 10 are `make soak`'s, beside busy
+processes, where more kills catch more of the rare timings.
 
 Kept short for a 2-core machine: zygotes on (the kernel fixture's default: a restart forks workers from the
 zygote, TensorFlow already imported), a short stop grace and restart backoff, a save after every step.
@@ -20,7 +27,7 @@ from cells import CUSTOM_LOOP_STEP
 from conftest import ended, processes_of_run_root, wait_until
 from integration.test_fault_tolerance import assert_same_final_weights, snapshot, worker_log
 
-KILLS = 10
+KILLS = int(os.environ.get("NBWORKERS_SOAK_KILLS", "6"))  # the module's docstring says why 6 in `make test`
 SOAK_SEED = int(os.environ.get("NBWORKERS_SOAK_SEED", "1515"))
 STEPS, EPOCHS = 200, 2  # far more steps than ten kills need; the generation after the last kill trains FINAL_STEPS
 FINAL_STEPS = 5
@@ -73,7 +80,7 @@ def global_step(worker: dict) -> int:
     return ((worker["epoch"] or 1) - 1) * STEPS + (worker["step"] or 0) if worker["epoch"] else 0
 
 
-def test_ten_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothing(kernel, run_root, tmp_path):
+def test_kill_9s_in_a_row_each_resume_with_identical_weights_and_leave_nothing(kernel, run_root, tmp_path):
     rng = random.Random(SOAK_SEED)
     setup = kernel.run("s = nbworkers.settings(); s.restart_backoff = 0.1; s.restart_backoff_max = 0.2; "
                        "s.stop_grace = 1.0")
