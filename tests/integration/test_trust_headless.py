@@ -102,11 +102,39 @@ def test_failed_run_fails_nbconvert_and_no_raise_keeps_it_green(tmp_path):
     assert "bad batch from worker one" in _shown_text(saved.cells[1])  # shown, once, in the summary
 
 
-def test_saved_failure_shows_the_worker_traceback_once_with_the_cells_line_number(tmp_path, monkeypatch):
-    path = write_notebook(tmp_path / "nb.ipynb", ["%load_ext nbworkers", FAILING.format(flags=""), "print('not run')"])
+TF_CELL = """%%worker -n 2 --block --name tfrun
+import tensorflow as tf
+print("sum", int(tf.reduce_sum(tf.constant([1, 2, 3]))), flush=True)
+"""
+
+
+def test_saved_notebook_keeps_printed_lines_no_chatter_and_a_failures_traceback_once(tmp_path, monkeypatch):
+    """One notebook, one kernel (its zygote's TensorFlow import is ~7 s of CPU): cells 1-2 run well and keep each
+    worker's printed lines without TensorFlow's start-up chatter; cell 3 fails on worker 1 and shows its traceback
+    once, with the cell's own line number; "Run All" stops there."""
+    path = write_notebook(tmp_path / "nb.ipynb", ["%load_ext nbworkers", ECHOING, TF_CELL, FAILING.format(flags=""),
+                                                  "print('not run')"])
     saved, error = _execute(path, monkeypatch, tmp_path / "runs")
+
+    # the runs that went well: each worker's printed lines, TensorFlow's chatter left to the log file
+    shown = _shown_text(saved.cells[1])
+    for worker in (0, 1):
+        for i in range(3):
+            assert f"[{worker}] line {i} of worker {worker}" in shown, shown
+    streams = [o for o in saved.cells[1].outputs if o.output_type == "stream"]
+    assert streams, saved.cells[1].outputs  # plain text: every renderer shows it
+    tf_shown = _shown_text(saved.cells[2])
+    assert "[0] sum 6" in tf_shown and tf_shown.count("sum 6") == 1, tf_shown  # the same on both: shown once
+    for chatter in ("oneDNN", "absl::InitializeLog", "cuda drivers", "cuInit"):
+        assert chatter not in tf_shown, tf_shown
+    # ... while the log file on disk keeps everything TensorFlow printed
+    log = (tmp_path / "runs" / "tfrun" / "worker-0.log").read_text()
+    assert "sum 6" in log
+    assert not [o for c in saved.cells[1:3] for o in c.outputs if o.output_type == "error"], error
+
+    # the failed run
     assert error is not None and "RunFailed" in str(error)
-    cell = saved.cells[1]
+    cell = saved.cells[3]
     errors = [o for o in cell.outputs if o.output_type == "error"]
     assert len(errors) == 1 and errors[0].ename == "RunFailed"
     traceback = "\n".join(errors[0].traceback)
@@ -124,27 +152,4 @@ def test_saved_failure_shows_the_worker_traceback_once_with_the_cells_line_numbe
     assert kinds.index("display_data") < kinds.index("error"), kinds
     assert "nbworkers cluster boom: failed" in shown
     assert "[0] hello from worker 0" in shown and "[1] hello from worker 1" in shown
-    assert not saved.cells[2].outputs  # "Run All" stopped at the failed cell
-
-
-def test_saved_notebook_keeps_each_workers_printed_lines_and_no_tensorflow_chatter(tmp_path, monkeypatch):
-    tf_cell = """%%worker -n 2 --block --name tfrun
-import tensorflow as tf
-print("sum", int(tf.reduce_sum(tf.constant([1, 2, 3]))), flush=True)
-"""
-    path = write_notebook(tmp_path / "nb.ipynb", ["%load_ext nbworkers", ECHOING, tf_cell])
-    saved, error = _execute(path, monkeypatch, tmp_path / "runs")
-    assert error is None, error
-    shown = _shown_text(saved.cells[1])
-    for worker in (0, 1):
-        for i in range(3):
-            assert f"[{worker}] line {i} of worker {worker}" in shown, shown
-    streams = [o for o in saved.cells[1].outputs if o.output_type == "stream"]
-    assert streams, saved.cells[1].outputs  # plain text: every renderer shows it
-    tf_shown = _shown_text(saved.cells[2])
-    assert "[0] sum 6" in tf_shown and tf_shown.count("sum 6") == 1, tf_shown  # the same on both: shown once
-    for chatter in ("oneDNN", "absl::InitializeLog", "cuda drivers", "cuInit"):
-        assert chatter not in tf_shown, tf_shown
-    # ... while the log file on disk keeps everything TensorFlow printed
-    log = (tmp_path / "runs" / "tfrun" / "worker-0.log").read_text()
-    assert "sum 6" in log
+    assert not saved.cells[4].outputs  # "Run All" stopped at the failed cell
