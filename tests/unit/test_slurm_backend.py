@@ -41,6 +41,8 @@ def test_a_worker_is_one_step_of_one_task_on_its_node_sharing_cpus_but_not_gpus(
     gpus = commands.srun_command("12", "n2", "x", ["python"], gpus_per_task=2)
     assert "--gpus-per-task=2" in gpus and "--overlap" not in gpus
     assert commands.step_name("0123456789abcdef", 3, 1) == "nbw-0123456789ab-g3-w1"
+    zygote = commands.zygote_step_name("n2", "0123456789abcdef")  # apart from the workers' steps (nbw-)
+    assert zygote == "nbwz-n2-01234567" and not zygote.startswith(commands.STEP_NAME_PREFIX)
 
 
 def test_the_kernels_allocation_variables_do_not_reach_the_steps_options():

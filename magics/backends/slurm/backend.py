@@ -58,6 +58,8 @@ class SlurmBackend:
         self._allocation = allocation
         self._relay: RelayKeys | None = None
         self._placed: list[str] = []  # the node of each worker of the current launch
+        self._forks = False  # this launch asked for its nodes' zygote steps (``_zygote_options``)
+        self._fork_note = ""  # why this launch's workers are spawned, not forked ("" when they fork)
         self._heartbeat: Heartbeat | None = None  # --submit: the allocation this run asked for lives while it beats
 
     @classmethod
@@ -111,7 +113,7 @@ class SlurmBackend:
         except ValueError as error:
             raise SlurmError(str(error)) from None
         ports = allocation.free_ports(commands.counts_of(placed), self.settings.probe_timeout)
-        self._placed = placed
+        self._placed, self._forks = placed, False
         per = self._gpus(gpus_per_worker)
         gpus = ",".join(str(i) for i in range(per)) if per else "-1"  # Slurm sets the real ones in the step
         taken: dict[str, int] = {}
@@ -137,17 +139,42 @@ class SlurmBackend:
             self._relay.allow_client(public, index)  # this key speaks for worker ``index`` only (relay_curve.py)
             env[wire.ENV_RELAY_CLIENTKEY], env[wire.ENV_RELAY_CLIENTSECRET] = public, secret
         name = commands.step_name(env.get(RUN_ID_ENV, ""), env.get(wire.ENV_GENERATION, "0"), index)
-        host = host_command(python or sys.executable, ["--log", str(log_path), "--grace", str(grace), "--role", role])
+        fork, note = self._zygote_options(index, python or sys.executable, env, cwd)
+        host = host_command(python or sys.executable,
+                            ["--log", str(log_path), "--grace", str(grace), "--role", role, *fork])
         command = commands.srun_command(allocation.job_id, node, name, host, self._gpus(None))
         with os.fdopen(open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             log.write(f"--- nbworkers: Slurm job {allocation.job_id}, node {node} ({allocation.addrs[node]}), step "
                       f"{name}\n".encode())
+            if note:
+                log.write(f"--- nbworkers: {note}\n".encode())
             log.flush()
             srun = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                                     env=commands.step_env(env), cwd=cwd or None, start_new_session=True,
                                     close_fds=True)
         beat = self._heartbeat.beat if self._heartbeat is not None else (lambda: None)
         return SlurmWorker(index, srun, log_path, node, name, allocation, self.settings.command_timeout, beat)
+
+    def _zygote_options(self, index: int, python: str, env: dict[str, str], cwd: str) -> tuple[list[str], str]:
+        """The host's ``--zygote`` options when the worker's node has a zygote step to fork it (``zygote_steps.py``:
+        the first worker of a launch starts those of every node the launch uses, at once), else ([], why not)."""
+        from nbworkers.magics.backends.slurm.zygote_steps import zygote_steps
+        from nbworkers.magics.settings import settings
+
+        allocation, node, timeout = self.allocation(), self._placed[index], self.settings.zygote_start_timeout
+        if self._gpus(None):  # a forked worker lives in its zygote's step, outside the GPUs Slurm gave its own step
+            return [], "spawned, not forked: --gpus-per-worker (each worker's step holds its own GPUs)"
+        if index == 0 or not self._forks:
+            self._fork_note = zygote_steps().ensure(allocation, self._placed, python, env, cwd)
+            self._forks = True
+        if self._fork_note:
+            return [], self._fork_note if index == 0 else ""
+        socket, pid, note = zygote_steps().socket_for(allocation, node, python, env, timeout)
+        if not socket:
+            return [], note
+        config = settings()
+        return ["--zygote", socket, "--zygote-pid", str(pid), "--zygote-timeout", str(config.zygote_fork_timeout),
+                "--zygote-connect-timeout", str(config.zygote_connect_timeout)], ""
 
     def close(self) -> None:
         """The run ended: its steps are gone with their workers. The kernel's allocation stays; one --submit asked

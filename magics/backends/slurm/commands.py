@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 SRUN_INPUT_PREFIXES = ("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")
 KEPT_SLURM_VARIABLES = frozenset({"SLURM_CONF"})
 STEP_NAME_PREFIX = "nbw-"
+ZYGOTE_STEP_PREFIX = "nbwz-"  # a node's zygote step (zygote_steps.py), apart from the workers' steps
 PROBE_MARK = "nbworkers-ports"
 # slurmstepd's line when a step is cancelled under its task (scancel, the job's end): "*** STEP 12.3 ON n2 CANCELLED"
 CANCELLED_LINE = re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED")
@@ -48,6 +49,11 @@ def step_env(env: Mapping[str, str]) -> dict[str, str]:
 def step_name(run_id: str, generation: int | str, index: int) -> str:
     """The job step's name (``squeue -s`` shows it; ``allocation.step_id`` finds the step by it)."""
     return f"{STEP_NAME_PREFIX}{run_id[:12] or 'run'}-g{generation}-w{index}"
+
+
+def zygote_step_name(node: str, key: str) -> str:
+    """A node's zygote step's name: one per node and import-time key (``zygote_steps.py``)."""
+    return f"{ZYGOTE_STEP_PREFIX}{node}-{key[:8]}"
 
 
 def place(nodes: Sequence[str], count: int, spread: bool = False, tasks_per_node: int | None = None) -> list[str]:

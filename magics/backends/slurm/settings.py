@@ -25,6 +25,9 @@ class SlurmSettings(Configurable):
         120.0, help="--submit: seconds the job holding the allocation outlives its kernel's last sign of life (the"
         " kernel touches a file in the run root every tenth of it; the job ends by itself when the file is older)."
     ).tag(config=True)
+    zygote_start_timeout = Float(
+        30.0, help="Seconds a worker's launch waits for its node's zygote step to start and say where it listens (the "
+        "worker is spawned after it; the zygote itself may still be importing).").tag(config=True)
     relay_host = Unicode(
         "", help="Address the workers' nodes use to reach the kernel's relay (default: 127.0.0.1 when every node of"
         " the allocation is this machine's loopback, else this machine's address on the route to the first node)."

@@ -72,6 +72,12 @@ def steps(slurm_cluster, job: str) -> list[str]:
     return [line for line in listed if line.split()[-1].startswith(commands.STEP_NAME_PREFIX)]
 
 
+def zygote_steps(slurm_cluster, job: str) -> list[str]:
+    """The job's zygote steps (one per node: ``zygote_steps.py``) Slurm still has."""
+    listed = slurm_cluster.client("squeue", "-h", "-s", "-j", job, "-o", "%i %j").stdout.splitlines()
+    return [line for line in listed if line.split()[-1].startswith(commands.ZYGOTE_STEP_PREFIX)]
+
+
 def logs(run_root, name: str) -> list[str]:
     return [(run_root / name / f"worker-{i}.log").read_text() for i in range(2)]
 
@@ -132,11 +138,18 @@ def test_stop_runs_finally_and_the_kernels_kill_9_leaves_no_step(allocation, ker
         assert os.path.exists(f"{marker}-finally-{index}") and os.path.exists(f"{marker}-atexit-{index}"), index
     assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
 
+    # the warm path: the first run started one zygote step per node; this run's workers are forked there
+    zygotes = zygote_steps(slurm_cluster, job)
+    assert sorted(line.split()[-1].split("-")[1] for line in zygotes) == ["n1", "n2"], zygotes
     assert not kernel.run(cell("slurmkill", marker + "-k")).error
     assert wait_until(lambda: "".join(logs(run_root, "slurmkill")).count("worker up") == 2, UP_TIMEOUT, interval=0.5)
-    assert len(steps(slurm_cluster, job)) == 2
+    assert len(steps(slurm_cluster, job)) == 2 and zygote_steps(slurm_cluster, job) == zygotes
+    assert all("--- nbworkers: forked from zygote" in text for text in logs(run_root, "slurmkill"))
     os.kill(kernel.pid, signal.SIGKILL)  # srun's stdin closes: each host stops its worker, and its step ends
-    assert wait_until(lambda: not steps(slurm_cluster, job), STEPS_GONE_TIMEOUT), steps(slurm_cluster, job)
+    killed = time.monotonic()  # and each zygote, at the same end of file, once its worker ended
+    assert wait_until(lambda: not steps(slurm_cluster, job) and not zygote_steps(slurm_cluster, job),
+                      STEPS_GONE_TIMEOUT), steps(slurm_cluster, job) + zygote_steps(slurm_cluster, job)
+    print(f"every step gone {time.monotonic() - killed:.1f} s after the kernel's kill -9")
     for index in range(2):
         assert os.path.exists(f"{marker}-k-finally-{index}"), index
 
