@@ -2,10 +2,12 @@
 before each call of a traced distributed step (a custom loop's, Keras' fit), each eager strategy.run/reduce, and each
 Estimator training step (TensorFlow 2.15); never at a tf.function with no strategy step in it. The point raises
 KeyboardInterrupt every third (or sixth) time here, as a Stop does: the steps before it are whole, the next one never began.
-One process per check, no cluster (a one-device MirroredStrategy runs the same calls)."""
+One process per TensorFlow (the custom loop's and Keras fit's checks share one), no cluster (a one-device
+MirroredStrategy runs the same calls)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -57,7 +59,10 @@ except KeyboardInterrupt:
     pass
 print("CUSTOM", done, int(w.numpy()), eager, len(points))
 """
-KERAS_FIT = "LIMIT = 6\n" + HEAD + """
+# Run after CUSTOM_LOOP, in its process (one TensorFlow import for both): the points counted anew.
+KERAS_FIT = """
+LIMIT = 6
+points.clear()
 import numpy as np
 import keras
 strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
@@ -107,16 +112,22 @@ def run(python: str, code: str) -> str:
     return done.stdout
 
 
+@functools.cache
+def custom_loop_then_keras_fit() -> str:
+    """The two checks on this venv in one process: a TensorFlow import costs ~4 s of CPU (`make test` is CPU-bound)."""
+    return run(sys.executable, CUSTOM_LOOP + KERAS_FIT)
+
+
 def test_a_custom_loops_step_calls_and_eager_strategy_calls_are_points_and_other_functions_are_not():
     # the first call traces (then it is known to be a step): points before calls 2, 3 and 4; the third raises before
     # call 4, so 3 steps ran whole; then eager strategy.run: a point before each call, the sixth raises before the third
-    assert "CUSTOM 3 5 3 6" in run(sys.executable, CUSTOM_LOOP)
+    assert "CUSTOM 3 5 3 6" in custom_loop_then_keras_fit()
 
 
 def test_keras_fit_pauses_before_its_train_function_calls():
     # (eager reads of its metrics' sync-on-read variables are strategy.reduce calls too: collectives under
     # MultiWorkerMirroredStrategy, on every worker alike) the stop lands between two whole training steps
-    assert "FIT stopped between steps" in run(sys.executable, KERAS_FIT)
+    assert "FIT stopped between steps" in custom_loop_then_keras_fit()
 
 
 @pytest.mark.estimator

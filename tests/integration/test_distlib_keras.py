@@ -101,35 +101,6 @@ def test_keras3_distributed_fit_trains_keeps_workers_identical_and_resumes(tmp_p
     assert again.result(0)["checksum"] == again.result(1)["checksum"]
 
 
-def test_tutorial_model_fit_runs_unchanged_on_tf_keras(tmp_path):
-    """The multi-worker Keras tutorial's code (tf.keras, dataset before strategy), with only the callback added."""
-    run = run_cluster(
-        GENERATED_DATA
-        + """
-import tensorflow as tf
-from nbworkers import distlib
-
-dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(512).repeat().batch(64)
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(2)])
-    model.compile(optimizer=tf.keras.optimizers.Adam(0.05),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-history = model.fit(dataset, epochs=3, steps_per_epoch=8, callbacks=[distlib.ReportCallback()])
-print("RESULT", json.dumps({"loss": history.history["loss"], "keras": type(model).__module__}))
-""",
-        tmp_path,
-        env={"TF_USE_LEGACY_KERAS": "1"},  # what `%%worker --env TF_USE_LEGACY_KERAS=1` sets
-    )
-    assert run.returncodes == [0, 0], run.describe()
-    for worker in (0, 1):
-        result = run.result(worker)
-        assert result["keras"].startswith("tf_keras"), result
-        assert result["loss"][-1] < result["loss"][0], result
-        metrics = run.metrics(worker)
-        assert metrics and metrics[-1]["epoch"] == 3 and "loss" in metrics[-1]["metrics"], run.describe()
-
-
 def test_keras3_model_fit_under_mwms_names_both_fixes_where_the_fix_cannot_apply(tmp_path):
     """Where keras3_mwms cannot apply (here: turned off; else a Keras whose internals moved), the upstream failure
     becomes KerasFitUnderMultiWorkerError with the old advice. (With the fix: tests/integration/test_keras3_fit.py.)"""
