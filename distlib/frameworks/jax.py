@@ -9,16 +9,18 @@ process's initial weights its own, and ``device_put`` refuses them) and sets a `
 every process's devices: a Keras ``model.fit`` written for one process trains data-parallel across all of them, and
 raw JAX sees ``jax.process_count()`` processes. With another Keras backend, JAX alone is initialised.
 
-A JAX zygote imports JAX and Keras on JAX and lists no device: a fork after JAX initialised a backend may deadlock
-the child (``compat/jax_backends.py``).
+A JAX zygote imports JAX and Keras on JAX, and TensorFlow when it is installed (``preload``), and lists no device: a
+fork after JAX initialised a backend may deadlock the child (``compat/jax_backends.py``), as one after TensorFlow's
+runtime started does (``compat/eager_context.py``); the guard checks both.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
-from nbworkers.distlib.compat import jax_backends
+from nbworkers.distlib.compat import eager_context, jax_backends
 from nbworkers.distlib.frameworks import jax_stop
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.status import send_status
@@ -40,17 +42,27 @@ PRELOAD = (
 
 
 def preload() -> list[str]:
-    return list(PRELOAD)
+    """``PRELOAD``, and TensorFlow when it is installed: ``keras.distribution.initialize()`` imports it whenever it
+    can (Keras' ``rng_utils.set_random_seed`` seeds ``tf.random`` too, for ``tf.data``), so without it in the zygote
+    every JAX worker paid TensorFlow's import (seconds) before the cell, cell using ``tf.data`` or not. Importing
+    it starts no runtime (the TensorFlow zygote does the same); the guard checks that it has not started."""
+    names = list(PRELOAD)
+    if importlib.util.find_spec("tensorflow") is not None:
+        names.append("tensorflow")
+    return names
 
 
 def guard_broken() -> str:
     gone = jax_backends.missing() if "jax" in sys.modules else []
-    return "the fork guard cannot check this JAX: " + ", ".join(gone) if gone else ""
+    gone += eager_context.missing() if "tensorflow" in sys.modules else []
+    return "the fork guard cannot check this JAX (or its TensorFlow): " + ", ".join(gone) if gone else ""
 
 
 def fork_refusal() -> str | None:
     if jax_backends.started():
         return "JAX has initialised a backend in the zygote (its runtime started)"
+    if eager_context.started():
+        return "TensorFlow's runtime has started in the zygote (its eager context is initialised)"
     return None
 
 

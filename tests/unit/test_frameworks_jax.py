@@ -6,7 +6,9 @@ worker module the worker side picks. Imports no JAX."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+import types
 
 import pytest
 from IPython.core.error import UsageError
@@ -95,8 +97,18 @@ def test_the_worker_side_picks_its_module_by_the_variable_the_kernel_sets(monkey
         worker_frameworks.module_name("torch")
     monkeypatch.setenv("NBWORKERS_FRAMEWORK", "jax")
     module = worker_frameworks.current()
-    assert module.NAME == "jax" and "jax" in module.preload() and "tensorflow" not in module.preload()
+    assert module.NAME == "jax" and "jax" in module.preload()
+    # TensorFlow too when installed: keras.distribution.initialize() imports it (Keras seeds tf.random)
+    assert ("tensorflow" in module.preload()) == (importlib.util.find_spec("tensorflow") is not None)
     assert module.fork_refusal() is None  # no JAX imported here: no backend
+    # the zygote's TensorFlow counts too: a started eager context refuses the fork (a stand-in context module)
+    from nbworkers.distlib.compat import eager_context
+
+    started = types.SimpleNamespace(_context_handle=object())
+    monkeypatch.setitem(sys.modules, eager_context.CONTEXT_MODULE,
+                        types.SimpleNamespace(context_safe=lambda: started))
+    assert "TensorFlow's runtime has started" in (module.fork_refusal() or "")
+    monkeypatch.delitem(sys.modules, eager_context.CONTEXT_MODULE)
     monkeypatch.setenv("NBWORKERS_FRAMEWORK", "tf")
     assert "tensorflow" in worker_frameworks.current().preload()
 
