@@ -21,6 +21,9 @@ per repetition before the median).
 - stop: ``%workers stop`` of a plain loop and of a ``report()`` loop, with exit codes and ``finally:`` (``stop.py``);
 - saved state: one worker's error in a session to its ~100 MB of weights and optimizer slots restored, against
   the time to train to that point (``saved_state.py``);
+- Slurm: two nodes of the test Slurm (tests/slurm_cluster.py, root only): a hand ``srun -N2 -n2`` of the script
+  against the first ``%%worker -n 2 --backend slurm`` cell, a warm one and one with zygotes off
+  (``slurm_nodes.py``);
 - Keras on JAX: a ``%%worker -n 2 --framework jax`` cell's first step, cold and warm, and its steady steps/s
   against a hand launch of the same script (``jax_startup.py``; says so when jax or the flag is not there);
 - memory: the kernel's resident size with a cluster running (the kernel never imports TensorFlow).
@@ -71,7 +74,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="", help="worker counts for start-up (default 2,4; --quick: 2)")
     parser.add_argument("--only", default="",
                         help="comma list of: startup,relay,many,reporting,recovery,keras_fit,sessions,data,zygote,isolation,"
-                             "ray_nodes,stop,saved_state,jax")
+                             "ray_nodes,stop,saved_state,jax,slurm")
     parser.add_argument("--output", default=str(RESULTS), help="where the table is written")
     args = parser.parse_args()
     if args.quick:
@@ -79,7 +82,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([2] if args.quick else [2, 4])
     only = set(args.only.split(",")) if args.only else {"startup", "relay", "many", "reporting", "recovery",
                                                         "keras_fit", "sessions", "data", "zygote", "isolation",
-                                                        "ray_nodes", "stop", "saved_state", "jax"}
+                                                        "ray_nodes", "stop", "saved_state", "jax", "slurm"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
     t_start = time.monotonic()
@@ -150,6 +153,13 @@ def main() -> int:
                 results["ray_nodes"] = ray_nodes.bench(tmp, handdir, env, 1 if args.quick else args.reps,
                                                        BenchKernel=BenchKernel, hand_launch=hand_launch,
                                                        wait_first_steps=wait_first_steps, log=log)
+            if "slurm" in only:  # two nodes of the test Slurm: hand srun vs --backend slurm (slurm_nodes.py)
+                import slurm_nodes
+
+                results["slurm"] = slurm_nodes.bench(tmp, handdir, env, 1 if args.quick else args.reps,
+                                                     BenchKernel=BenchKernel, wait_first_steps=wait_first_steps,
+                                                     free_ports=pick_free_ports, log=log, python=sys.executable,
+                                                     workload=WORKLOAD)
             if "stop" in only:  # %workers stop of a plain and a report() loop (benchmarks/stop.py)
                 import stop
 

@@ -129,6 +129,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         import stop
 
         rows += stop.rows(results["stop"])
+    if results.get("slurm"):
+        import slurm_nodes
+
+        rows += slurm_nodes.rows(results["slurm"])
     if results.get("jax"):
         import jax_startup
 
@@ -171,6 +175,10 @@ def render(results: dict, args, load_before, load_after, started: str, elapsed: 
         details.append(f"- reporting cost, larger model: {large['rounds']} rounds of {large['steps']} steps; an empty "
                        f"per-step Keras callback alone costs {large['hook_cost'] * 100:.1f} %; on/off ratio per round "
                        f"from {large['spread'][0]:.2f} to {large['spread'][1]:.2f}.")
+    if (results.get("slurm") or {}).get("reps"):
+        import slurm_nodes
+
+        details.append(slurm_nodes.details(results["slurm"]))
     return "\n".join([
         "# nbworkers benchmarks",
         "",
