@@ -1,22 +1,34 @@
 """``%%worker --framework jax``: Keras 3 on JAX across two real worker processes, from one cell with no
 distribution code (the workers join their group before the cell: distlib/frameworks/jax.py).
 
-One kernel, three runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
-workers to the same weights with the loss going down, ``jax.process_count()`` is 2 in each, the workers forked from
-a zygote that imported JAX and Keras on JAX and not TensorFlow; then a long fit is stopped (``%workers stop``): each
-worker leaves after the same step and runs its ``finally:`` (distlib/frameworks/jax_stop.py), the run reads
-stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, through a
-Stop of its cell (the session's own: both workers leave the fit after the same step, the model intact), and both
-workers' weights pulled into the kernel are equal.
+The module's tests share one kernel and its JAX zygote (tests/shared_kernel.py): a kernel start and a zygote that
+imports JAX and Keras cost seconds of CPU each time, and `make test` is CPU-bound.
+
+1. Three runs: a Keras ``model.fit`` on a ``tf.data`` dataset (Keras shards it per process) trains both
+   workers to the same weights with the loss going down, ``jax.process_count()`` is 2 in each, the workers forked from
+   a JAX zygote that imported JAX, Keras on JAX and TensorFlow; then a long fit is stopped (``%workers stop``): each
+   worker leaves after the same step and runs its ``finally:`` (distlib/frameworks/jax_stop.py), the run reads
+   stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, through a
+   Stop of its cell (the session's own: both workers leave the fit after the same step, the model intact), and both
+   workers' weights pulled into the kernel are equal.
+2. A worker killed mid-fit: the group restarts and resumes from Keras' own ``BackupAndRestore``.
+3. A JAX session whose cell fails on one worker saves its objects by Keras' own saving, and a rebuild puts them back.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import time
+import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import processes_of_run_root, wait_until
+
+pytestmark = pytest.mark.share_kernel
 
 FIT_CELL = """%%worker -n 2 --framework jax --name jaxfit --block
 import json, os, sys, time
@@ -107,7 +119,8 @@ def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights_and_stops(ker
     assert restarts == [0, 0]  # worker 0 waited for worker 1 at JAX's shutdown (its coordinator gone, 1 was aborted)
     assert first["loss"] == second["loss"]
     fit_seconds = time.monotonic() - started
-    # the zygote they forked from imported JAX and Keras on JAX, never TensorFlow (the cell did, in the workers)
+    # the zygote they forked from is the JAX one (its framework's key), which imported JAX and Keras on JAX and, as
+    # TensorFlow is installed here, TensorFlow (keras.distribution.initialize imports it: distlib/frameworks/jax.py)
     zygote = kernel.value(
         "[z for z in __import__('nbworkers.magics.backends.zygotes', fromlist=['z']).zygotes().describe() "
         "if z['alive']]")
@@ -117,7 +130,7 @@ def test_keras_fit_on_jax_trains_two_processes_to_the_same_weights_and_stops(ker
         modules = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert b"NBWORKERS_FRAMEWORK=jax" in modules and b"KERAS_BACKEND=jax" in modules
         maps = Path(f"/proc/{pid}/maps").read_text()
-        assert "jaxlib" in maps and "libtensorflow" not in maps and "_pywrap_tensorflow" not in maps
+        assert "jaxlib" in maps and "libtensorflow" in maps
 
     stop_started = time.monotonic()
     assert not kernel.run(STOP_CELL).error
@@ -179,3 +192,150 @@ first = model.fit(dataset, epochs=1, verbose=0).history["loss"]
     assert pulled[0] == pulled[1], pulled
     assert losses[0] == losses[1] and losses[0][-1] < losses[0][0], losses
     print(f"JAX session: {time.monotonic() - session_started:.1f} s")
+
+
+# 2. A Keras-on-JAX worker killed mid-fit: the group restarts and resumes from Keras' own BackupAndRestore, which
+# distlib.fit(checkpoint_dir=...) gives one folder per process (distlib/keras_fit_jax.py: every process takes part in
+# Keras' save, whose throwaway optimizer is placed with a collective, and two writers of one .weights.h5 collide on
+# its lock), with the ReportCallback it adds feeding the run's progress (which the kill waits for) under JAX. The cell
+# prints EPOCH <generation> <epoch> (0-based) as each epoch begins and the CHECKSUM of its final weights.
+RESTART_WAIT_TIMEOUT = 300  # seconds for a restarted 2-worker JAX run on 2 shared cores
+SNAPSHOT = "__import__('nbworkers').get_cluster({name!r}).snapshot()"
+RECOVERY_CELL = """%%worker -n 2 --framework jax --name {name} --max-restarts 2
+import os, time
+import numpy as np
+import jax, keras
+import tensorflow as tf  # tf.data: Keras on JAX shards it per process
+from nbworkers import distlib
+
+GENERATION = os.environ["NBWORKERS_GENERATION"]
+rng = np.random.RandomState(0)
+x = rng.rand(512, 8).astype("float32")
+y = (x.sum(axis=1) > 4).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Markers(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        print("EPOCH", GENERATION, epoch, flush=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.15)
+
+
+# Keras' fit with a ReportCallback and Keras' BackupAndRestore in <checkpoint_dir>/process-<i>
+distlib.fit(model, dataset, epochs=4, steps_per_epoch=8, verbose=0, callbacks=[Markers()],
+            checkpoint_dir=os.path.join(os.getcwd(), "backup-{name}"))
+weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]
+print("BACKUPS", sorted(os.listdir(os.path.join(os.getcwd(), "backup-{name}"))), flush=True)
+print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in weights))), flush=True)
+"""
+
+
+def test_a_killed_jax_worker_restarts_the_group_which_resumes_from_backup_and_restore(kernel, run_root: Path):
+    name = "jaxdies"
+    started = time.monotonic()
+    assert not kernel.run(RECOVERY_CELL.format(name=name)).error
+
+    def reached() -> bool:  # worker 1 reports (ReportCallback under JAX) a step into its second epoch
+        snap = kernel.value(SNAPSHOT.format(name=name))
+        worker = snap["workers"][1]
+        return snap["generation"] == 0 and worker["pid"] is not None and worker["epoch"] == 2 and (
+            worker["step"] or 0) >= 2
+
+    assert wait_until(reached, 200, interval=0.2), kernel.value(SNAPSHOT.format(name=name))
+    os.kill(kernel.value(SNAPSHOT.format(name=name))["workers"][1]["pid"], signal.SIGKILL)
+    waited = kernel.run(f"%workers wait {name} --timeout {RESTART_WAIT_TIMEOUT}", timeout=RESTART_WAIT_TIMEOUT + 30)
+    snap = kernel.value(SNAPSHOT.format(name=name))
+    logs = [(run_root / name / f"worker-{i}.log").read_text(errors="replace") for i in (0, 1)]
+    tails = "\n=====\n".join("\n".join(log.splitlines()[-40:]) for log in logs)
+    assert not waited.error and snap["status"] == "finished", f"{snap['error']}\n{tails}"
+    assert snap["restarts"] == 1
+    entry = snap["restart_history"][0]
+    assert entry["kind"] == "WorkerCrashed" and entry["worker"] == 1 and "SIGKILL" in entry["cause"], entry
+    assert entry["resumed_from"]["epoch"] == 2, entry  # epoch 1 was backed up: the restart began at epoch 2
+    for log in logs:
+        epochs = [int(e) for e in re.findall(r"^EPOCH 1 (\d+)$", log, re.M)]
+        assert epochs == [1, 2, 3], f"{epochs}\n{tails}"  # generation 1 skipped the backed-up epoch 0
+        assert "BACKUPS ['process-0', 'process-1']" in log, tails  # one Keras backup folder per process
+    sums = [re.findall(r"^CHECKSUM (\S+)$", log, re.M) for log in logs]
+    assert sums[0] and sums[1] and sums[0][-1] == sums[1][-1], sums
+    assert wait_until(lambda: not processes_of_run_root(run_root), 15)
+    print(f"killed JAX worker to resumed end: {time.monotonic() - started:.1f} s")
+
+
+# 3. A Keras-on-JAX session whose cell fails on one worker while the other trains: the session restarts its
+# processes, worker 1 (which raised between steps) saves alone, by Keras' own saving (distlib/saved_state/
+# keras_objects.py), a compiled model with its Adam slots, a standalone optimizer (SGD with momentum), a metric and a
+# variable; re-running the cell that builds them puts them back on both workers exactly, and they train on together.
+# Nothing written is a pickle, and only the user can read it.
+SESSION_BUILD = """%%worker {flags} --session jtrain --block
+import os
+import numpy as np
+import jax, keras
+import tensorflow as tf  # tf.data only
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+opt = keras.optimizers.SGD(0.1, momentum=0.9)
+opt.build(net.trainable_variables)  # a standalone optimizer, built in its cell
+mean = keras.metrics.Mean()
+step_size = keras.Variable(0.5)
+"""
+SESSION_TRAIN = """%%worker --session jtrain --block
+model.fit(dataset, epochs=2, steps_per_epoch=8, verbose=0)
+opt.apply([np.full(v.shape, 0.1, "float32") for v in net.trainable_variables], net.trainable_variables)
+mean.update_state(2.0)
+step_size.assign(0.25)
+"""
+SESSION_RAISE_ON_ONE = """%%worker --session jtrain --block
+if os.environ["NBWORKERS_WORKER"] == "1":
+    raise ValueError("only worker 1 fails")
+model.fit(dataset, epochs=5, steps_per_epoch=50, verbose=0)  # worker 0 waits in a collective
+"""
+SESSION_STATE = ("[int(model.optimizer.iterations.numpy()), float(step_size.numpy()), int(opt.iterations.numpy()), "
+                 "float(mean.result())] + [np.asarray(v.value).tolist() for v in "
+                 "model.weights + model.optimizer.variables + net.weights + opt.variables]")
+
+
+def test_a_jax_session_saves_its_model_by_keras_saving_and_a_rebuild_puts_it_back(kernel, run_root: Path):
+    session = "__import__('nbworkers').session('jtrain')"
+    for code in (SESSION_BUILD.format(flags="-n 2 --framework jax"), SESSION_TRAIN):
+        result = kernel.run(code, timeout=240)
+        assert not result.error and result.status == "ok", result.text
+    before = kernel.value(f"{session}.pull({SESSION_STATE!r})")
+    assert before[:4] == [16, 0.25, 1, 2.0], before[:4]
+    started = time.monotonic()
+    failed = kernel.run(SESSION_RAISE_ON_ONE, timeout=180)
+    print(f"error on worker 1 -> saved, restarted, cell ended: {time.monotonic() - started:.2f} s")
+    assert failed.status == "error" and "worker 1: ValueError: only worker 1 fails" in failed.error, failed.text
+    assert "saved model (Keras model: 4 weights + " in failed.error, failed.error
+    assert "step_size (variable: float32 ())" in failed.error, failed.error
+    assert "opt (SGD: " in failed.error and "mean (" in failed.error, failed.error
+    folders = sorted(run_root.glob("jtrain/session-state/gen-*/worker-*"))
+    saved = sorted(p.name for folder in folders for p in folder.iterdir())
+    for name in ("model.leaf0.weights.h5", "opt.leaf0.npz", "step_size.leaf0.npz"):  # Keras' saving, no pickle
+        assert name in saved, saved
+    for folder in folders:
+        for path in folder.glob("*.npz"):
+            with zipfile.ZipFile(path) as archive:
+                assert all(name.endswith(".npy") for name in archive.namelist()), path
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir() if p.suffix in (".h5", ".npz")}
+        assert set(modes.values()) == {"0o600"}, modes
+    rebuilt = kernel.run(SESSION_BUILD.format(flags=""), timeout=240)
+    assert not rebuilt.error, rebuilt.text
+    assert "Saved state put back at the end of this cell" in rebuilt.shown, rebuilt.text
+    for worker in (0, 1):
+        assert kernel.value(f"{session}.pull({SESSION_STATE!r}, worker={worker})") == before, worker
+    trained = kernel.run(SESSION_TRAIN, timeout=240)  # the restored objects train on: collectives in the new processes
+    assert not trained.error, trained.text
+    after = [kernel.value(f"{session}.pull({SESSION_STATE!r}, worker={worker})") for worker in (0, 1)]
+    assert after[0] == after[1] and after[0][:4] == [32, 0.25, 2, 2.0], after[0][:4]
+    kernel.run("%workers stop jtrain")
