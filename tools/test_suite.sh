@@ -62,6 +62,9 @@ INSTALLED_PYTEST=(.venv-installed/bin/pytest -p no:cacheprovider --rootdir="$PWD
 WHEEL=$(ls dist/nbworkers-*-py3-none-any.whl 2>/dev/null | head -1)
 export NBWORKERS_WHEEL=${WHEEL:+$PWD/$WHEEL}
 
+# wait_installed_env: until the background `make installed-venv` below has ended (installed-env.code says how).
+wait_installed_env() { while [ ! -f "$LOGS/installed-env.code" ]; do sleep 2; done; }
+
 # run NAME LANE: one pytest run of track NAME (tests/tracks.py), its output in $LOGS/NAME.log.
 run() {
   local name=$1 lane=$2 started=$SECONDS
@@ -72,7 +75,7 @@ run() {
   if [ "$name" = unit ]; then
     cmd=("$VENV_PY" -m pytest tests/unit)
   elif [ "$name" = installed ]; then
-    while [ ! -f "$LOGS/installed-env.code" ]; do sleep 2; done
+    wait_installed_env
     if [ "$(cat "$LOGS/installed-env.code")" != 0 ]; then
       { echo "make installed-venv failed: see $LOGS/installed-env.log"; tail -20 "$LOGS/installed-env.log"
       } > "$LOGS/$name.log"
@@ -80,6 +83,8 @@ run() {
     fi
     cmd=("${INSTALLED_PYTEST[@]}")
   else  # a run of tests/tracks.py (unit is not one: asking for it printed a traceback into every CI log)
+    # slurm: a user who is not root runs a notebook on the installed package (slurm/test_slurm_user.py)
+    [ "$name" = slurm ] && wait_installed_env
     cmd=("$VENV_PY" -m pytest $("$VENV_PY" tests/tracks.py "$name"))
   fi
   "${cmd[@]}" --junitxml="$LOGS/$name.xml" "${extra[@]}" > "$LOGS/$name.log" 2>&1

@@ -9,7 +9,8 @@ pid at the end; the teardown fails when one had to be killed or a step of the cl
   that none of its processes was left; jobs submitted as it run as it on the nodes. Its commands:
   ``slurm_cluster.as_user(slurm_user.uid, slurm_user.gid, slurm_user.home, "srun", ...)``. (A kernel as this user
   needs an interpreter every user can run: this checkout's .venv is made from a Python under /root, which only
-  root can run; tests/integration/test_jupyterhub.py uses .venv-installed, made from Debian's python3.)
+  root can run; test_slurm_user.py runs its notebook with .venv-installed, made from Debian's python3, as
+  tests/integration/test_jupyterhub.py does.)
 - every test here gets ``SLURM_CONF`` in ``kernel_env`` (the test kernel is a Slurm client), and after each test no
   job may be left (cancelled, and the test fails, when one is).
 
