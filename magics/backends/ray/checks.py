@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 
 from nbworkers.magics.backends.ray.address import parse_address
+from nbworkers.magics.backends.ray.quick_import import without_iri_grammar
 from nbworkers.magics.backends.ray.ray_settings import ray_settings
 from nbworkers.magics.errors import LaunchError
 
@@ -20,9 +21,10 @@ class RayBackendError(LaunchError):
 
 
 def import_ray():
-    """Ray, or a clear error saying how to get it."""
+    """Ray, or a clear error saying how to get it (imported without jsonschema's IRI grammar: quick_import.py)."""
     try:
-        import ray
+        with without_iri_grammar():
+            import ray
     except ImportError as error:
         raise RayBackendError(
             f"--backend ray needs Ray, which is not installed here ({error}). Install it with `{INSTALL_HINT}`"
