@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -41,6 +42,7 @@ needs_ray = pytest.mark.skipif(not RAY_INSTALLED, reason=NO_RAY)
 RAY_START_TIMEOUT = 180  # seconds for `ray start` to bring a node up (slow on a loaded 2-core machine)
 RAY_START_ATTEMPTS = 3  # `ray start` tries per node (see RayTestCluster._start_node)
 RAY_NODES_TIMEOUT = 120  # seconds for both nodes to show up in the cluster
+NODE_STARTED = r"Ray runtime started"  # a worker node's `ray start` says so once its raylet registered (ray_cli.py)
 RAY_STOP_GRACE = 20  # seconds `ray start --block` gets to stop its processes after SIGTERM
 ACTORS_GONE_TIMEOUT = 60  # seconds for Ray to end the actors after a stop or the kernel's death
 WORKERS_UP_TIMEOUT = 240  # seconds until both workers run (Ray starts an actor process per worker)
@@ -54,6 +56,9 @@ RAY_TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
 MULTI_NODE_IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 # Ray's GCS declares a node dead after this many missed health checks, one a second (default: 5 every 3 s
 # after 5 s): the multi-node cluster's head uses it so that a killed node is noticed within seconds.
+# A raylet gives a worker process it started (an actor's) 60 s to register, then starts another one beside it: on a
+# loaded machine Ray's import alone took longer, and the retries piled up until the actors' start timed out (120 s).
+PATIENT_WORKER_START_ENV = {"RAY_worker_register_timeout_seconds": "180"}
 FAST_NODE_DEATH_ENV = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
                        "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 
@@ -93,7 +98,9 @@ class RayTestCluster:
         self.nodes: dict[str, subprocess.Popen] = {}  # a worker node's --node-ip-address -> its `ray start`
         self.last_started: subprocess.Popen | None = None
         self.address = ""
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **RAY_TEST_ENV, **(env or {})}
+        self.own_env = bool(env)
+        self._gcs: Any = None  # Ray's GCS client, made at the first ``alive_nodes``
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **RAY_TEST_ENV, **PATIENT_WORKER_START_ENV, **(env or {})}
         env.pop("RAY_ADDRESS", None)
         self.env = env
 
@@ -110,7 +117,8 @@ class RayTestCluster:
 
     def _start_node(self, name: str, args: list[str], pattern: str, env: dict[str, str] | None = None) -> re.Match:
         """`ray start`, tried again when it fails (its raylet gets ray_cli.REGISTER_TIMEOUT to register, not Ray's
-        fixed 30 s, which a loaded machine missed: "The current node timed out during startup")."""
+        fixed 30 s, which a loaded machine missed: "The current node timed out during startup"). One node at a time:
+        started together (tried), they took longer than one after the other on this CPU-bound machine."""
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
             proc, out = self._start(f"{name}{attempt}", args, env)
             try:
@@ -139,7 +147,7 @@ class RayTestCluster:
         ], r"ray start --address='([^']+)'", head_env).group(1)
         for ip in self.node_ips:
             self.add_node(ip, wait=False)
-        joined = wait_until(lambda: self.alive_nodes() == 1 + len(self.node_ips), RAY_NODES_TIMEOUT, interval=2)
+        joined = wait_until(lambda: self.alive_nodes() == 1 + len(self.node_ips), RAY_NODES_TIMEOUT, interval=1)
         assert joined, f"not all {len(self.node_ips)} worker nodes joined"
         return self
 
@@ -148,11 +156,11 @@ class RayTestCluster:
         before = self.alive_nodes() if wait else 0
         name = f"node-{ip or 'host'}-{len(self.procs)}"
         self._start_node(name, ["--address", self.address, "--num-cpus", "1",
-                                *(["--node-ip-address", ip] if ip else [])], r"Ray runtime started")
+                                *(["--node-ip-address", ip] if ip else [])], NODE_STARTED)
         if ip:
             self.nodes[ip] = self.last_started
         if wait:
-            assert wait_until(lambda: self.alive_nodes() == before + 1, RAY_NODES_TIMEOUT, interval=2), \
+            assert wait_until(lambda: self.alive_nodes() == before + 1, RAY_NODES_TIMEOUT, interval=1), \
                 f"the node at {ip} never joined"
 
     def kill_node(self, ip: str) -> None:
@@ -163,6 +171,23 @@ class RayTestCluster:
         self._end_session(proc)  # any member in a group of its own
 
     def alive_nodes(self) -> int:
+        """How many nodes the head's GCS counts alive: asked from this process (Ray's GCS client, no driver: each
+        new process would pay Ray's import, seconds of CPU); a cluster with settings of its own (TLS) is asked by a
+        driver in a process with its environment."""
+        if self.own_env:
+            return self._alive_nodes_by_driver()
+        from ray._raylet import GcsClient
+        from ray.core.generated import gcs_pb2
+
+        try:
+            if self._gcs is None:
+                self._gcs = GcsClient(address=self.address)
+            nodes = self._gcs.get_all_node_info(timeout=30).values()
+        except Exception:  # the GCS does not answer (yet)
+            return 0
+        return sum(1 for node in nodes if node.state == gcs_pb2.GcsNodeInfo.ALIVE)
+
+    def _alive_nodes_by_driver(self) -> int:
         code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); " \
                "print('ALIVE_NODES', sum(1 for n in ray.nodes() if n['Alive']))"
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=self.env, timeout=120)

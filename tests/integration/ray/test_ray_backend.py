@@ -98,57 +98,30 @@ def test_training_on_two_ray_nodes_survives_a_killed_worker(kernel, run_root, ra
         (ray_cluster.actor_processes(), pooled_actor_pids(kernel))
 
 
-@pytest.mark.own_kernel  # it patches the Ray backend in its kernel
-def test_stop_leaves_no_worker_or_actor_process_and_unshared_logs_are_copied(kernel, run_root, ray_cluster):
-    """Here the node is made to believe it does not see the kernel's files (as on another machine without a
-    shared file system): the cell is copied to the node, the log written there and copied back."""
-    name = "raystop"
-    node_dirs = Path(tempfile.gettempdir()) / f"nbworkers-ray-{os.getuid()}"  # private to this user (private_dirs)
-    node_prefix = node_dirs / f"{name}-"
-    forced = kernel.run("import nbworkers.magics.backends.ray.backend as rb; rb.log_probe = lambda path: (-1, b'')")
-    assert not forced.error, forced.error
-    sigterm = "repr(__import__('signal').getsignal(__import__('signal').SIGTERM))"
-    kernel_sigterm = kernel.value(sigterm)
-    try:
-        assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
-        assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
-        shown = logs(kernel, name)
-        assert shown.count(f"log there: {node_prefix}") == 2 and shown.count("(copied here)") == 2, shown
-        assert len(ray_cluster.actor_processes()) == 2
-        assert kernel.value(sigterm) == kernel_sigterm, "connecting to Ray changed the kernel's SIGTERM handling"
-        assert len(processes_of_run_root(node_prefix)) >= 4  # hosts and workers run in the node's directory
-        stopped = kernel.run(f"%workers stop {name}")
-        assert not stopped.error, stopped.text
-        assert kernel.value(f"nbworkers.get_cluster({name!r}).status") == "stopped"
-        assert wait_until(lambda: not processes_of_run_root(node_prefix), 30), processes_of_run_root(node_prefix)
-        assert not processes_of_run_root(run_root)
-        assert only_pooled_actors_left(kernel, ray_cluster, 2), ray_cluster.actor_processes()  # idle: no worker
-        released = kernel.run("%workers stop --all")  # lets the idle groups go too
-        assert "Released 1 idle Ray worker group" in released.stdout, released.text
-        assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
-    finally:
-        for path in node_dirs.glob(f"{name}-*"):
-            shutil.rmtree(path, ignore_errors=True)
-        try:
-            node_dirs.rmdir()  # only when empty: another run may use it
-        except OSError:
-            pass
-
-
 QUICK_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --block
 print("hello from", __import__("socket").gethostname(), flush=True)
 """
 
 
-@pytest.mark.own_kernel  # a kernel's first Ray run says what Ray does not encrypt
-def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and_the_relay_is_encrypted(
+@pytest.mark.own_kernel  # a kernel's first Ray run says what Ray does not encrypt; then it patches the Ray backend
+def test_any_spelling_of_the_head_works_the_relay_is_encrypted_and_a_stop_with_unshared_logs_leaves_nothing(
         kernel, run_root, ray_cluster):
-    """Hardening: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
+    """Two checks that each need a kernel of their own, in one (a kernel's first Ray run pays its connection and its
+    actor processes).
+
+    Hardening: connected under the address Ray printed (this machine's LAN IP), the kernel takes 127.0.0.1:PORT,
     localhost:PORT and auto for the same head; another head is refused clearly. The run's relay is a CurveZMQ
-    server (the log lines in the kernel came through it)."""
+    server (the log lines in the kernel came through it). Connecting leaves the kernel's SIGTERM handling alone.
+
+    Stop: the node is then made to believe it does not see the kernel's files (as on another machine without a
+    shared file system): the cell is copied to the node, the log written there and copied back; the stop leaves no
+    worker or actor process but the run's group, idle (the one the first runs left in the pool, taken again)."""
+    sigterm = "repr(__import__('signal').getsignal(__import__('signal').SIGTERM))"
+    kernel_sigterm = kernel.value(sigterm)  # before the kernel's first connection to Ray
     port = ray_cluster.address.rsplit(":", 1)[1]
     first = kernel.run(QUICK_CELL.format(address=ray_cluster.address, name="rayfirst"))
     assert not first.error, first.text
+    assert kernel.value(sigterm) == kernel_sigterm, "connecting to Ray changed the kernel's SIGTERM handling"
     # this cluster has no TLS: the kernel's first Ray run says what crosses in plain text (once: not the second)
     assert first.text.count("Ray's transport is not encrypted") == 1 and "RAY_USE_TLS=1" in first.text, first.text
     second = kernel.run(QUICK_CELL.format(address=f"127.0.0.1:{port}", name="raysecond"))
@@ -172,6 +145,36 @@ def test_any_spelling_of_the_connected_head_works_another_cluster_is_refused_and
     assert not checks.error, checks.error
     assert "REFUSED --address 127.0.0.1:" in checks.stdout and "another Ray cluster" in checks.stdout, checks.stdout
     assert wait_until(lambda: not processes_of_run_root(run_root), 30)
+
+    name = "raystop"
+    node_dirs = Path(tempfile.gettempdir()) / f"nbworkers-ray-{os.getuid()}"  # private to this user (private_dirs)
+    node_prefix = node_dirs / f"{name}-"
+    forced = kernel.run("import nbworkers.magics.backends.ray.backend as rb; rb.log_probe = lambda path: (-1, b'')")
+    assert not forced.error, forced.error
+    try:
+        assert not kernel.run(SLEEP_CELL.format(address=ray_cluster.address, name=name)).error
+        assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)
+        shown = logs(kernel, name)
+        assert shown.count(f"log there: {node_prefix}") == 2 and shown.count("(copied here)") == 2, shown
+        assert len(ray_cluster.actor_processes()) == 2
+        assert kernel.value(sigterm) == kernel_sigterm, "running on Ray changed the kernel's SIGTERM handling"
+        assert len(processes_of_run_root(node_prefix)) >= 4  # hosts and workers run in the node's directory
+        stopped = kernel.run(f"%workers stop {name}")
+        assert not stopped.error, stopped.text
+        assert kernel.value(f"nbworkers.get_cluster({name!r}).status") == "stopped"
+        assert wait_until(lambda: not processes_of_run_root(node_prefix), 30), processes_of_run_root(node_prefix)
+        assert not processes_of_run_root(run_root)
+        assert only_pooled_actors_left(kernel, ray_cluster, 2), ray_cluster.actor_processes()  # idle: no worker
+        released = kernel.run("%workers stop --all")  # lets the idle groups go too
+        assert "Released 1 idle Ray worker group" in released.stdout, released.text
+        assert wait_until(lambda: not ray_cluster.actor_processes(), ACTORS_GONE_TIMEOUT), ray_cluster.actor_processes()
+    finally:
+        for path in node_dirs.glob(f"{name}-*"):
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            node_dirs.rmdir()  # only when empty: another run may use it
+        except OSError:
+            pass
 
 
 OPEN_CWD_CELL = """%%worker -n 2 --backend ray --address {address} --name {name} --block
@@ -239,13 +242,15 @@ def test_missing_ray_says_how_to_install_it(kernel_without_ray, kernel, run_root
     assert not (run_root / "noray").exists()
 
 
-@pytest.mark.own_kernel  # it changes settings().config, which the shared kernel's reset does not give back
 def test_a_group_ray_cannot_place_says_why_and_leaves_nothing(kernel, run_root, ray_cluster):
     configured = kernel.run("nbworkers.settings().config.RaySettings.placement_timeout = 5")
     assert not configured.error, configured.error
-    # four workers, one per node, on three nodes with CPUs
-    result = kernel.run(f"%%worker -n 4 --backend ray --address {ray_cluster.address} --spread --name crowded\n"
-                        "print('hi')\n")
+    try:  # four workers, one per node, on three nodes with CPUs
+        result = kernel.run(f"%%worker -n 4 --backend ray --address {ray_cluster.address} --spread --name crowded\n"
+                            "print('hi')\n")
+    finally:  # settings().config is the kernel's IPython config, which the shared kernel's reset does not give back
+        restored = kernel.run("del nbworkers.settings().config.RaySettings['placement_timeout']")
+    assert not restored.error, restored.error
     assert "Ray could not place 4 workers with 1 CPU each on separate nodes (--spread)" in result.failure, result.text
     assert "the cluster has 4 node(s)" in result.failure and "Nothing was started" in result.failure
     assert not processes_of_run_root(run_root)

@@ -49,6 +49,7 @@ def tf_configs(text: str) -> list[dict]:
     return [json.loads(found) for found in re.findall(r"^TF_CONFIG (.+)$", text, re.M)]
 
 
+@pytest.mark.node_zygotes  # the others' kernels run without them (conftest.py)
 def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_the_kernels_kill_9(
         kernel_env, tmp_path, run_root, ray_cluster):
     """A kernel started with RAY_ADDRESS: %load_ext starts every node's zygote and a spare worker host there
@@ -104,6 +105,7 @@ FORK_CELL = worker_cell("-n 3 --backend ray --address {address} --spread --name 
                         "import tensorflow as tf\nprint('TF', tf.__version__, flush=True)\n")
 
 
+@pytest.mark.node_zygotes  # the others' kernels run without them (conftest.py)
 def test_one_zygote_per_node_forks_the_workers_of_warm_runs(kernel, run_root, ray_cluster):
     """One worker per node: the cold run spawns each (a new zygote's import beside the worker's own saves nothing)
     and every node's zygote starts when it ends; its actors and placement group are kept, idle; the warm run
