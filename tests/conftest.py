@@ -125,6 +125,27 @@ def environment_is_left_as_found():
         pytest.fail(f"the test left os.environ changed: {changed}")
 
 
+def _close_shared_browser() -> None:
+    helpers = sys.modules.get("browser_helpers")
+    if helpers is not None:
+        helpers.close_browser()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def browser_of_the_module():
+    """Close the chromium a module's pages shared (tests/browser_helpers.chromium_page), after its last test."""
+    yield
+    _close_shared_browser()
+
+
+@pytest.fixture(autouse=True)
+def no_browser_for_other_tests(request: pytest.FixtureRequest):
+    """Close it before a test not marked ``browser``: while Playwright's sync API is alive the thread's asyncio loop
+    reads as running, and nbclient or jupyter_client in the test could not run theirs."""
+    if request.node.get_closest_marker("browser") is None:
+        _close_shared_browser()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Marks a test whose setup or call failed (tests/shared_kernel.py ends a shared kernel after it)."""
