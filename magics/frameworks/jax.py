@@ -4,9 +4,10 @@ Each worker gets ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (every worker's address, w
 ``jax.distributed`` starts there, on the port the backend chose for it as for TensorFlow),
 ``KERAS_DISTRIBUTION_NUM_PROCESSES`` and ``KERAS_DISTRIBUTION_PROCESS_ID``; every worker of the run shares
 ``KERAS_BACKEND=jax`` (the user's ``--env KERAS_BACKEND=...`` wins) and ``JAX_NUM_CPU_DEVICES`` (``--cpu-devices
-N``, default 1), both read at import, so they select the zygote (one that imported JAX and Keras on JAX). What the
-worker does with them before the cell's code: ``distlib/frameworks/jax.py``. GPUs per worker: as for TensorFlow
-(``CUDA_VISIBLE_DEVICES``). Registered as ``jax`` in the entry-point group ``nbworkers.frameworks``.
+N``, default 1), both read at import, so they select the zygote (one that imported JAX, Keras on JAX, and
+TensorFlow when installed). What the worker does with them before the cell's code: ``distlib/frameworks/jax.py``.
+GPUs per worker: as for TensorFlow (``CUDA_VISIBLE_DEVICES``). Registered as ``jax`` in the entry-point group
+``nbworkers.frameworks``.
 """
 
 from __future__ import annotations
