@@ -70,6 +70,9 @@ def test_tutorial_runs_headless_and_its_result_checks(name, tmp_path):
         "NBWORKERS_RUN_ROOT": str(run_root),
         "TF_CPP_MIN_LOG_LEVEL": "1",
         "NBWORKERS_TF215_PYTHON": str(TF215_PYTHON) if TF215_PYTHON.exists() else "",
+        # zygotes on, each started by the first run that needs it (as conftest's kernels): a prewarmed one imports
+        # TensorFlow for this venv at %load_ext, which 04 (TF 2.15's python) and 08 (JAX's zygote) never fork from
+        "NBWORKERS_ZYGOTE_PREWARM": "0",
     })
     env.pop("TF_CONFIG", None)
     notebook = nbformat.read(workdir / name, as_version=4)
