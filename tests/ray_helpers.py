@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -99,7 +98,6 @@ class RayTestCluster:
         self.last_started: subprocess.Popen | None = None
         self.address = ""
         self.own_env = bool(env)
-        self._gcs: Any = None  # Ray's GCS client, made at the first ``alive_nodes``
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **RAY_TEST_ENV, **PATIENT_WORKER_START_ENV, **(env or {})}
         env.pop("RAY_ADDRESS", None)
         self.env = env
@@ -179,10 +177,10 @@ class RayTestCluster:
         from ray._raylet import GcsClient
         from ray.core.generated import gcs_pb2
 
-        try:
-            if self._gcs is None:
-                self._gcs = GcsClient(address=self.address)
-            nodes = self._gcs.get_all_node_info(timeout=30).values()
+        try:  # a client per question: none outlives the cluster in this process (its channel would retry the GCS)
+            gcs = GcsClient(address=self.address)
+            nodes = gcs.get_all_node_info(timeout=30).values()
+            del gcs
         except Exception:  # the GCS does not answer (yet)
             return 0
         return sum(1 for node in nodes if node.state == gcs_pb2.GcsNodeInfo.ALIVE)
