@@ -332,7 +332,8 @@ class RunLoop:
             self._launch_group()
         except LaunchError as error:  # e.g. a lost node leaves too few for the group
             self._worker_group.kill()
-            self.post(ev.LaunchFailed(str(error)))  # queued: handled once this action is carried out
+            # queued: handled once this action is carried out; the workers after the last handle have no process
+            self.post(ev.LaunchFailed(str(error), launched=len(self._worker_group.handles)))
         self.dirty = True
 
     def _drain_relay(self) -> None:

@@ -278,9 +278,26 @@ def test_a_relaunch_that_cannot_start_fails_the_run():
     run = Run(backoff=0.0)
     run.exit((0, -9, ""), (1, -15, ""))
     run.tick()
-    actions = run.send(ev.LaunchFailed("2 workers asked for, 1 node left"))
+    actions = run.send(ev.LaunchFailed("2 workers asked for, 1 node left", launched=1))
     assert kinds(actions) == ["StopGroup", "Failed"] and run.state.failure_kind == "RelaunchFailed"
     assert "1 node left" in run.state.error
+    # worker 1 was never started: no exit of its will come, so the run ends once worker 0's process has exited
+    assert run.state.workers[1].status == W.FAILED and "not started" in run.state.workers[1].detail
+    assert not run.core.ended
+    run.exit((0, -9, ""))
+    assert run.core.ended
+    run.end()
+    assert run.state.status == C.FAILED
+
+
+def test_a_relaunch_that_started_no_worker_ends_the_run_at_once():
+    run = Run(backoff=0.0)
+    run.exit((0, -9, ""), (1, -15, ""))
+    run.tick()
+    run.send(ev.LaunchFailed("Ray did not start the actors within 120 s"))
+    assert run.core.ended and run.workers() == [W.FAILED, W.FAILED]
+    run.end()
+    assert run.state.status == C.FAILED and "120 s" in run.state.error
 
 
 def test_servers_are_retired_when_training_ends_and_the_run_finishes():

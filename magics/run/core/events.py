@@ -25,6 +25,7 @@ class Attempt:
     stacks_dumped_at: float | None = None  # the watchdog asked for stacks; it acts stack_dump_wait later
     training_ended_at: float | None = None  # every awaited task exited 0; the others are retired
     retired: set[int] = field(default_factory=set)  # unawaited tasks stopped because training ended
+    unlaunched: set[int] = field(default_factory=set)  # no process: the launch failed before it started them
 
 
 # ----------------------------------------------------------------------------------------------- events
@@ -130,9 +131,12 @@ class CapacityUnknown:
 
 @dataclass(frozen=True)
 class LaunchFailed:
-    """A relaunch of the group raised (for example, too few nodes are left)."""
+    """A relaunch of the group raised (for example, too few nodes are left, or Ray did not start the actors in time),
+    having started ``launched`` workers (0 to ``launched - 1``; the shell killed them): the others have no process,
+    and no exit of theirs will come."""
 
     error: str
+    launched: int = 0
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ class Supervisor:
 
     @property
     def all_exited(self) -> bool:
-        return all(w.exit_code is not None for w in self.state.workers)
+        """Every worker's process has exited, or it has none (its launch failed)."""
+        return all(w.exit_code is not None or w.index in self.attempt.unlaunched for w in self.state.workers)
 
     @property
     def relaunch_due(self) -> bool:
@@ -133,7 +134,7 @@ class Supervisor:
                 self.resize_note = f"the cluster did not answer ({event.why})"
                 return []
             case ev.LaunchFailed():
-                return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
+                return self._on_launch_failed(event)
             case ev.Ended():
                 return self._on_ended()
             case ev.SupervisorCrashed():
@@ -145,6 +146,14 @@ class Supervisor:
                 return self._end_hold()
             case _:
                 assert_never(event)
+
+    def _on_launch_failed(self, event: ev.LaunchFailed) -> list[ev.Action]:
+        """The workers the failed launch did not start have no process to wait for: the run can end."""
+        for worker in self.state.workers[event.launched:]:
+            if worker.exit_code is None:
+                self.attempt.unlaunched.add(worker.index)
+                worker.status, worker.detail = WorkerStatus.FAILED, "not started: the group's launch failed"
+        return self._fail(RelaunchFailed(f"the group could not be started again: {event.error}"))
 
     def _on_logged(self, event: ev.Logged) -> None:
         self.attempt.last_progress = self.clock()
