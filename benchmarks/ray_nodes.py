@@ -1,6 +1,8 @@
-"""Many machines on one: the simulated Ray cluster of the tests (tests/ray_helpers.py: a head without CPUs on
-127.0.0.1 and three one-CPU nodes at 127.0.0.2-.4, each its own raylet), called from ``benchmarks/run.py``
-(``--only ray_nodes``). Side by side, per repetition (interleaved, so that the ratios see the same load):
+"""Many machines on one: a simulated Ray cluster as the tests' (tests/ray_helpers.py), a head without CPUs and three
+one-CPU nodes, each its own raylet, but on loopback addresses of its own (127.0.0.20, .21-.23: never beside the
+tests' cluster at 127.0.0.1-.4), called from ``benchmarks/run.py`` (``--only ray_nodes``; with
+``NBW_BENCH_RAY_AT_ONCE=1`` the hand launch and the cold-at-once run alone). Side by side, per repetition (interleaved, so that the ratios see the same
+load):
 
 - hand: the TensorFlow tutorial's launch of ``workload.py``, 3 workers (``TF_CONFIG`` + ``python main.py &``),
   to the first step of every worker (the baseline);
@@ -13,6 +15,11 @@
   node's zygote and a spare worker host there, ``groups/spares.py``; the first cell, once the zygotes are ready, as
   when a user takes a few seconds to write it: a new placement group, its workers hosted by the spares, every worker
   forked) and warm (the same cell again: the group and actors the first run left idle, every worker forked);
+
+- at once: a fresh kernel with the defaults and no ``RAY_ADDRESS`` (nothing of Ray prewarmed; the local zygote's
+  prewarm starts at ``%load_ext``, as for any user), ``%load_ext nbworkers`` and at once the cell, the cluster named
+  only there (``--address``): the kernel imports and connects Ray, places the group, starts one actor process per
+  worker, and each worker is spawned (a node's one worker would wait as long for a new zygote's import);
 
 then, once: ``-n 2 --spread`` on the three nodes, a long run, ``kill -9`` of worker 1's node (its raylet's
 process group) -> the first step of the group restarted on the two nodes left (forked there). That includes
@@ -30,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the simulated cluster the tests use
 
 WORKERS = 3
+HEAD_IP = "127.0.0.20"  # the benchmark's cluster, apart from the tests' (127.0.0.1-.4)
+NODE_IPS = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
 
 
 def _cell(address: str, name: str, workers: int = WORKERS, extra: str = "") -> str:
@@ -41,9 +50,9 @@ def _cell(address: str, name: str, workers: int = WORKERS, extra: str = "") -> s
 def _first_step(kernel, cell: str, paths: list[Path], wait_first_steps, timeout: float = 600) -> tuple[float, int]:
     """Seconds from executing the cell to every worker's first step; how many were forked."""
     t0 = time.time()
-    error = kernel.collect(kernel.send(cell), timeout).error_line
-    if error:
-        raise RuntimeError(f"%%worker failed: {error}")
+    result = kernel.collect(kernel.send(cell), timeout)
+    if result.error_line or result.status == "error":  # a UsageError (a LaunchError) has no error line
+        raise RuntimeError(f"%%worker failed: {result.error_line or result.stderr.strip()}")
     steps = wait_first_steps(paths, timeout=timeout)
     forked = sum("--- nbworkers: forked from zygote" in p.read_text(errors="replace") for p in paths)
     return max(steps) - t0, forked
@@ -119,6 +128,41 @@ def _wait_node_zygotes_ready(run_root: Path, count: int, timeout: float = 120) -
     raise TimeoutError(f"the node zygotes were not ready within {timeout} s")
 
 
+def _at_once(BenchKernel, notebook: Path, run_root: Path, env: dict, address: str, tag: str, wait_first_steps,
+             log) -> tuple[float, int]:
+    """A fresh kernel's first cell right after ``%load_ext`` (BenchKernel loads it), the address only in the cell."""
+    kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "1"})
+    name = f"ray-{tag}-at-once"
+    paths = [run_root / name / f"worker-{i}.log" for i in range(WORKERS)]
+    try:
+        seconds, forked = _first_step(kernel, _cell(address, name), paths, wait_first_steps)
+        kernel.output(f"%workers wait {name} --timeout 300")
+    finally:
+        kernel.shutdown()
+    log(f"ray nodes, {tag}: cold at once {seconds:.2f} s to the first step ({forked}/{WORKERS} forked)")
+    return seconds, forked
+
+
+def _cluster():
+    """The tests' simulated cluster (tests/ray_helpers.py), its head at HEAD_IP instead of 127.0.0.1."""
+    from conftest import wait_until
+    from ray_helpers import FAST_NODE_DEATH_ENV, RAY_NODES_TIMEOUT, RayTestCluster, free_port
+
+    class BenchCluster(RayTestCluster):
+        def start(self) -> "BenchCluster":
+            self.address = self._start_node("head", [
+                "--head", "--node-ip-address", HEAD_IP, "--port", str(free_port()), "--num-cpus", "0",
+                "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
+            ], r"ray start --address='([^']+)'", dict(self.env, **FAST_NODE_DEATH_ENV)).group(1)
+            for ip in self.node_ips:
+                self.add_node(ip, wait=False)
+            assert wait_until(lambda: self.alive_nodes() == 1 + len(self.node_ips), RAY_NODES_TIMEOUT, interval=2), \
+                "not every node of the benchmark's Ray cluster joined"
+            return self
+
+    return BenchCluster(NODE_IPS, head_cpus=0).start()
+
+
 def _node_kill(BenchKernel, notebook: Path, run_root: Path, env: dict, nodes, wait_first_steps, log) -> float:
     kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE_PREWARM": "0"})
     name = "ray-node-kill"
@@ -144,23 +188,36 @@ def _node_kill(BenchKernel, notebook: Path, run_root: Path, env: dict, nodes, wa
 
 def bench(tmp: Path, handdir: Path, env: dict, reps: int, *, BenchKernel, hand_launch, wait_first_steps,
           log) -> dict:
-    from ray_helpers import MULTI_NODE_IPS, RAY_TEST_ENV, RayTestCluster
+    import os
+
+    from ray_helpers import RAY_TEST_ENV
 
     env = {**env, **RAY_TEST_ENV}
     notebook = tmp / "ray-notebook"
     notebook.mkdir(exist_ok=True)
-    result: dict = {"reps": []}
-    nodes = RayTestCluster(MULTI_NODE_IPS, head_cpus=0).start()
+    result: dict = {"reps": [], "load": []}
+    at_once_only = os.environ.get("NBW_BENCH_RAY_AT_ONCE") == "1"  # the hand launch and the at-once run alone
+    nodes = _cluster()
     try:
         for rep in range(reps):
+            result["load"].append(os.getloadavg()[0])
             row = {"hand": hand_launch(WORKERS, handdir, env)}
-            log(f"ray nodes: hand launch of {WORKERS} workers {row['hand']:.2f} s")
+            log(f"ray nodes: hand launch of {WORKERS} workers {row['hand']:.2f} s (load {result['load'][-1]:.1f})")
+            run_root = tmp / f"ray-runs-{rep}-at-once"
+            run_root.mkdir(mode=0o700)
+            row["at_once"], row["at_once_forked"] = _at_once(BenchKernel, notebook, run_root, env, nodes.address,
+                                                             f"r{rep}", wait_first_steps, log)
+            if at_once_only:
+                result["reps"].append(row)
+                continue
             for pool, tag in ((False, "old"), (True, "pool")):
                 run_root = tmp / f"ray-runs-{rep}-{tag}"  # each kernel's zygotes marked apart
                 run_root.mkdir(mode=0o700)
                 runs = _runs(BenchKernel, notebook, run_root, env, nodes.address, pool, tag, wait_first_steps, log)
                 row.update({f"{tag}_{k}": v for k, v in runs.items()})
             result["reps"].append(row)
+        if at_once_only:
+            return result
         run_root = tmp / "ray-runs-kill"
         run_root.mkdir(mode=0o700)
         result["node_kill"] = _node_kill(BenchKernel, notebook, run_root, env, nodes, wait_first_steps, log)
@@ -179,6 +236,14 @@ def rows(result: dict) -> list[tuple[str, str, str, str]]:
         return statistics.median(r[key] / r["hand"] for r in result["reps"])
 
     out = [(f"ray, 3 nodes: first step, {WORKERS} workers: hand launch", f"{median('hand'):.2f} s", "baseline", "")]
+    if all("at_once" in r for r in result["reps"]):
+        forked = min(r["at_once_forked"] for r in result["reps"])
+        met = "met" if ratio("at_once") <= 1.0 else "NOT met"
+        out.append((f"ray, 3 nodes: cold at once, the first cell right after %load_ext, --address in the cell"
+                    f" ({forked}/{WORKERS} forked)", f"{median('at_once'):.2f} s", f"{ratio('at_once'):.2f}x hand",
+                    f"<= 1x: {met}"))
+    if not all("old_cold" in r for r in result["reps"]):
+        return out
     words = {("old", "cold"): "old path (pool off, nothing prewarmed): cold, a fresh kernel's first run",
              ("old", "warm"): "old path: warm, node zygotes ready, a new placement group and actors",
              ("pool", "cold"): "pool: cold, node zygotes and spare hosts prewarmed at %load_ext (RAY_ADDRESS), a new group",
