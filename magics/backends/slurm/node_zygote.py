@@ -23,6 +23,7 @@ import sys
 
 from nbworkers.host.command import ZYGOTE_MODULE
 from nbworkers.protocol.private.dirs import module_command, socket_path
+from nbworkers.protocol.private.files import open_own
 
 NODE_ZYGOTE_DIR = "nbworkers-slurm-zygote"
 ANNOUNCE = "nbworkers-zygote-at"
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     name, idle_timeout, python = (sys.argv[1:] if argv is None else argv)[:3]
     sock = socket_path(NODE_ZYGOTE_DIR, f"{name}.sock")
     log_path = str(sock.with_suffix(".log"))
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log = open_own(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # no link followed, this user's own file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel ends this step by its stdin, not by signals
     zygote = subprocess.Popen(
         module_command(python, ZYGOTE_MODULE, "--socket", str(sock), "--idle-timeout", idle_timeout, unbuffered=True),

@@ -43,6 +43,7 @@ from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV
 from nbworkers.protocol import cell_scan, wire
 from nbworkers.protocol.private.dirs import module_command, runtime_dir
+from nbworkers.protocol.private.files import open_own
 from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 NODE_ZYGOTE_MODULE = "nbworkers.magics.backends.slurm.node_zygote"
@@ -156,8 +157,7 @@ class ZygoteSteps:
         task = module_command(sys.executable, NODE_ZYGOTE_MODULE, socket_name, str(config.zygote_idle_timeout),
                               python or sys.executable)
         srun_log = runtime_dir(ZYGOTE_DIR_NAME) / f"slurm-{allocation.job_id}-{node}-{socket_name}.srun.log"
-        with open(srun_log, "ab") as log:
-            os.chmod(srun_log, 0o600)
+        with os.fdopen(open_own(srun_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:  # no link followed
             srun = subprocess.Popen(commands.srun_command(allocation.job_id, node, name, task), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log, env=commands.step_env(zygote_env),
                                     cwd=str(srun_log.parent), start_new_session=True, close_fds=True)

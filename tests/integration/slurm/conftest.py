@@ -30,6 +30,7 @@ from hub_helpers import UnixUser, processes_of, unix_users
 from slurm_cluster import SlurmCluster, install_hint, missing_commands, running_cluster
 
 JOBS_END_TIMEOUT = 20.0  # s for a test's finished jobs to leave squeue (completing: KillWait is 5 s)
+ZYGOTES_MARK = "node_zygotes"
 USER_PROCESSES_TIMEOUT = 15.0  # s for the test user's last processes to be gone (reaped) after the cluster's stop
 
 
@@ -78,9 +79,13 @@ def slurm_cluster(slurm_user: UnixUser) -> SlurmCluster:
 
 
 @pytest.fixture(autouse=True)
-def slurm_test_environment(slurm_cluster: SlurmCluster, kernel_env: dict[str, str]):
-    """The test kernel is a client of the test Slurm; no job may outlive its test."""
+def slurm_test_environment(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, kernel_env: dict[str, str]):
+    """The test kernel is a client of the test Slurm, without zygotes on the nodes but in the tests marked
+    ``node_zygotes`` (the warm path: a zygote step per node imports TensorFlow, ~5-10 s of CPU each where `make test`
+    is CPU-bound, which a test of plain cells would wait for and not use); no job may outlive its test."""
     kernel_env.update(slurm_cluster.env)
+    if request.node.get_closest_marker(ZYGOTES_MARK) is None:
+        kernel_env["NBWORKERS_ZYGOTE"] = "0"
     yield
     deadline = time.monotonic() + JOBS_END_TIMEOUT
     while (left := slurm_cluster.jobs()) and time.monotonic() < deadline:

@@ -82,6 +82,7 @@ def logs(run_root, name: str) -> list[str]:
     return [(run_root / name / f"worker-{i}.log").read_text() for i in range(2)]
 
 
+@pytest.mark.node_zygotes  # a TensorFlow import per node, then forks, the restart's too (spawned: one per worker)
 def test_training_on_two_slurm_nodes_resumes_after_a_cancelled_step_and_leaves_no_step(
         allocation, kernel, run_root, slurm_cluster):
     name, job = "slurmtrain", allocation["SLURM_JOB_ID"]
@@ -121,6 +122,7 @@ def test_training_on_two_slurm_nodes_resumes_after_a_cancelled_step_and_leaves_n
 
 
 @pytest.mark.own_kernel  # it kills its kernel
+@pytest.mark.node_zygotes  # the zygote steps too must end with it
 def test_stop_runs_finally_and_the_kernels_kill_9_leaves_no_step(allocation, kernel, run_root, slurm_cluster, tmp_path):
     job = allocation["SLURM_JOB_ID"]
     marker = str(tmp_path / "mark")
