@@ -87,8 +87,8 @@ def fork_refusal() -> str | None:
 
 
 def preload() -> None:
-    """The framework's modules (``NBWORKERS_FRAMEWORK``: TensorFlow's, or JAX and Keras on JAX), after the socket is
-    bound (``main``): hosts may connect and wait meanwhile."""
+    """The framework's modules (``NBWORKERS_FRAMEWORK``: TensorFlow's, or JAX and Keras on JAX, and TensorFlow when
+    installed), after the socket is bound (``main``): hosts may connect and wait meanwhile."""
     for name in frameworks.current().preload():
         try:
             importlib.import_module(name)

@@ -1,10 +1,10 @@
 """The kernel's zygotes: one fork server per (interpreter, import-time environment), started on first use.
 (On Ray nodes: one per node as well, kept by an actor there: magics/backends/ray/node_zygotes.py.)
 
-A zygote (``nbworkers.distlib.worker.zygote``) imports its framework once (TensorFlow; JAX and Keras on JAX for
-``--framework jax``: ``NBWORKERS_FRAMEWORK`` is part of its key) and forks workers, so a cold ``%%worker -n N``
-pays one import instead of N, and every later run, restart and session start pays a fork. ``LocalBackend``
-asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to the worker's host
+A zygote (``nbworkers.distlib.worker.zygote``) imports its framework once (TensorFlow; for ``--framework jax``, JAX,
+Keras on JAX and TensorFlow when installed: ``NBWORKERS_FRAMEWORK`` is part of its key) and forks workers, so a cold
+``%%worker -n N`` pays one import instead of N, and every later run, restart and session start pays a fork.
+``LocalBackend`` asks ``socket_for(python, env, cwd)`` for each worker and passes the socket to the worker's host
 (``host --zygote``), which asks the zygote for the fork and supervises the child as it does a spawned worker.
 
 - **Key**: the interpreter plus the variables that matter at ``import tensorflow`` / ``import keras``
@@ -59,7 +59,7 @@ from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
 IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "JAX_", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
                         "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
-# NBWORKERS_FRAMEWORK: what the zygote imports ahead (TensorFlow, or JAX and Keras on JAX: distlib/frameworks)
+# NBWORKERS_FRAMEWORK: what the zygote imports ahead (TensorFlow, or JAX, Keras and TensorFlow: distlib/frameworks)
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "TMPDIR", env_settings.FRAMEWORK.name})
 CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})  # and the frameworks' variables: child_only()
 
