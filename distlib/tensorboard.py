@@ -97,12 +97,15 @@ def _continuing(base: type) -> type:
 
 
 class ReportSummaries:
-    """Writes sent ``report()`` metrics as scalars (lazily: TensorFlow must already be imported)."""
+    """Writes sent ``report()`` metrics as scalars (lazily: TensorFlow must already be imported), one point per tag
+    and step: a value sent again at the same step (a throttled batch's report, then its epoch's at the same
+    iteration: seen on a busy machine) is not written twice; a new tag or a changed value at that step is."""
 
     def __init__(self) -> None:
         self.enabled = env_settings.TENSORBOARD.get() and env_settings.RUN_DIR.is_set()
         self._writer: Any = None
         self._last_step = 0
+        self._at_last_step: dict[str, float] = {}  # what was written at _last_step
 
     def write(self, metrics: dict[str, float], step: int | None, epoch: int | None, steps_total: int | None,
               iterations: Any = None) -> None:
@@ -117,9 +120,14 @@ class ReportSummaries:
             x = _count(iterations)  # the optimizer's updates: continues across fit calls
             x = _global_step(step, epoch, steps_total) if x is None else x
             x = self._last_step + 1 if x is None else x
-            self._last_step = x
+            if x != self._last_step:
+                self._last_step, self._at_last_step = x, {}
+            new = {name: value for name, value in metrics.items() if self._at_last_step.get(name) != value}
+            if not new:
+                return
+            self._at_last_step.update(new)
             with self._writer.as_default():
-                for name, value in metrics.items():
+                for name, value in new.items():
                     tf.summary.scalar(name, value, step=x)
             self._writer.flush()
         except Exception as error:  # summaries are a convenience: never break the training they describe
