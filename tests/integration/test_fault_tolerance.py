@@ -507,8 +507,11 @@ print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in mode
 
 def test_tf_keras_fit_with_checkpoint_dir_saves_on_sigterm_and_resumes(kernel, run_root):
     name = "tfkeras"
-    assert not kernel.run(TF_KERAS_CELL.format(name=name, sleep=0.15)).error
-    kill_worker_when(kernel, name, 1, signal.SIGTERM, lambda w: w["epoch"] == 2 and (w["step"] or 0) >= 3)
+    # SIGTERM early in epoch 2, so that its save lands mid-epoch however late the kill: the kernel sees the step
+    # through throttled reports and a snapshot per poll (ci2, a busy machine: a kill at step 3 of 8, 0.15 s each,
+    # landed after the epoch's end and the save was epoch 3's)
+    assert not kernel.run(TF_KERAS_CELL.format(name=name, sleep=0.3)).error
+    kill_worker_when(kernel, name, 1, signal.SIGTERM, lambda w: w["epoch"] == 2 and (w["step"] or 0) >= 1)
     snap = wait_for(kernel, name)
     assert snap["status"] == "finished", snap["error"]
     entry = snap["restart_history"][0]
