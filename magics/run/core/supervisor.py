@@ -25,6 +25,7 @@ from typing import Any, assert_never
 from nbworkers.magics.launch import roles
 from nbworkers.magics.launch.tfconfig import Task
 from nbworkers.magics.run.core import events as ev
+from nbworkers.magics.run.core import retirement, watchdog
 from nbworkers.magics.run.core.elastic import Elastic, growth
 from nbworkers.magics.run.core.events import Attempt
 from nbworkers.magics.run.core.failures import (
@@ -318,40 +319,24 @@ class Supervisor:
         return ev.StopGroup()
 
     def _check_stall(self, now: float) -> list[ev.Action]:
-        """The no-progress watchdog: dump every worker's stacks into its log, then restart or fail the group."""
-        stall, attempt = self.timings.stall_timeout, self.attempt
-        if not stall or self.stopping or self.pending is not None:
-            return []
-        if attempt.stacks_dumped_at is None:
-            if now - attempt.last_progress < stall:
-                return []
-            # The stack dumps themselves are log output: from here on, silence is not measured again.
-            attempt.stacks_dumped_at = now
-            return [ev.DumpStacks()]
-        if now - attempt.stacks_dumped_at < self.timings.stack_dump_wait:
-            return []
-        attempt.stacks_dumped_at = None
-        return self._on_failure(GroupStalled(
-            f"no worker reported progress for {stall:g} s (--stall-timeout); their stacks are in their logs"
-        ))
-
-    def _retire_unawaited(self, now: float) -> list[ev.Action]:
-        """Servers (ParameterServerStrategy's workers and ps) never exit, an evaluator may watch for checkpoints
-        forever: once every awaited task exited well, stop them (servers at once, the evaluator after
-        evaluator_grace); the run then ends as finished."""
+        """The no-progress watchdog (``watchdog.py``): dump every worker's stacks, then restart or fail the group."""
         if self.stopping or self.pending is not None:
             return []
-        if not all(w.exit_code == 0 for t, w in zip(self.tasks, self.state.workers) if t.awaited):
+        seen = watchdog.look(self.timings, self.attempt, now)
+        if seen is watchdog.Stall.DUMP_STACKS:
+            return [ev.DumpStacks()]
+        if seen is watchdog.Stall.STALLED:
+            return self._on_failure(GroupStalled(watchdog.stalled_message(self.timings)))
+        return []
+
+    def _retire_unawaited(self, now: float) -> list[ev.Action]:
+        """Servers and an evaluator, once training ended (``retirement.py``): stopped, each saying why."""
+        if self.stopping or self.pending is not None:
             return []
-        attempt = self.attempt
-        attempt.training_ended_at = attempt.training_ended_at or now
-        actions: list[ev.Action] = []
-        for i in roles.due_for_retirement(self.tasks, now - attempt.training_ended_at, self.timings.evaluator_grace):
-            if i not in attempt.retired and self.state.workers[i].exit_code is None:
-                attempt.retired.add(i)
-                self.state.workers[i].detail = roles.retirement_detail(self.tasks[i])
-                actions.append(ev.RetireWorker(i))
-        return actions
+        due = retirement.due(self.tasks, self.state.workers, self.attempt, now, self.timings.evaluator_grace)
+        for i in due:
+            self.state.workers[i].detail = roles.retirement_detail(self.tasks[i])
+        return [ev.RetireWorker(i) for i in due]
 
     def _relaunch(self) -> list[ev.Action]:
         cause, self.pending = self.pending, None
