@@ -6,8 +6,10 @@ hand launch of the same script, side by side.
   ``KERAS_DISTRIBUTION_PROCESS_ID``, ``JAX_NUM_CPU_DEVICES=1``) running ``jax_workload.py``, which calls
   ``keras.distribution.initialize()`` and sets ``DataParallel`` itself: seconds from the start to the first step of
   both (the baseline);
-- cold: a fresh kernel (zygotes on, not prewarmed), the cell's first run (the JAX zygote's imports, then the forks);
-- warm: the same cell again in that kernel (forks of the zygote already there);
+- cold: a fresh kernel (zygotes on, not prewarmed), the cell's first run (the JAX zygote's imports, then the forks),
+  with JAX's compilation cache empty (a fresh ``NBWORKERS_RUNTIME_DIR``: every program compiled);
+- warm: the same cell again in that kernel (forks of the zygote already there; the programs the cold run compiled
+  loaded from the cache, by both processes: distlib/compat/jax_compile_cache.py);
 - steady: each run's training steps/s after its first ten steps (worker 0's), nbworkers' against the hand launch's.
 
 Targets (issue 41): warm at most 0.3x and cold at most 1.0x the hand launch; steady steps/s about the hand
@@ -120,8 +122,10 @@ def bench(tmp: Path, handdir: Path, env: dict[str, str], reps: int, *, BenchKern
         run_root = tmp / f"jax-runs-{rep}"
         run_root.mkdir(mode=0o700)
         hand = hand_launch(handdir, env, wait_first_steps=wait_first_steps, kill_group=kill_group)
+        runtime = tmp / f"jax-runtime-{rep}"  # a fresh one: JAX's compilation cache is empty for the cold run
+        runtime.mkdir(mode=0o700)
         kernel = BenchKernel(notebook, {**env, "NBWORKERS_RUN_ROOT": str(run_root), "NBWORKERS_ZYGOTE": "1",
-                                        "NBWORKERS_ZYGOTE_PREWARM": "0"})
+                                        "NBWORKERS_ZYGOTE_PREWARM": "0", "NBWORKERS_RUNTIME_DIR": str(runtime)})
         try:
             if not kernel.value(FRAMEWORK_CHECK):
                 why = ("this nbworkers has no `%%worker --framework jax` yet (issue 41's kernel side): only the hand "

@@ -211,6 +211,11 @@ TF215_PYTHON = _declare(EnvSetting(
     "tutorial 04: the TensorFlow 2.15 interpreter", default_text="a checkout's `.venv-tf215`"))
 REPORT_INTERVAL = _declare(EnvSetting(
     "NBWORKERS_REPORT_INTERVAL", 0.25, SECONDS, WORKERS, "seconds between metric messages"))
+JAX_COMPILE_CACHE = _declare(EnvSetting(
+    "NBWORKERS_JAX_COMPILE_CACHE", True, SWITCH, WORKERS,
+    "`0`: a `--framework jax` worker leaves JAX's persistent compilation cache as the user set it (by default "
+    "nbworkers keeps compiled programs in a private folder of each machine, so a cell run again compiles nothing: "
+    "Keras on JAX)"))
 TENSORBOARD = _declare(EnvSetting(
     "NBWORKERS_TENSORBOARD", True, SWITCH, WORKERS, "`0`: `report()` writes no TensorBoard summaries"))
 KERAS3_FIX = _declare(EnvSetting(

@@ -185,6 +185,11 @@ REGISTRY: tuple[Internal, ...] = tuple(
     # they leave at (there is no public handle to it: jax-ml/jax#23001)
     + _entries("jax_backends.store", "jax._src.distributed", JAX, "the distributed client: its key-value store",
                "global_state global_state.client")
+    # jax_compile_cache: one persistent-cache key for every process of a JAX run on CPU, as JAX has on GPU (on CPU
+    # the key names the process's own device: process 1 never finds process 0's entries, and only process 0 writes)
+    + _entries("jax_compile_cache", "jax._src.cache_key", JAX, "replaced on CPU: the key without the devices' ids",
+               "_hash_serialized_compile_options _hash_accelerator_config _hash_devices",
+               upstream="jax-ml/jax#18819 (the cache is written by process 0 alone)")
     # keras3_backup: where Keras 3's BackupAndRestore keeps its files, so that a JAX run's processes (one backup folder
     # each: distlib/keras_fit_jax.py) resume from the same epoch (no public accessor)
     + _entries("keras3_backup", BACKUP3, JAX, "read: the backup's weights and metadata files, current and previous",

@@ -9,6 +9,9 @@ process's initial weights its own, and ``device_put`` refuses them) and sets a `
 every process's devices: a Keras ``model.fit`` written for one process trains data-parallel across all of them, and
 raw JAX sees ``jax.process_count()`` processes. With another Keras backend, JAX alone is initialised.
 
+Each worker keeps the programs it compiles in JAX's persistent cache, a private folder of its machine, with one key
+for every process on CPU (``compat/jax_compile_cache.py``): a cell run again loads them instead of compiling.
+
 A JAX zygote imports JAX and Keras on JAX, and TensorFlow when it is installed (``preload``), and lists no device: a
 fork after JAX initialised a backend may deadlock the child (``compat/jax_backends.py``), as one after TensorFlow's
 runtime started does (``compat/eager_context.py``); the guard checks both.
@@ -20,7 +23,7 @@ import importlib.util
 import os
 import sys
 
-from nbworkers.distlib.compat import eager_context, jax_backends
+from nbworkers.distlib.compat import eager_context, jax_backends, jax_compile_cache
 from nbworkers.distlib.frameworks import jax_stop
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.status import send_status
@@ -91,6 +94,7 @@ def before_user_code() -> None:
                                    process_id=int(os.environ.get(ENV_PROCESS_ID, "0")))
         print(f"nbworkers: Keras runs on {keras.backend.backend()}, not JAX: JAX's processes are joined "
               "(jax.process_count()), without a Keras distribution", file=sys.stderr, flush=True)
+    jax_compile_cache.enable()  # a cell run again loads its programs instead of compiling them (before any compile)
     stop_signal.reassert_sigterm()
 
 

@@ -11,7 +11,10 @@ imports JAX and Keras cost seconds of CPU each time, and `make test` is CPU-boun
    stopped, and no process is left; then a JAX session keeps its live model from one cell to the next, through a
    Stop of its cell (the session's own: both workers leave the fit after the same step, the model intact), and both
    workers' weights pulled into the kernel are equal.
-2. A worker killed mid-fit: the group restarts and resumes from Keras' own ``BackupAndRestore``.
+2. A worker killed mid-fit: the group restarts and resumes from Keras' own ``BackupAndRestore``, both restarted
+   workers loading the programs generation 0 compiled from JAX's persistent cache (worker 1 too: one key for every
+   process on CPU, compat/jax_compile_cache.py); and, in one process with two CPU devices, that key is the same for
+   either device and the program loaded for the second computes right.
 3. A JAX session whose cell fails on one worker saves its objects by Keras' own saving, and a rebuild puts them back.
 """
 
@@ -209,6 +212,16 @@ import tensorflow as tf  # tf.data: Keras on JAX shards it per process
 from nbworkers import distlib
 
 GENERATION = os.environ["NBWORKERS_GENERATION"]
+CACHE = {{"cache_hits": 0, "cache_misses": 0}}  # JAX's persistent compilation cache, as this process used it
+
+
+def cache_event(event, **_):
+    kind = event.rsplit("/", 1)[-1]
+    if kind in CACHE:
+        CACHE[kind] += 1
+
+
+jax.monitoring.register_event_listener(cache_event)
 rng = np.random.RandomState(0)
 x = rng.rand(512, 8).astype("float32")
 y = (x.sum(axis=1) > 4).astype("int64")
@@ -231,6 +244,7 @@ distlib.fit(model, dataset, epochs=4, steps_per_epoch=8, verbose=0, callbacks=[M
 weights = [np.asarray(v.value.addressable_shards[0].data) for v in model.weights]
 print("BACKUPS", sorted(os.listdir(os.path.join(os.getcwd(), "backup-{name}"))), flush=True)
 print("CHECKSUM", repr(float(sum(np.abs(w).astype("float64").sum() for w in weights))), flush=True)
+print("CACHE", GENERATION, CACHE["cache_hits"], CACHE["cache_misses"], flush=True)
 """
 
 
@@ -262,8 +276,53 @@ def test_a_killed_jax_worker_restarts_the_group_which_resumes_from_backup_and_re
         assert "BACKUPS ['process-0', 'process-1']" in log, tails  # one Keras backup folder per process
     sums = [re.findall(r"^CHECKSUM (\S+)$", log, re.M) for log in logs]
     assert sums[0] and sums[1] and sums[0][-1] == sums[1][-1], sums
+    # the restarted workers load the programs generation 0 compiled: worker 1 too, from the entries worker 0 wrote
+    # (JAX writes from process 0 alone; on CPU nbworkers keys them alike in every process: compat/jax_compile_cache.py)
+    cache = [re.findall(r"^CACHE 1 (\d+) (\d+)$", log, re.M) for log in logs]
+    assert all(found and int(found[-1][0]) > 0 for found in cache), f"{cache}\n{tails}"
     assert wait_until(lambda: not processes_of_run_root(run_root), 15)
     print(f"killed JAX worker to resumed end: {time.monotonic() - started:.1f} s")
+
+
+# JAX's persistent cache keyed alike for a program on either of a process's two CPU devices (one process standing for
+# two: each has its own device), so an entry one device's program wrote is loaded for the other and computes right
+CACHE_KEYS = """
+import json, sys, tempfile
+import jax, jax.numpy as jnp, numpy as np
+from nbworkers.distlib.compat import jax_compile_cache
+
+jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp())
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+if sys.argv[1] == "invariant":
+    jax_compile_cache.invariant_keys()
+hits = []
+jax.monitoring.register_event_listener(lambda event, **_: hits.append(event.endswith("/cache_hits")))
+program = jax.jit(lambda x: jnp.sin(x) * 2 + x)
+first, second = jax.devices()
+program(jax.device_put(np.arange(4.0), first)).block_until_ready()
+before = sum(hits)
+out = program(jax.device_put(np.arange(4.0), second))
+print(json.dumps({"hits": sum(hits) - before, "devices": [d.id for d in out.devices()], "second": second.id,
+                  "right": bool(np.allclose(np.asarray(out), np.sin(np.arange(4.0)) * 2 + np.arange(4.0)))}))
+"""
+
+
+def test_jax_cache_keys_on_cpu_are_the_same_for_every_device_and_the_loaded_program_computes_right(tmp_path: Path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+    found = {}
+    for mode in ("jax", "invariant"):
+        done = subprocess.run([sys.executable, "-P", "-c", CACHE_KEYS, mode], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["jax"]["hits"] == 0, found  # JAX's own key names the device: the second device compiles again
+    invariant = found["invariant"]
+    assert invariant["hits"] == 1 and invariant["right"], found
+    assert invariant["devices"] == [invariant["second"]], found  # loaded onto the device it was asked for
 
 
 # 3. A Keras-on-JAX session whose cell fails on one worker while the other trains: the session restarts its
