@@ -6,7 +6,8 @@ imports a zygote already did (measured 2026-11-29, jax 0.10.2, keras 3.15.1): mo
 keeps compiled programs on disk when ``jax_compilation_cache_dir`` is set; ``enable()`` sets it (unless the user did)
 to a private folder of this machine, ``runtime_dir("nbworkers-jax-cache")/<machine_key>`` (0700, its parents
 checked: the entries are executables this process loads), caps it at ``MAX_BYTES`` (JAX evicts the least recently
-used) and caches every program, however quick to compile (JAX's default keeps only those over 1 s).
+used; it needs ``filelock``, which ``nbworkers[jax]`` brings: without it the folder is not capped) and caches every
+program, however quick to compile (JAX's default keeps only those over 1 s).
 
 Only process 0 writes entries (jax-ml/jax#18819), and on CPU JAX keys an entry on the fingerprint of the topology of
 the devices the program runs on and on its device assignment: a process's own device, so process 1 never found the
@@ -26,6 +27,8 @@ not hand one machine's CPU code to another with other instruction sets (the CPU 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -60,7 +63,8 @@ def enable() -> str | None:
         jax.config.update("jax_compilation_cache_dir", chosen)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+        if importlib.util.find_spec("filelock") is not None:  # JAX's eviction locks the folder with it
+            jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     if all(device.platform == "cpu" for device in jax.devices()):
         invariant_keys()
     return chosen
@@ -77,8 +81,6 @@ def invariant_keys() -> bool:
     if not internals.available("jax_compile_cache", "a JAX worker other than 0 compiles again the programs that "
                                                     "process 0 cached"):
         return False
-    import importlib
-
     cache_key: Any = importlib.import_module(CACHE_KEY)
     hash_options = cache_key._hash_serialized_compile_options
     hash_devices = cache_key._hash_devices
