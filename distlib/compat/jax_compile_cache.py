@@ -15,7 +15,9 @@ entries process 0 wrote and compiled all 19 again (measured: 0 compiles in proce
 filled). On GPU JAX strips the device assignment from the key "to use cache key as invariant between processes"
 (``jax/_src/cache_key.py``); ``invariant_keys()`` does the same on CPU, and hashes the devices' kinds and count (JAX's
 own fall-back for backends without a topology) instead of the topology's fingerprint. Then neither process compiled
-anything, and the model trained to the same weights as without the cache (a fixed seed, checksums equal). A process
+anything, and the model trained to the same weights as without the cache (a fixed seed, checksums equal). Programs
+of one process with two CPU devices and of two processes with one each now share keys: checked both ways (either
+filled the cache, the other loaded 6-12 of its programs from it and trained to the weights it had without). A process
 loading an executable another process compiled is JAX's own path (``jax_share_binary_between_hosts``, and the
 GPU cache). Only where every device is a CPU: GPU and TPU keys are JAX's.
 
