@@ -40,7 +40,7 @@ FAULT_MODULES = frozenset({"test_fault_tolerance.py", "test_fault_soak.py", "tes
 DISTLIB_MODULES = frozenset({
     "test_distlib_custom_loop.py", "test_distlib_data.py", "test_distlib_estimator.py", "test_distlib_keras.py",
     "test_distlib_light_imports.py", "test_distlib_shared_dir.py", "test_keras3_fit.py", "test_compat_keras3_mwms.py",
-    "test_compat_step_calls.py", "test_jax_framework.py",
+    "test_compat_step_calls.py", "test_jax_framework.py", "test_torch_framework.py",
 })
 # The runs whose tests all live in their modules: `make test` collects only those files for them (a whole collection
 # of tests/integration costs ~10 s of CPU).

@@ -1,7 +1,7 @@
 """What a worker does for its framework: the worker side of ``magics/frameworks`` (the kernel side composes each
 worker's environment; this side acts on it).
 
-A framework's worker module (``tensorflow``, ``jax``; a third party's registered in the entry-point group
+A framework's worker module (``tensorflow``, ``jax``, ``torch``; a third party's registered in the entry-point group
 ``nbworkers.worker_frameworks``) holds:
 
 - ``preload()``: the modules a zygote of that framework imports ahead of its runs (none of them may start the
@@ -28,7 +28,8 @@ from typing import Protocol, cast
 from nbworkers.protocol import env_settings
 
 GROUP = "nbworkers.worker_frameworks"
-BUILT_IN = {"tf": "nbworkers.distlib.frameworks.tensorflow", "jax": "nbworkers.distlib.frameworks.jax"}
+BUILT_IN = {"tf": "nbworkers.distlib.frameworks.tensorflow", "jax": "nbworkers.distlib.frameworks.jax",
+            "torch": "nbworkers.distlib.frameworks.torch"}
 
 
 class WorkerFramework(Protocol):

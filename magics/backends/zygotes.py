@@ -58,7 +58,7 @@ from nbworkers.protocol.private.marker import RUN_ID_PLACEHOLDER
 
 ZYGOTE_DIR_NAME = "nbworkers-zygote"
 IMPORT_TIME_PREFIXES = ("TF_", "TENSORFLOW", "KERAS", "JAX_", "CUDA", "XLA", "LD_", "PYTHON", "OMP_", "MKL", "KMP_",
-                        "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER")
+                        "NVIDIA", "HIP", "ROCM", "TPU", "GRPC", "ZMQ", "JUPYTER", "TORCH")
 # NBWORKERS_FRAMEWORK: what the zygote imports ahead (TensorFlow, or JAX, Keras and TensorFlow: distlib/frameworks)
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "TMPDIR", env_settings.FRAMEWORK.name})
 CHILD_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})  # and the frameworks' variables: child_only()

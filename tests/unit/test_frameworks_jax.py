@@ -80,7 +80,7 @@ def test_framework_and_its_flag_are_parsed_and_checked():
     assert framework is JAX and options == {"cpu_devices": 2}
     assert chosen(parse_argstring(worker, "--framework jax"))[1] == {"cpu_devices": 1}
     with pytest.raises(UsageError):
-        parse_argstring(worker, "--framework torch")
+        parse_argstring(worker, "--framework mxnet")
     with pytest.raises(UsageError):
         parse_argstring(worker, "--framework jax --cpu-devices 0")
     with pytest.raises(LaunchError, match="--cpu-devices: only with --framework jax"):
@@ -94,7 +94,7 @@ def test_the_worker_side_picks_its_module_by_the_variable_the_kernel_sets(monkey
     assert worker_frameworks.module_name("") == "nbworkers.distlib.frameworks.tensorflow"
     assert worker_frameworks.module_name("JAX") == "nbworkers.distlib.frameworks.jax"
     with pytest.raises(LookupError, match="no worker module"):
-        worker_frameworks.module_name("torch")
+        worker_frameworks.module_name("mxnet")
     monkeypatch.setenv("NBWORKERS_FRAMEWORK", "jax")
     module = worker_frameworks.current()
     assert module.NAME == "jax" and "jax" in module.preload()
