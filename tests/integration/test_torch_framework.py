@@ -7,7 +7,7 @@ imports PyTorch cost seconds of CPU each time, and `make test` is CPU-bound.
 1. A DDP model whose workers start from different weights (their own seeds) and train on their own halves of the data
    ends with the same weights on both, its loss going down; each worker has torchrun's variables (RANK, WORLD_SIZE,
    LOCAL_RANK, LOCAL_WORLD_SIZE, worker 0's MASTER_ADDR and MASTER_PORT), one OpenMP thread, and forked from a zygote
-   that imported PyTorch.
+   that imported PyTorch; the kernel never imported PyTorch.
 2. A Stop of a long DDP run: each worker runs its ``finally:``, the run reads stopped, and no process is left.
 """
 
@@ -107,6 +107,7 @@ def test_ddp_on_gloo_trains_two_workers_to_the_same_weights_with_torchruns_varia
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert b"NBWORKERS_FRAMEWORK=torch" in environ and b"OMP_NUM_THREADS=1" in environ
         assert "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    assert kernel.value("'torch' in __import__('sys').modules") is False  # the kernel never imports PyTorch
     print(f"DDP run: {time.monotonic() - started:.1f} s")
 
 
@@ -124,8 +125,9 @@ def test_a_stopped_ddp_run_runs_finally_on_every_worker_and_leaves_no_process(ke
         kernel.run("%workers stop --all")
     assert status == "stopped", (status, logs)
     assert stop_took < 1.0 + 2.0, stop_took  # under a second on a quiet machine; load adds the rest
-    for index, log in enumerate(logs):
-        assert f"FINALLY {index}" in log and "--- nbworkers: stopped" in log, \
-            f"stop took {stop_took:.1f} s\n" + "\n=====\n".join(logs)
+    shown = f"stop took {stop_took:.1f} s\n" + "\n=====\n".join(logs)
+    assert all(f"FINALLY {index}" in log for index, log in enumerate(logs)), shown
+    # (a worker whose peer left first may read gloo's "Connection closed by peer" before its own SIGINT arrives)
+    assert any("--- nbworkers: stopped" in log for log in logs), shown
     assert wait_until(lambda: not processes_of_run_root(run_root), 15)
     print(f"%workers stop took {stop_took:.2f} s")
