@@ -2,7 +2,8 @@
 MASTER_PORT at worker 0, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE per host, GROUP_RANK per host), the
 OMP_NUM_THREADS every worker shares (the zygote's key), --framework torch in the magic's parser, and the worker side:
 its zygote's guard (CUDA initialised), the process group destroyed at a finished worker's end only, the error when
-PyTorch is missing. Imports no PyTorch (stand-ins)."""
+PyTorch is missing; a Ray run forwards
+the variables and asks its nodes for a PyTorch zygote. Imports no PyTorch (stand-ins)."""
 
 from __future__ import annotations
 
@@ -128,3 +129,18 @@ def test_c10ds_warning_in_a_private_network_namespace_is_chatter():
     line = "[W1129 07:12:05.069423461 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3"
     assert is_chatter(line, 1) and not is_chatter(line, 0)
     assert not is_chatter("[c10d] The hostname of the client socket cannot be retrieved. (the cell's print)", 2)
+
+
+def test_a_torch_run_on_ray_forwards_torchruns_variables_and_asks_for_a_torch_zygote(monkeypatch):
+    from nbworkers.magics.backends.ray.backend import RayBackend
+    from nbworkers.magics.backends.ray.options import RayOptions
+    from nbworkers.magics.launch.spec import LaunchSpec
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    backend = RayBackend.from_spec(LaunchSpec(code="x = 1", framework="torch"), RayOptions(address="127.0.0.1:1"))
+    python, forwarded = backend.zygote_request()
+    assert (forwarded["NBWORKERS_FRAMEWORK"], forwarded["OMP_NUM_THREADS"]) == ("torch", "1")
+    per_worker = TORCH.environment(plan_tasks(2), ["10.0.0.1", "10.0.0.2"], [1, 2], 1)
+    assert (per_worker["LOCAL_RANK"], per_worker["LOCAL_WORLD_SIZE"], per_worker["GROUP_RANK"]) == ("0", "1", "1")
+    env = worker_env({"PATH": "/bin"}, {}, per_worker, "-1", {}, shared=backend.shared)
+    assert set(per_worker) | set(backend.shared) <= set(backend._worker_variables(env))
