@@ -2,8 +2,8 @@
 MASTER_PORT at worker 0, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE per host, GROUP_RANK per host), the
 OMP_NUM_THREADS every worker shares (the zygote's key), --framework torch in the magic's parser, and the worker side:
 its zygote's guard (CUDA initialised), the process group destroyed at a finished worker's end only, the error when
-PyTorch is missing; a Ray run forwards
-the variables and asks its nodes for a PyTorch zygote. Imports no PyTorch (stand-ins)."""
+PyTorch is missing; a Ray run forwards the variables and asks its nodes for a PyTorch zygote. Imports no PyTorch
+(stand-ins)."""
 
 from __future__ import annotations
 
