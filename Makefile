@@ -29,10 +29,10 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# PyTorch for --framework torch (the CPU wheel the torch extra pins) first, without compiling its ~2,300 modules'
-	# bytecode (~7 s of CPU instead of 32 s; 754 MB); then only what its workers import is compiled, once, by importing
-	# it (~3.5 s; -W ignore: NumPy, which torch warns of, comes with the next line)
+	# bytecode (7-15 s of CPU and 782 MB, against 27-32 s and 863 MB); then only what its workers import is compiled,
+	# once, by importing it (~9 s of CPU; -W ignore: NumPy, which torch warns of, comes with the next line)
 	$(PY) -m pip install -q --no-compile 'torch==2.13.0'
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -W ignore -c 'import torch.distributed, torch.nn.parallel'
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -W ignore -c 'import torch.distributed, torch.nn.parallel, torch._dynamo'
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard,docs,jax,torch]'
 	# editable installs skip data files: put the config that enables the server extension in place ourselves
 	install -D -m 644 jupyter-config/jupyter_server_config.d/nbworkers.json $(VENV)/etc/jupyter/jupyter_server_config.d/nbworkers.json
