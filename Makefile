@@ -28,9 +28,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# PyTorch for --framework torch (the CPU wheel the torch extra pins) first, without compiling its ~2,300 modules'
-	# bytecode (7-15 s of CPU and 782 MB, against 27-32 s and 863 MB); then only what its workers import is compiled,
-	# once, by importing it (~9 s of CPU; -W ignore: NumPy, which torch warns of, comes with the next line)
+	# PyTorch for --framework torch first: this machine's CPU wheel (the torch extra asks for 2.1 or newer), without
+	# compiling its ~2,300 modules' bytecode (7-15 s of CPU and 782 MB, against 27-32 s and 863 MB); then only what its
+	# workers import is compiled, once, by importing it (~9 s of CPU; -W ignore: NumPy, which torch warns of, comes next)
 	$(PY) -m pip install -q --no-compile 'torch==2.13.0'
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -W ignore -c 'import torch.distributed, torch.nn.parallel, torch._dynamo'
 	$(PY) -m pip install -q -e '.[test,ray,tensorboard,docs,jax,torch]'
