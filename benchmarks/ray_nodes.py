@@ -139,8 +139,35 @@ def _at_once(BenchKernel, notebook: Path, run_root: Path, env: dict, address: st
         kernel.output(f"%workers wait {name} --timeout 300")
     finally:
         kernel.shutdown()
-    log(f"ray nodes, {tag}: cold at once {seconds:.2f} s to the first step ({forked}/{WORKERS} forked)")
+    log(f"ray nodes, {tag}: cold at once {seconds:.2f} s to the first step ({forked}/{WORKERS} forked); what it left "
+        f"{_wait_gone(run_root)}")
     return seconds, forked
+
+
+def _wait_gone(run_root: Path, timeout: float = 30) -> str:
+    """How long until nothing the at-once kernel started is left (its run's processes, the node zygotes its run's end
+    started, marked with ``run_root``, and Ray worker processes still being set up for them), or what was left after
+    ``timeout``. The next repetition's hand launch must not share the cores with them (it did: the first hand launch
+    took 10.8 s, the two after an at-once run 15.7-17.3 s)."""
+    import psutil
+
+    started = time.monotonic()
+    left: list = []
+    while time.monotonic() - started < timeout:
+        left = []
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                command = " ".join(proc.info["cmdline"] or [])
+                marked = (proc.info["environ"] or {}).get("NBWORKERS_SPARE") == str(run_root)
+                ours = any(f"--node-ip-address={ip} " in command + " " for ip in (HEAD_IP, *NODE_IPS))
+                if marked or str(run_root) in command or ("setup_worker.py" in command and ours):
+                    left.append(command[:100])
+            except psutil.Error:
+                continue
+        if not left:
+            return f"gone {time.monotonic() - started:.1f} s after its kernel"
+        time.sleep(0.2)
+    return f"{len(left)} left {timeout:g} s after its kernel: {sorted(set(left))[:3]}"
 
 
 def _cluster():

@@ -44,7 +44,10 @@ def requested() -> bool:
 
 
 def install() -> None:
-    """Make the host's SIGINT a stop (main thread only; a spawned worker may have inherited SIGINT ignored)."""
+    """Make the host's SIGINT a stop (main thread only; a spawned worker may have inherited SIGINT ignored, and one
+    started from a thread that blocks it, SIGINT blocked: a Ray actor's methods run in such threads, and a process
+    started there passes the mask on, a node zygote to every worker it forks)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGINT, on_sigint)
 
 

@@ -51,6 +51,16 @@ def test_install_makes_sigint_a_stop_even_when_it_was_ignored():
     assert signal.getsignal(signal.SIGINT) is stop_signal.on_sigint
 
 
+def test_install_unblocks_sigint_and_sigterm_a_launcher_left_blocked():
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # as a Ray actor's thread
+    try:
+        stop_signal.install()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+        assert signal.SIGINT not in blocked and signal.SIGTERM not in blocked
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def test_reassert_sigterm_keeps_pythons_disposition():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     stop_signal.reassert_sigterm()

@@ -8,9 +8,12 @@ stacks, and the host's exit code is the worker's (128+N: killed by signal N).
 
 When the actor dies for any reason (``ray.kill``, the kernel — the Ray driver that owns the actor — died,
 the node's raylet went away), its end of the pipe closes and the host stops the worker group (TERM, grace,
-KILL), exactly as when a local kernel dies. For that the actor runs with
-``RAY_kill_child_processes_on_worker_exit=false`` (``ACTOR_ENV``): otherwise Ray SIGKILLs the actor's
-direct children, the host, and the worker — a grandchild in its own session — would be left running.
+KILL), exactly as when a local kernel dies. For that the host is the actor's grandchild
+(``nbworkers.procs.grandchild`` between them, in the host's process group): an exiting Ray worker process SIGKILLs
+its direct children (``RAY_kill_child_processes_on_worker_exit``, on by default), which kills that small process and
+leaves the host to stop its worker its own way. (Setting that variable to false in the actor's ``runtime_env`` did
+the same, but Ray starts a process with a ``runtime_env`` through ``setup_worker.py``, one more interpreter that
+imports all of Ray: ~2 s of CPU per actor. The node zygotes' actors, off a run's start, still do: ``ACTOR_ENV``.)
 
 This module is imported on the nodes (Ray unpickles the actor class by reference: nbworkers must be
 installed there). It imports neither TensorFlow nor IPython, and Ray only inside the actor's methods.
@@ -33,14 +36,15 @@ from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
 from nbworkers.protocol import env_settings, wire
-from nbworkers.protocol.private.dirs import check_importable, private_dir, runtime_dir
+from nbworkers.protocol.private.dirs import check_importable, module_command, private_dir, runtime_dir
 from nbworkers.protocol.private.files import open_own
 from nbworkers.protocol.relay_curve import client_keypair
 from nbworkers.version import installed_version
 
-# The actor's own environment (Ray runtime_env): keep the host alive when the actor dies, so that it, not a
-# SIGKILL from Ray, stops the worker group (see the module docstring).
+# A node zygote's actor's own environment (Ray runtime_env, node_zygotes.py): keep its zygote alive when the actor
+# dies (a worker host's actor needs none: its host is a grandchild, see the module docstring)
 ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
+GRANDCHILD_MODULE = "nbworkers.procs.grandchild"  # runs the host as the actor's grandchild
 # private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be
 # made there
 NODE_RUN_ROOT = "nbworkers-ray"
@@ -196,9 +200,9 @@ class NbworkersWorkerHost:
                    str(zygote[2])] if zygote else []),
                 *(["--zygote-pid", str(zygote[3])] if zygote and len(zygote) > 3 and zygote[3] else [])])
             with os.fdopen(open_own(log_path, APPEND), "ab") as stderr:
-                self._host = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd,
-                    start_new_session=True, close_fds=True,
+                self._host = subprocess.Popen(  # procs.grandchild's process: the host's group and exit code
+                    module_command(sys.executable, GRANDCHILD_MODULE, "--", *command), stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=cwd, start_new_session=True, close_fds=True,
                 )
             self._log_path = log_path
             self._own_run_dir = None if shared else run_dir
@@ -275,7 +279,8 @@ class NbworkersWorkerHost:
             try:
                 import psutil
 
-                children = psutil.Process(self._host.pid).children()
+                hosts = psutil.Process(self._host.pid).children()  # the host, under procs.grandchild
+                children = hosts[0].children() if hosts else []
                 if children:
                     self._worker_pgid = children[0].pid
             except Exception:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cells import CHECKSUM, IMPORTS, KERAS_MODEL, KILLABLE, SLEEP, worker_cell
+from cells import CHECKSUM, IMPORTS, KERAS_MODEL, KILLABLE, LOOP_WITH_FINALLY, SLEEP, worker_cell
 from conftest import processes_of_run_root, wait_until
 from ray_helpers import (
     ACTORS_GONE_TIMEOUT,
@@ -282,3 +282,22 @@ def test_a_dead_actor_is_a_crash_and_the_group_restarts(kernel, run_root, ray_cl
     assert actor_pid not in pooled_actor_pids(kernel)
     assert wait_until(lambda: only_pooled_actors_left(kernel, ray_cluster, 2), ACTORS_GONE_TIMEOUT), \
         (ray_cluster.actor_processes(), pooled_actor_pids(kernel))
+
+
+def test_an_actor_ray_ends_leaves_its_host_to_stop_the_worker_with_its_finally(kernel, run_root, ray_cluster,
+                                                                             tmp_path):
+    """An exiting Ray worker process SIGKILLs its direct children (``ray.kill`` here; the kernel's death and a
+    group's release end actors the same way). The worker's host is the actor's grandchild (procs/grandchild.py), so
+    it outlives the actor, sees its pipe close and stops the worker as a Stop does: the cell's ``finally:`` runs."""
+    name = "rayended"
+    marker = str(tmp_path / "ended")
+    cell = worker_cell(f"-n 1 --backend ray --address {ray_cluster.address} --name {name}",
+                       LOOP_WITH_FINALLY.format(marker=marker, setup="", body="pass"))
+    assert not kernel.run(cell).error
+    assert wait_until(lambda: "worker up" in logs(kernel, name), WORKERS_UP_TIMEOUT, interval=1)
+    ended = kernel.run(f"import ray\nray.kill(nbworkers.get_cluster({name!r}).backend._group.actors[0])")
+    assert not ended.error, ended.text
+    assert wait_until(lambda: os.path.exists(f"{marker}-finally-0"), 60), logs(kernel, name)
+    assert wait_until(lambda: logs(kernel, name).count("worker up") == 2, WORKERS_UP_TIMEOUT, interval=1)  # restarted
+    assert not kernel.run(f"%workers stop {name}").error
+    assert wait_until(lambda: not processes_of_run_root(run_root), 30), processes_of_run_root(run_root)

@@ -20,7 +20,6 @@ from nbworkers.magics.backends.ray.checks import RayBackendError
 from nbworkers.magics.backends.ray.groups.core import Shape
 from nbworkers.magics.backends.ray.groups.pool import PooledGroup, actor_pool
 from nbworkers.magics.backends.ray.groups.spares import can_stand_in, take_spares
-from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.ray.node_zygotes import Asked
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
 
@@ -102,7 +101,7 @@ def _bundle_actor(ray: Any, shape: Shape, group: Any, index: int) -> Any:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return actor_class(ray).options(
-        num_cpus=shape.cpus, num_gpus=shape.gpus, runtime_env={"env_vars": dict(ACTOR_ENV)},
+        num_cpus=shape.cpus, num_gpus=shape.gpus,  # no runtime_env: no setup_worker.py first (node.py's docstring)
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=group, placement_group_bundle_index=index, placement_group_capture_child_tasks=False),
     ).remote()

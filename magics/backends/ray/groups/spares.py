@@ -25,7 +25,6 @@ from typing import Any
 from nbworkers.magics.backends.ray.actors import actor_class
 from nbworkers.magics.backends.ray.groups.core import SPARE, Shape
 from nbworkers.magics.backends.ray.groups.pool import PooledGroup, actor_pool
-from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.ray.ray_settings import RaySettings
 
 
@@ -60,6 +59,6 @@ def _new_spare(ray: Any, node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return actor_class(ray).options(
-        num_cpus=0, runtime_env={"env_vars": dict(ACTOR_ENV)},
+        num_cpus=0,  # no runtime_env: its process starts without setup_worker.py (node.py's docstring)
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote()
