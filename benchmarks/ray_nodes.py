@@ -157,10 +157,12 @@ def _wait_gone(run_root: Path, timeout: float = 30) -> str:
         left = []
         for proc in psutil.process_iter(["cmdline", "environ"]):
             try:
-                command = " ".join(proc.info["cmdline"] or [])
+                args = proc.info["cmdline"] or []
+                command = " ".join(args)
                 marked = (proc.info["environ"] or {}).get("NBWORKERS_SPARE") == str(run_root)
                 ours = any(f"--node-ip-address={ip} " in command + " " for ip in (HEAD_IP, *NODE_IPS))
-                if marked or str(run_root) in command or ("setup_worker.py" in command and ours):
+                setting_up = len(args) > 1 and args[1].endswith("setup_worker.py")  # (a raylet's command names it too)
+                if marked or str(run_root) in command or (setting_up and ours):
                     left.append(command[:100])
             except psutil.Error:
                 continue
