@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,11 @@ def enable() -> str | None:
     if not env_settings.JAX_COMPILE_CACHE.get():
         return chosen or None
     if not chosen:
-        chosen = str(folder())
+        try:
+            chosen = str(folder())
+        except (dirs.UnsafeDirectory, OSError) as error:  # the worker runs on, compiling every program again
+            print(f"nbworkers: JAX's compiled programs are not kept: {error}", file=sys.stderr, flush=True)
+            return None
         jax.config.update("jax_compilation_cache_dir", chosen)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

@@ -325,6 +325,22 @@ def test_jax_cache_keys_on_cpu_are_the_same_for_every_device_and_the_loaded_prog
     assert invariant["devices"] == [invariant["second"]], found  # loaded onto the device it was asked for
 
 
+def test_jax_workers_run_on_without_the_cache_when_its_folder_is_unsafe(tmp_path: Path):
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could swap what is made there: no cache, said, and the worker goes on
+    code = ("from nbworkers.distlib.compat import jax_compile_cache\n"
+            "print('FOLDER', jax_compile_cache.enable())\n")
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "NBWORKERS_RUNTIME_DIR": str(shared), "JAX_PLATFORMS": "cpu"},
+                          timeout=120)
+    assert done.returncode == 0 and "FOLDER None" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "JAX's compiled programs are not kept" in done.stderr and str(shared) in done.stderr, done.stderr[-2000:]
+
+
 # 3. A Keras-on-JAX session whose cell fails on one worker while the other trains: the session restarts its
 # processes, worker 1 (which raised between steps) saves alone, by Keras' own saving (distlib/saved_state/
 # keras_objects.py), a compiled model with its Adam slots, a standalone optimizer (SGD with momentum), a metric and a
