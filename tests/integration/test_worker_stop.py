@@ -38,9 +38,12 @@ def test_a_stop_runs_every_workers_finally_and_atexit_and_reads_stopped(kernel, 
         snap = kernel.value(f"nbworkers.get_cluster({name!r}).snapshot()")
         assert snap["status"] == "stopped", snap
         for worker in snap["workers"]:
-            shown = kernel.run(f"%workers logs {name} -w {worker['index']} --tail 15").stdout
-            assert worker["status"] == "stopped", (worker, shown)
-            assert worker["exit_code"] not in (-signal.SIGKILL, -signal.SIGTERM), (worker, shown)
+            shown = kernel.run(f"%workers logs {name} -w {worker['index']} --tail 40").stdout
+            # (a message string, not a tuple: pytest cuts a tuple's repr short, and the log's tail is the evidence;
+            # CI 2026-11-29 08:41: worker 0 of the spawned run SIGKILLed at the 20 s grace after a
+            # CoordinationServiceError naming worker 1, its tail cut off: not reproduced in 4 runs at load 6)
+            assert worker["status"] == "stopped", f"{worker}\n{shown}"
+            assert worker["exit_code"] not in (-signal.SIGKILL, -signal.SIGTERM), f"{worker}\n{shown}"
         for i in range(2):
             assert (tmp_path / f"{name}-finally-{i}").read_text().startswith("finally ran"), f"{name} worker {i}"
             assert (tmp_path / f"{name}-atexit-{i}").read_text() == "atexit ran", f"{name} worker {i}"
