@@ -29,6 +29,7 @@ import traceback
 import types
 
 from nbworkers.distlib import frameworks
+from nbworkers.distlib.frameworks import quiet_imports
 from nbworkers.distlib.worker import startup, stop_signal
 from nbworkers.protocol import env_settings, tf_messages, wire
 from nbworkers.protocol.private import files as own_files
@@ -95,6 +96,8 @@ def main() -> int:
     detail = ""
     reached_end = False
     try:
+        # a spawned worker imports its framework with collections off, as a zygote does (forked: imported already)
+        quiet_imports.install(frameworks.current().preload())
         # the framework's bootstrap (distlib/frameworks: TensorFlow's import hooks, JAX's distributed initialisation),
         # before unpickling: pushed tensors may import TensorFlow
         frameworks.current().before_user_code()
