@@ -144,14 +144,21 @@ def _at_once(BenchKernel, notebook: Path, run_root: Path, env: dict, address: st
     return seconds, forked
 
 
-def _wait_gone(run_root: Path, timeout: float = 30) -> str:
-    """How long until nothing the at-once kernel started is left (its run's processes, the node zygotes its run's end
-    started, marked with ``run_root``, and Ray worker processes still being set up for them), or what was left after
-    ``timeout``. The next repetition's hand launch must not share the cores with them (it did: the first hand launch
-    took 10.8 s, the two after an at-once run 15.7-17.3 s)."""
+RAY_WORKER_SCRIPTS = ("default_worker.py", "setup_worker.py")  # a Ray worker process, or one being set up
+SETTLED_FOR = 3.0  # seconds with nothing left before the next measure
+
+
+def _wait_gone(run_root: Path, timeout: float = 60) -> str:
+    """How long until nothing the at-once kernel started is left, and nothing for ``SETTLED_FOR`` seconds on end: its
+    run's processes, the node zygotes its run's end started (marked with ``run_root``), and any Ray worker process
+    on the benchmark's nodes (the node zygotes' actors start after the run ends; one set up for a ``runtime_env``
+    imports Ray twice, ~3.6 s of CPU each, and outlives the kernel by some seconds). Or what was left after
+    ``timeout``. The next repetition's hand launch must not share the cores with them: it did, and took 10.3 s
+    after an at-once run against 6.7 s before the first (2026-11-29)."""
     import psutil
 
     started = time.monotonic()
+    quiet_since = None
     left: list = []
     while time.monotonic() - started < timeout:
         left = []
@@ -161,13 +168,18 @@ def _wait_gone(run_root: Path, timeout: float = 30) -> str:
                 command = " ".join(args)
                 marked = (proc.info["environ"] or {}).get("NBWORKERS_SPARE") == str(run_root)
                 ours = any(f"--node-ip-address={ip} " in command + " " for ip in (HEAD_IP, *NODE_IPS))
-                setting_up = len(args) > 1 and args[1].endswith("setup_worker.py")  # (a raylet's command names it too)
-                if marked or str(run_root) in command or (setting_up and ours):
+                ray_worker = len(args) > 1 and args[1].endswith(RAY_WORKER_SCRIPTS)  # (a raylet's command names both)
+                if marked or str(run_root) in command or (ray_worker and ours):
                     left.append(command[:100])
             except psutil.Error:
                 continue
-        if not left:
-            return f"gone {time.monotonic() - started:.1f} s after its kernel"
+        now = time.monotonic()
+        if left:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= SETTLED_FOR:
+            return f"gone {quiet_since - started:.1f} s after its kernel"
         time.sleep(0.2)
     return f"{len(left)} left {timeout:g} s after its kernel: {sorted(set(left))[:3]}"
 

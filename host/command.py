@@ -14,6 +14,16 @@ from nbworkers.protocol.private.dirs import module_command
 HOST_MODULE = "nbworkers.host.worker_host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.worker.bootstrap"
 ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"  # a fork server: magics/backends/zygotes.py, ray/node_zygote.py
+ZYGOTE_READY = ": ready ("  # the zygote's log line once its imports are done (distlib/worker/zygote.py)
+
+
+def zygote_serving(log_path: str) -> bool:
+    """Has the zygote whose log is ``log_path`` said it serves (its imports done)?"""
+    try:
+        with open(log_path, "rb") as log:
+            return ZYGOTE_READY.encode() in log.read()
+    except OSError:
+        return False
 
 
 def host_command(python: str, host_args: list[str]) -> list[str]:

@@ -18,7 +18,8 @@ Keras on JAX and TensorFlow when installed: ``NBWORKERS_FRAMEWORK`` is part of i
   and a new zygote is started for the next launch; a zygote that cannot fork (its interpreter lacks
   nbworkers' worker side, the guard refused, no answer within ``zygote_fork_timeout``): the host spawns, noted.
 - **Prewarm** (``zygote_prewarm``, on by default): ``prewarm()`` starts the zygote a default ``%%worker`` run
-  would use when the extension loads, so the first cell forks instead of waiting for TensorFlow's import.
+  would use when the extension loads, so the first cell forks instead of waiting for TensorFlow's import. A first
+  cell that runs on other machines (``--backend ray``) stops it while it still imports (``yield_prewarm``).
 - **Lifetime**: a zygote with no running worker and no fork for ``zygote_idle_timeout`` seconds exits (code 0,
   its memory freed); the next launch starts a new one, quietly (it pays one import, as a first run does).
   Each zygote holds a pipe from the kernel on its stdin; at end of file — the kernel's exit, even
@@ -44,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from nbworkers.host.command import ZYGOTE_MODULE
+from nbworkers.host.command import ZYGOTE_MODULE, zygote_serving
 from nbworkers.magics.backends.run_env import base_env
 from nbworkers.magics.frameworks import registry as frameworks
 from nbworkers.magics.launch.environment import worker_env
@@ -196,6 +197,22 @@ class ZygotePool:
             if zygote is not None and zygote.alive():
                 return None
             return self._start(key, sys.executable, env, config)
+
+    def yield_prewarm(self) -> int:
+        """Stop the zygotes still importing that no launch has asked for (``prewarm``'s, ``forks == 0``), when a
+        run starts whose workers run on other machines (``BackendKind.runs_here`` false: Ray's): their import would
+        only take this machine's CPU from that run's start (the kernel's import of Ray, its connection; on a
+        simulated cluster, the nodes' own processes). A zygote whose imports are done is kept: it costs nothing
+        now. The next local run starts one, as a first run does. How many were stopped."""
+        with self._lock:
+            importing = [z for z in self._zygotes.values()
+                         if z.forks == 0 and z.alive() and not zygote_serving(z.log_path)]
+            for zygote in importing:
+                del self._zygotes[zygote.key]
+        for zygote in importing:  # SIGKILL: it reads its stdin only once its imports are done
+            kill_group(zygote.proc.pid)  # this kernel's own child, not reaped yet: the pid is still its
+            zygote.proc.wait()
+        return len(importing)
 
     def _can_serve(self, python: str, config) -> bool:
         """Does ``python`` have nbworkers' zygote (a ``--python`` interpreter may have an older nbworkers)?"""

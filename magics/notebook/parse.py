@@ -13,6 +13,7 @@ from typing import Any
 from nbworkers.magics.backends import registry
 from nbworkers.magics.backends.arguments import chosen
 from nbworkers.magics.backends.registry import BackendKind
+from nbworkers.magics.backends.zygotes import zygotes
 from nbworkers.magics.errors import CellSyntaxError, ClusterNameError, LaunchError, PushError, WorkerPythonError
 from nbworkers.magics.frameworks import arguments as frameworks_arguments
 from nbworkers.magics.launch.bounds import check_bounds, existing_run_names
@@ -129,6 +130,8 @@ def build_spec(args: Namespace, cell: str, user_ns: dict[str, Any], taken: set[s
         raise LaunchError("the %%worker cell is empty: put the training code below the %%worker line.")
     check_syntax(cell)
     check_min_workers(args)
+    if not _kind(args).runs_here:  # its workers run elsewhere: the local zygote's import would only compete
+        zygotes().yield_prewarm()
     kind, options = check_backend(args)  # the registered backend, its options (--backend ray: Ray answering)
     framework, framework_options = frameworks_arguments.chosen(args)  # --framework, its flags (frameworks/)
     name = args.name or fresh_name(taken | existing_run_names())  # never another kernel's run directory

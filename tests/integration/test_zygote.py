@@ -298,6 +298,25 @@ def test_the_zygote_prewarmed_at_load_serves_the_first_run(tmp_path, kernel_env,
     assert wait_until(lambda: not processes_of_run_root(run_root, zygotes=True), 15)
 
 
+def test_a_run_elsewhere_stops_the_prewarm_still_importing_and_nothing_of_it_is_left(tmp_path, kernel_env, run_root):
+    """What a first ``--backend ray`` cell does before it imports Ray (``build_spec``: the backend does not run here):
+    the zygote that ``%load_ext`` started, still in TensorFlow's import, is SIGKILLed with its group and reaped."""
+    from conftest import Kernel
+
+    notebook_dir = tmp_path / "yield-notebook"
+    notebook_dir.mkdir()
+    k = Kernel(notebook_dir, {**kernel_env, "NBWORKERS_ZYGOTE_PREWARM": "1"},
+               kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    try:
+        run_ok(k, "%load_ext nbworkers\nimport nbworkers")
+        [prewarmed] = zygote_pids(k)
+        assert k.value("__import__('nbworkers.magics.backends.zygotes', fromlist=['z']).zygotes().yield_prewarm()") == 1
+        assert zygote_pids(k) == [] and not psutil.pid_exists(prewarmed)  # gone and reaped
+        assert not processes_of_run_root(run_root, zygotes=True)
+    finally:
+        k.shutdown()
+
+
 def test_no_prewarm_when_zygotes_or_prewarming_are_off(kernel):
     assert zygote_pids(kernel) == []  # conftest: NBWORKERS_ZYGOTE_PREWARM=0
     run_ok(kernel, "nbworkers.settings().zygote_prewarm = True; nbworkers.settings().zygote = False")

@@ -13,7 +13,7 @@ KILL), exactly as when a local kernel dies. For that the host is the actor's gra
 its direct children (``RAY_kill_child_processes_on_worker_exit``, on by default), which kills that small process and
 leaves the host to stop its worker its own way. (Setting that variable to false in the actor's ``runtime_env`` did
 the same, but Ray starts a process with a ``runtime_env`` through ``setup_worker.py``, one more interpreter that
-imports all of Ray: ~2 s of CPU per actor. The node zygotes' actors, off a run's start, still do: ``ACTOR_ENV``.)
+imports all of Ray: ~2 s of CPU per actor. The node zygotes' actors do without it too: node_zygote.py.)
 
 This module is imported on the nodes (Ray unpickles the actor class by reference: nbworkers must be
 installed there). It imports neither TensorFlow nor IPython, and Ray only inside the actor's methods.
@@ -41,10 +41,7 @@ from nbworkers.protocol.private.files import open_own
 from nbworkers.protocol.relay_curve import client_keypair
 from nbworkers.version import installed_version
 
-# A node zygote's actor's own environment (Ray runtime_env, node_zygotes.py): keep its zygote alive when the actor
-# dies (a worker host's actor needs none: its host is a grandchild, see the module docstring)
-ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
-GRANDCHILD_MODULE = "nbworkers.procs.grandchild"  # runs the host as the actor's grandchild
+GRANDCHILD_MODULE = "nbworkers.procs.grandchild"  # runs the host (a node zygote) as the actor's grandchild
 # private, under $XDG_RUNTIME_DIR or the node's temp dir (+ "-<uid>"), when the kernel's run directory cannot be
 # made there
 NODE_RUN_ROOT = "nbworkers-ray"
@@ -161,8 +158,6 @@ class NbworkersWorkerHost:
             notes = []
             shared = same_file(request["log"], request["probe"])
             env = dict(os.environ)
-            for name in ACTOR_ENV:
-                env.pop(name, None)
             env.update(request["env"])
             if env.get(wire.ENV_RELAY_SERVERKEY) and self._relay_keys is not None:
                 env[wire.ENV_RELAY_CLIENTKEY], env[wire.ENV_RELAY_CLIENTSECRET] = self._relay_keys

@@ -26,7 +26,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbworkers.magics.backends.ray.node import ACTOR_ENV
 from nbworkers.magics.backends.ray.node_zygote import NbworkersNodeZygote
 from nbworkers.magics.backends.zygotes import import_env, why_not_forked, zygote_key
 from nbworkers.magics.settings import settings as current_settings
@@ -137,7 +136,7 @@ class NodeZygotes:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return _actor_class(ray).options(
-            num_cpus=0, runtime_env={"env_vars": dict(ACTOR_ENV)},
+            num_cpus=0,  # no runtime_env: its process starts without setup_worker.py (node_zygote.py's docstring)
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote()
 

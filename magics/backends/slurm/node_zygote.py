@@ -21,23 +21,13 @@ import signal
 import subprocess
 import sys
 
-from nbworkers.host.command import ZYGOTE_MODULE
+from nbworkers.host.command import ZYGOTE_MODULE, zygote_serving
 from nbworkers.protocol.private.dirs import module_command, socket_path
 from nbworkers.protocol.private.files import open_own
 
 NODE_ZYGOTE_DIR = "nbworkers-slurm-zygote"
 ANNOUNCE = "nbworkers-zygote-at"
 LOOK_INTERVAL = 1.0  # seconds between looks at the zygote while the kernel says nothing
-READY = ": ready ("  # the zygote's line once its imports are done (distlib/worker/zygote.py)
-
-
-def serving(log_path: str) -> bool:
-    """Has the zygote said it serves (its imports done)?"""
-    try:
-        with open(log_path, "rb") as log:
-            return READY.encode() in log.read()
-    except OSError:
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         break  # end of file: the kernel is gone, or it dropped this zygote
-    if zygote.poll() is None and not serving(log_path):
+    if zygote.poll() is None and not zygote_serving(log_path):
         zygote.kill()  # in its imports: it would notice only once they are done
         zygote.wait()
         return 0
