@@ -21,6 +21,7 @@ Importing this package imports no framework.
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Protocol, cast
@@ -58,6 +59,16 @@ def module_name(name: str) -> str:
         if point.name.lower() == name:
             return point.value
     raise LookupError(f"framework {name!r}: no worker module is registered for it (entry-point group {GROUP})")
+
+
+def require(extra: str, *names: str) -> list[ModuleType]:
+    """The modules ``names``, imported; when one is missing, an ImportError that says what to install for the
+    workers' interpreter (``nbworkers[extra]``, the extra of ``--framework extra``)."""
+    try:
+        return [importlib.import_module(name) for name in names]
+    except ImportError as error:
+        raise ImportError(f"--framework {extra}: {error.name} is not installed for the workers' interpreter "
+                          f"({sys.executable}): pip install \"nbworkers[{extra}]\" there") from None
 
 
 def current() -> WorkerFramework:

@@ -24,7 +24,7 @@ import os
 import sys
 
 from nbworkers.distlib.compat import eager_context, jax_backends, jax_compile_cache
-from nbworkers.distlib.frameworks import jax_stop
+from nbworkers.distlib.frameworks import jax_stop, require
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol.statuses import WorkerStatus
@@ -71,12 +71,7 @@ def fork_refusal() -> str | None:
 
 def before_user_code() -> None:
     """Join the group: Keras' distribution (a ``DataParallel`` over every process's devices) on JAX, else JAX's."""
-    try:
-        import jax
-        import keras
-    except ImportError as error:
-        raise ImportError(f"--framework jax: {error.name} is not installed for the workers' interpreter "
-                          f"({sys.executable}): pip install \"nbworkers[jax]\" there") from None
+    jax, keras = require("jax", "jax", "keras")
 
     # JAX's preemption service catches SIGTERM in C++ and carries on: a stop's SIGTERM must end a worker blocked in
     # a collective (nbworkers' hosts are the ones that signal; distlib's checkpoints are Keras' own)

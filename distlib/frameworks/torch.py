@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 
+from nbworkers.distlib.frameworks import require
 from nbworkers.distlib.worker import stop_signal
 
 NAME = "torch"
@@ -57,11 +58,7 @@ def fork_refusal() -> str | None:
 
 def before_user_code() -> None:
     """PyTorch is installed for this interpreter (else a clear error); the cell joins its group itself."""
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError as error:
-        raise ImportError(f"--framework torch: {error.name} is not installed for the workers' interpreter "
-                          f"({sys.executable}): pip install \"nbworkers[torch]\" there") from None
+    require("torch", "torch.distributed")
 
 
 def leaving(exit_code: int) -> None:
