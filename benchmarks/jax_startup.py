@@ -9,7 +9,7 @@ hand launch of the same script, side by side.
 - cold: a fresh kernel (zygotes on, not prewarmed), the cell's first run (the JAX zygote's imports, then the forks),
   with JAX's compilation cache empty (a fresh ``NBWORKERS_RUNTIME_DIR``: every program compiled);
 - warm: the same cell again in that kernel (forks of the zygote already there; the programs the cold run compiled
-  loaded from the cache, by both processes: distlib/compat/jax_compile_cache.py);
+  loaded from the cache, by both processes: distlib/compat/jax/compile_cache.py);
 - steady: each run's training steps/s after its first ten steps (worker 0's), nbworkers' against the hand launch's.
 
 Targets (issue 41): warm at most 0.3x and cold at most 1.0x the hand launch; steady steps/s about the hand

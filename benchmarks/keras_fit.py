@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Training speed under MultiWorkerMirroredStrategy, 2 workers: Keras 3 ``model.fit`` (with nbworkers' fix,
-``distlib/keras3_mwms.py``) vs ``distlib.fit`` vs tf_keras ``model.fit`` (the baseline), side by side.
+``distlib/compat/keras3/mwms.py``) vs ``distlib.fit`` vs tf_keras ``model.fit`` (the baseline), side by side.
 
 Each round launches the three ways one after the other (2 fresh worker processes each, ``TF_CONFIG`` on
 free ports, distlib's worker start-up hooks on, as under ``%%worker``) on the same model (784-512-512-10,
@@ -38,7 +38,7 @@ WORKLOAD = textwrap.dedent('''
     import json, os, sys, time
     MODE, STEPS, EPOCHS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     from nbworkers.distlib.worker import startup
-    startup.before_user_code()  # what the worker bootstrap does under %%worker (installs keras3_mwms)
+    startup.before_user_code()  # what the worker bootstrap does under %%worker (installs compat/keras3/mwms)
     import numpy as np
     import tensorflow as tf
     if MODE == "tf_keras":

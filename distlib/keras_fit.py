@@ -10,9 +10,9 @@ across replicas, so the update equals one step on the global batch.
 Metrics are global: each step's loss and metrics are averaged over every replica of every worker inside
 the step function (one small all-reduce of the scalars, batched with the step), so the logs, the History,
 the widget and the summary show the values over the global batch, the same on every worker, as tf_keras's
-and (with ``keras3_mwms``) Keras 3's own ``model.fit`` do.
+and (with ``compat/keras3/mwms``) Keras 3's own ``model.fit`` do.
 
-Since Keras 3's own ``model.fit`` works under the strategy (``keras3_mwms``), this loop is no longer the only
+Since Keras 3's own ``model.fit`` works under the strategy (``compat/keras3/mwms``), this loop is no longer the only
 way. It earns its place as the faster path (``benchmarks/keras_fit.py``: ~1.05-1.2x Keras 3's fit with the fix,
 ~1.6x tf_keras's here), and with what Keras's fit does not do: ``checkpoint_dir=``
 resumes after the last save and, on SIGTERM (preemption), saves at the same step on every worker
@@ -27,8 +27,9 @@ from typing import Any, Callable
 from nbworkers.distlib import keras_fit_jax
 from nbworkers.distlib.checkpoint import TrainingCheckpoint
 from nbworkers.distlib.cluster import task
-from nbworkers.distlib.compat import keras3_model, tf_keras_callbacks
-from nbworkers.distlib.compat.keras3_mwms import global_means
+from nbworkers.distlib.compat import tf_keras_callbacks
+from nbworkers.distlib.compat.keras3 import model as keras3_model
+from nbworkers.distlib.compat.keras3.mwms import global_means
 from nbworkers.distlib.reporting import ReportCallback, flush_reports
 from nbworkers.distlib.shared_dir import check_shared
 from nbworkers.distlib.worker import preemption

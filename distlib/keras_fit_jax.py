@@ -9,7 +9,7 @@ others) and two processes writing one ``.weights.h5`` collide on its file lock. 
 epoch after its last backup (Keras 3 records the batch but resumes by epoch); the backups are kept after training,
 as ``distlib.fit``'s are for TensorFlow. There is no save on SIGTERM (TensorFlow's preemption handler) here. Before
 the fit, a process whose backup is an epoch ahead of a peer's (killed while they saved) rolls back to its previous
-one (``double_checkpoint``), so that every process resumes from the same epoch (``compat/keras3_backup``).
+one (``double_checkpoint``), so that every process resumes from the same epoch (``compat/keras3/backup``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from nbworkers.distlib.compat import keras3_backup
+from nbworkers.distlib.compat.keras3 import backup as keras3_backup
 from nbworkers.distlib.reporting import ReportCallback
 
 
@@ -43,7 +43,7 @@ def backup_dir(checkpoint_dir: str) -> str:
 
 
 def _start_from_a_common_epoch(backup: Any, folder: str, checkpoint_dir: str) -> None:
-    """Every process resumes from the same epoch (``compat/keras3_backup``); this process's folder exists from now
+    """Every process resumes from the same epoch (``compat/keras3/backup``); this process's folder exists from now
     on, so that a peer restarting later knows it has no backup yet rather than one elsewhere."""
     os.makedirs(folder, exist_ok=True)
     paths = keras3_backup.files(backup)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import task
-from nbworkers.distlib.compat import keras_compat
+from nbworkers.distlib.compat.keras3 import fit_guard
 from nbworkers.distlib.worker import strategy_setup
 from nbworkers.distlib.worker.roles import role_strategy
 from nbworkers.protocol import env_settings
@@ -55,7 +55,7 @@ def strategy(communication: str = "auto"):
     if counts is not None:
         collectives.check_equal_gpu_counts(counts, collectives.ENV_GPU_COUNTS)
 
-    keras_compat.install_fit_guard()
+    fit_guard.install_fit_guard()
     import tensorflow as tf
 
     strategy_setup.install()  # status reports + the cross-worker device check on every MWMS, ours or the user's

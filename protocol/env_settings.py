@@ -221,7 +221,7 @@ TENSORBOARD = _declare(EnvSetting(
 KERAS3_FIX = _declare(EnvSetting(
     "NBWORKERS_KERAS3_FIX", True, SWITCH, WORKERS,
     "`1`: fix Keras 3's `model.fit`/`evaluate`/`predict` and `BackupAndRestore` under "
-    "MultiWorkerMirroredStrategy (`distlib/keras3_mwms.py`); `0`: leave Keras alone (`model.fit` then raises "
+    "MultiWorkerMirroredStrategy (`distlib/compat/keras3/mwms.py`); `0`: leave Keras alone (`model.fit` then raises "
     "`KerasFitUnderMultiWorkerError`)"))
 LEADER_WAIT = _declare(EnvSetting(
     "NBWORKERS_LEADER_WAIT", 600.0, SECONDS, WORKERS,

@@ -2,7 +2,7 @@
 
 Some failures have no exit code or exception type that tells them apart, only the text: the kernel classifies
 a worker's exit by the end of its log (``magics/run/core/failures.py``, ``magics/launch/ports.py``) and the worker turns
-Keras 3's failures into clear errors (``distlib/compat/keras_compat.py``). Like the private symbols of
+Keras 3's failures into clear errors (``distlib/compat/keras3/fit_guard.py``). Like the private symbols of
 ``distlib/compat/internals.py``, these are upstream internals: each group says where the text comes from and the
 versions it was seen on (tests/integration/test_compat_internals_installed.py checks the ones that live in Python
 sources).

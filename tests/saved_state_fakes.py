@@ -33,7 +33,7 @@ class Variable:
 
 class Optimizer:
     """Slots made by build(), as Keras 3 optimizers make them on the first step (``built``, and the variables they
-    are for in ``_trainable_variables``, as compat/keras3_optimizer reads them)."""
+    are for in ``_trainable_variables``, as compat/keras3/optimizer reads them)."""
 
     def __init__(self):
         self.iterations = Variable(0.0)

@@ -1,7 +1,8 @@
 """Every private TensorFlow / Keras symbol nbworkers touches, in one registry, with a check before use.
 
 Each ``Internal`` names a module and an attribute path, the module of ``distlib/compat/`` that uses it (``group``:
-its file name, or ``file.part`` for one of its patches checked on its own), why,
+its path there without ``.py``, ``eager_context`` or ``keras3/mwms``, or ``path.part`` for one of its patches
+checked on its own), why,
 the upstream issue it works around (when there is one) and the versions it was checked on. Two kinds:
 
 - ``attribute``: ``getattr`` must resolve (a class, a function, a method, a module attribute);
@@ -43,7 +44,7 @@ PCH = "tensorflow.python.distribute.failure_handling.failure_handling"
 class Internal:
     module: str
     attribute: str  # dotted path inside the module: "Class.method", "function", "Class._instance_attr"
-    group: str  # the distlib/compat module that uses it ("module.part": one of its patches, checked on its own)
+    group: str  # its distlib/compat module, "keras3/mwms" ("keras3/mwms.backup": a patch checked on its own)
     why: str
     checked: str  # versions this entry was checked on
     upstream: str = ""  # the upstream issue it works around, when there is one
@@ -60,45 +61,45 @@ def _entries(group: str, module: str, checked: str, why: str, attributes: str, k
 
 
 REGISTRY: tuple[Internal, ...] = tuple(
-    # keras3_mwms: Keras 3's own fit / evaluate / predict under MultiWorkerMirroredStrategy
-    _entries("keras3_mwms", TRAINER, KERAS3, "wrapped: build from one local replica's batch",
+    # keras3/mwms: Keras 3's own fit / evaluate / predict under MultiWorkerMirroredStrategy
+    _entries("keras3/mwms", TRAINER, KERAS3, "wrapped: build from one local replica's batch",
              "TensorFlowTrainer._maybe_symbolic_build", upstream=K20585)
-    + _entries("keras3_mwms", TRAINER, KERAS3, "wrapped: reduce rank-0 step outputs with axis=None",
+    + _entries("keras3/mwms", TRAINER, KERAS3, "wrapped: reduce rank-0 step outputs with axis=None",
                "reduce_per_replica", upstream=TF72388)
-    + _entries("keras3_mwms", TRAINER, KERAS3, "asks whether the strategy is multi-worker, as Keras does",
+    + _entries("keras3/mwms", TRAINER, KERAS3, "asks whether the strategy is multi-worker, as Keras does",
                "_collective_all_reduce_multi_worker", upstream=K20585)
-    + _entries("keras3_mwms", "keras.src.trainers.trainer", KERAS3, "what the wrapped build calls",
+    + _entries("keras3/mwms", "keras.src.trainers.trainer", KERAS3, "what the wrapped build calls",
                "Trainer._symbolic_build", upstream=K20585)
-    + _entries("keras3_mwms", TRAINER, KERAS3, "the model's strategy (steps_per_execution check)",
+    + _entries("keras3/mwms", TRAINER, KERAS3, "the model's strategy (steps_per_execution check)",
                "TensorFlowTrainer._distribute_strategy", kind="instance", upstream=K20585)
-    + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "wrapped: non-chief workers write a private directory",
+    + _entries("keras3/mwms.backup", BACKUP3, KERAS3, "wrapped: non-chief workers write a private directory",
                "BackupAndRestore._save_model BackupAndRestore.on_train_end")
-    + _entries("keras3_mwms.backup", BACKUP3, KERAS3, "redirected on non-chief workers",
+    + _entries("keras3/mwms.backup", BACKUP3, KERAS3, "redirected on non-chief workers",
                "BackupAndRestore._weights_path BackupAndRestore._training_metadata_path "
                "BackupAndRestore._prev_weights_path BackupAndRestore._prev_training_metadata_path", kind="instance")
-    + _entries("keras3_mwms.backup", CARS, TF_221, "is the strategy multi-worker",
+    + _entries("keras3/mwms.backup", CARS, TF_221, "is the strategy multi-worker",
                "CollectiveAllReduceExtended._in_multi_worker_mode")
-    # keras_compat: the fit guard (KerasFitUnderMultiWorkerError / ...ParameterServerError)
-    + _entries("keras_compat", TRAINER, KERAS3, "wrapped: the upstream failure becomes a clear error",
+    # keras3/fit_guard: the fit guard (KerasFitUnderMultiWorkerError / ...ParameterServerError)
+    + _entries("keras3/fit_guard", TRAINER, KERAS3, "wrapped: the upstream failure becomes a clear error",
                "TensorFlowTrainer.fit", upstream=K20585)
-    + _entries("keras_compat", TRAINER, KERAS3, "the model's strategy", "TensorFlowTrainer._distribute_strategy",
+    + _entries("keras3/fit_guard", TRAINER, KERAS3, "the model's strategy", "TensorFlowTrainer._distribute_strategy",
                kind="instance")
-    + _entries("keras_compat", CARS, TF_215_221, "isinstance check: MultiWorkerMirroredStrategy's base class",
+    + _entries("keras3/fit_guard", CARS, TF_215_221, "isinstance check: MultiWorkerMirroredStrategy's base class",
                "CollectiveAllReduceStrategy")
-    # keras3_model: what distlib.fit reads of a Keras 3 model and a distributed dataset
-    + _entries("keras3_model", "keras.src.trainers.trainer", KERAS3,
+    # keras3/model: what distlib.fit reads of a Keras 3 model and a distributed dataset
+    + _entries("keras3/model", "keras.src.trainers.trainer", KERAS3,
                "creates metric/optimizer variables before tracing", "Trainer._symbolic_build")
-    + _entries("keras3_model", TRAINER, KERAS3, "the model's strategy (built under strategy.scope())",
+    + _entries("keras3/model", TRAINER, KERAS3, "the model's strategy (built under strategy.scope())",
                "TensorFlowTrainer._distribute_strategy", kind="instance")
-    + _entries("keras3_model", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
+    + _entries("keras3/model", "tensorflow.python.distribute.values", TF_221, "one replica's element spec",
                "PerReplicaSpec._value_specs", kind="instance")
-    + _entries("keras3_model", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
+    + _entries("keras3/model", "tensorflow.python.distribute.input_lib", TF_221, "recognises a distributed dataset",
                "DistributedDataset._input_workers", kind="instance")
-    # keras3_optimizer: a session's saved state builds a rebuilt optimizer's slots for the variables it had
-    + _entries("keras3_optimizer", "keras.src.optimizers.base_optimizer", KERAS3,
+    # keras3/optimizer: a session's saved state builds a rebuilt optimizer's slots for the variables it had
+    + _entries("keras3/optimizer", "keras.src.optimizers.base_optimizer", KERAS3,
                "the variables a built optimizer made its slots for", "BaseOptimizer._trainable_variables",
                kind="instance")
-    + _entries("keras3_optimizer", "keras.src.backend.tensorflow.optimizer", KERAS3,
+    + _entries("keras3/optimizer", "keras.src.backend.tensorflow.optimizer", KERAS3,
                "the strategy the optimizer was created under (its slots are built in it)",
                "TFOptimizer._distribution_strategy", kind="instance")
     # tf_keras_callbacks: ReportCallback and distlib.fit's save-on-SIGTERM speak tf_keras's private callback protocol
@@ -171,28 +172,28 @@ REGISTRY: tuple[Internal, ...] = tuple(
                upstream="tensorflow/tensorflow#28786 (no way to interrupt a running tf.function)")
     + _entries("step_calls.estimator", "tensorflow_estimator.python.estimator.estimator", ESTIMATOR,
                "wrapped: one more hook, a step point before each training step", "Estimator.train")
-    # jax_backends: has JAX initialised a backend (its runtime, threads, perhaps CUDA) in this process? A JAX zygote
+    # jax/backends: has JAX initialised a backend (its runtime, threads, perhaps CUDA) in this process? A JAX zygote
     # refuses to fork once it has (JAX warns at os.fork after its backends started: jax-ml/jax#1805)
-    + _entries("jax_backends", "jax._src.xla_bridge", JAX, "has a backend been initialised (without initialising one)",
+    + _entries("jax/backends", "jax._src.xla_bridge", JAX, "has a backend been initialised (without initialising one)",
                "backends_are_initialized", upstream="jax-ml/jax#1805 (fork after JAX's runtime started may deadlock)")
     # jax_backends.leave: a stopped or failed JAX worker leaves without JAX's atexit shutdown, which waits at a
     # barrier for every process (one still blocked in a collective with it never comes)
-    + _entries("jax_backends.leave", "jax._src.api", JAX, "unregistered: the distributed shutdown's barrier",
+    + _entries("jax/backends.leave", "jax._src.api", JAX, "unregistered: the distributed shutdown's barrier",
                "clean_up")
-    + _entries("jax_backends.leave", "jax._src.dispatch", JAX, "unregistered: waits for the runtime's tokens",
+    + _entries("jax/backends.leave", "jax._src.dispatch", JAX, "unregistered: waits for the runtime's tokens",
                "wait_for_tokens")
     # jax_backends.store: the coordination service's key-value store, where a stopped fit's workers agree on the step
     # they leave at (there is no public handle to it: jax-ml/jax#23001)
-    + _entries("jax_backends.store", "jax._src.distributed", JAX, "the distributed client: its key-value store",
+    + _entries("jax/backends.store", "jax._src.distributed", JAX, "the distributed client: its key-value store",
                "global_state global_state.client")
-    # jax_compile_cache: one persistent-cache key for every process of a JAX run on CPU, as JAX has on GPU (on CPU
+    # jax/compile_cache: one persistent-cache key for every process of a JAX run on CPU, as JAX has on GPU (on CPU
     # the key names the process's own device: process 1 never finds process 0's entries, and only process 0 writes)
-    + _entries("jax_compile_cache", "jax._src.cache_key", JAX, "replaced on CPU: the key without the devices' ids",
+    + _entries("jax/compile_cache", "jax._src.cache_key", JAX, "replaced on CPU: the key without the devices' ids",
                "_hash_serialized_compile_options _hash_accelerator_config _hash_devices",
                upstream="jax-ml/jax#18819 (the cache is written by process 0 alone)")
-    # keras3_backup: where Keras 3's BackupAndRestore keeps its files, so that a JAX run's processes (one backup folder
+    # keras3/backup: where Keras 3's BackupAndRestore keeps its files, so that a JAX run's processes (one backup folder
     # each: distlib/keras_fit_jax.py) resume from the same epoch (no public accessor)
-    + _entries("keras3_backup", BACKUP3, JAX, "read: the backup's weights and metadata files, current and previous",
+    + _entries("keras3/backup", BACKUP3, JAX, "read: the backup's weights and metadata files, current and previous",
                "BackupAndRestore._weights_path BackupAndRestore._training_metadata_path "
                "BackupAndRestore._prev_weights_path BackupAndRestore._prev_training_metadata_path", kind="instance")
     # preemption_handler: TensorFlow's PreemptionCheckpointHandler

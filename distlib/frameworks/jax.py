@@ -10,10 +10,10 @@ every process's devices: a Keras ``model.fit`` written for one process trains da
 raw JAX sees ``jax.process_count()`` processes. With another Keras backend, JAX alone is initialised.
 
 Each worker keeps the programs it compiles in JAX's persistent cache, a private folder of its machine, with one key
-for every process on CPU (``compat/jax_compile_cache.py``): a cell run again loads them instead of compiling.
+for every process on CPU (``compat/jax/compile_cache.py``): a cell run again loads them instead of compiling.
 
 A JAX zygote imports JAX and Keras on JAX, and TensorFlow when it is installed (``preload``), and lists no device: a
-fork after JAX initialised a backend may deadlock the child (``compat/jax_backends.py``), as one after TensorFlow's
+fork after JAX initialised a backend may deadlock the child (``compat/jax/backends.py``), as one after TensorFlow's
 runtime started does (``compat/eager_context.py``); the guard checks both.
 """
 
@@ -23,7 +23,9 @@ import importlib.util
 import os
 import sys
 
-from nbworkers.distlib.compat import eager_context, jax_backends, jax_compile_cache
+from nbworkers.distlib.compat import eager_context
+from nbworkers.distlib.compat.jax import backends as jax_backends
+from nbworkers.distlib.compat.jax import compile_cache as jax_compile_cache
 from nbworkers.distlib.frameworks import jax_stop, require
 from nbworkers.distlib.worker import stop_signal
 from nbworkers.distlib.worker.status import send_status

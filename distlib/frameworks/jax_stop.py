@@ -7,7 +7,7 @@ noted (``stop_signal.deferred``), and a callback put first in the fit's list, at
 
 - does nothing while no stop is pending (no cost to training);
 - at the first step's end after the SIGINT, writes that step into JAX's coordination service's key-value store
-  (``compat/jax_backends.store``) and trains on, reading the store at each step's end (one small request) until
+  (``compat/jax/backends.store``) and trains on, reading the store at each step's end (one small request) until
   every worker's step is there: each got its SIGINT from its own host at the same moment;
 - every worker leaves after the step ``T`` = the last of those steps + 1, raising the ``KeyboardInterrupt`` there.
 
@@ -29,7 +29,7 @@ import functools
 import time
 from typing import Any, cast
 
-from nbworkers.distlib.compat import jax_backends
+from nbworkers.distlib.compat.jax import backends as jax_backends
 from nbworkers.distlib.worker import step_points, stop_signal
 
 AGREE_TIMEOUT_S = 2.0  # how long a stopped worker trains on without every peer's step (each has its SIGINT within ms)

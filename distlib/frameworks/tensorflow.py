@@ -22,7 +22,7 @@ PRELOAD = (
     "nbworkers.distlib.worker.startup",
     "nbworkers.distlib.worker.strategy_setup",
     "nbworkers.distlib.worker.collective_startup",
-    "nbworkers.distlib.compat.keras_compat",
+    "nbworkers.distlib.compat.keras3.fit_guard",
     "nbworkers.distlib.reporting",
 )
 

@@ -9,7 +9,7 @@ optimizer on its own with its iterations, learning rate and slots.
 
 An optimizer's slots exist once it was built (its first ``apply_gradients``); a rebuilt optimizer has none yet. So
 the save records what each built optimizer was built for (``build_plan``: a model's own trainable variables, or
-the namespace name whose ``trainable_variables`` a standalone one holds: ``compat/keras3_optimizer``), and the
+the namespace name whose ``trainable_variables`` a standalone one holds: ``compat/keras3/optimizer``), and the
 restore builds the rebuilt optimizer the same way under its strategy before reading, so its iterations and slots
 are back at once. One whose variables are not rebuilt yet is not read (TensorFlow would restore slots created
 later, but not those a traced step creates): the restore says which cell to run first.
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import Any
 
-from nbworkers.distlib.compat import keras3_optimizer
+from nbworkers.distlib.compat.keras3 import optimizer as keras3_optimizer
 
 OWN = ""  # build_plan: a model's compiled optimizer, built for the model's own trainable variables
 UNKNOWN = "?"  # build_plan: a standalone optimizer built for variables no one namespace name holds

@@ -13,7 +13,7 @@
   ``evaluate()`` result (``train_and_evaluate``'s evaluations of each new checkpoint) is reported to the
   notebook as the evaluator's metrics, at the checkpoint's global step;
 - every other task returns at once: the cell runs as usual (Keras 3's ``fit`` under ParameterServerStrategy,
-  on the coordinator, fails with a message naming what works: ``keras_compat``).
+  on the coordinator, fails with a message naming what works: ``compat/keras3/fit_guard``).
 
 Nothing here imports TensorFlow before the task needs it.
 """

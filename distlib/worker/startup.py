@@ -5,8 +5,8 @@
   before strategy" order works) and wrap MultiWorkerMirroredStrategy's setup (``strategy_setup``: "waiting" /
   "running" status, the cross-worker GPU-count check);
 - when Keras 3's TensorFlow trainer is imported: fix its ``model.fit`` / ``evaluate`` / ``predict`` (and
-  ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``keras3_mwms``), and where that fix cannot apply,
-  turn the upstream failure into a message naming the two ways that work (``keras_compat``).
+  ``BackupAndRestore``) under MultiWorkerMirroredStrategy (``compat/keras3/mwms``), and where that fix cannot apply,
+  turn the upstream failure into a message naming the two ways that work (``compat/keras3/fit_guard``).
 
 ``after_user_code()`` sends the last throttled metrics and removes non-chief private directories (the
 bootstrap leaves with ``os._exit``, which skips ``atexit``).
@@ -17,8 +17,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from nbworkers.distlib import dirs, reporting
-from nbworkers.distlib.compat import keras_compat
 from nbworkers.distlib.compat.import_hooks import when_imported
+from nbworkers.distlib.compat.keras3 import fit_guard
 from nbworkers.distlib.worker import collective_startup, strategy_setup
 
 
@@ -38,7 +38,7 @@ def before_user_code() -> None:
     _hooks_installed = True
 
     when_imported("tensorflow", _on_tensorflow_imported)
-    keras_compat.install_fit_guard()
+    fit_guard.install_fit_guard()
 
 
 def after_user_code() -> None:

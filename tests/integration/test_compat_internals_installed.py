@@ -52,7 +52,7 @@ def test_symbols_of_the_tensorflow_215_environment_are_present_there():
 
 def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
     gone = internals.Internal("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer._no_such_method",
-                              "keras3_mwms", "test", "keras 3.15.1", internals.K20585)
+                              "keras3/mwms", "test", "keras 3.15.1", internals.K20585)
     reason = internals.problem(gone)
     assert "_no_such_method" in reason
     assert internals.warn_once([(gone, reason)], "the fix stays off")
@@ -66,8 +66,8 @@ def test_a_missing_symbol_is_reported_once_with_its_issue_and_versions(capsys):
 
 
 def test_importing_the_registry_and_the_fix_does_not_import_tensorflow():
-    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
-            " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
+    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3.mwms, nbworkers.distlib.worker.startup;"
+            " from nbworkers.distlib.compat.keras3 import fit_guard; fit_guard.install_fit_guard();"
             " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -88,10 +88,10 @@ def test_log_texts_the_kernel_classifies_by_live_in_one_place():
 
 
 def test_the_worker_side_and_the_host_import_neither_tensorflow_nor_the_kernel_side():
-    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3_mwms, nbworkers.distlib.worker.startup;"
+    code = ("import sys; import nbworkers.distlib.compat.internals, nbworkers.distlib.compat.keras3.mwms, nbworkers.distlib.worker.startup;"
             " import nbworkers.distlib.compat.eager_context as ec; assert not ec.started();"
             " import nbworkers.distlib.worker.zygote, nbworkers.distlib.worker.session, nbworkers.distlib.worker.roles;"
-            " from nbworkers.distlib.compat import keras_compat; keras_compat.install_fit_guard();"
+            " from nbworkers.distlib.compat.keras3 import fit_guard; fit_guard.install_fit_guard();"
             " import nbworkers.host.worker_host;"
             " print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')"
             " or m.startswith('nbworkers.magics')))")

@@ -1,4 +1,4 @@
-"""``keras3_mwms`` without a cluster: it patches the installed Keras, steps aside on a trainer that no longer has
+"""``compat/keras3/mwms`` without a cluster: it patches the installed Keras, steps aside on a trainer that no longer has
 the upstream bug, and stays off (with one clear warning) when an internal it needs is gone."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from nbworkers.distlib.compat import keras3_mwms
+from nbworkers.distlib.compat.keras3 import mwms as keras3_mwms
 
 FIXED_TRAINER = '''
 class TensorFlowTrainer:
@@ -79,7 +79,7 @@ def test_patches_a_trainer_with_the_bug(tmp_path, fresh_state):
 def test_stays_off_with_one_warning_when_an_internal_is_gone(tmp_path, fresh_state, monkeypatch, capsys):
     from nbworkers.distlib.compat import internals
 
-    gone = internals.Internal(keras3_mwms.TRAINER_MODULE, "reduce_per_replica", "keras3_mwms", "test", "keras 3.15.1",
+    gone = internals.Internal(keras3_mwms.TRAINER_MODULE, "reduce_per_replica", "keras3/mwms", "test", "keras 3.15.1",
                               internals.TF72388)
     monkeypatch.setattr(internals, "missing", lambda group=None: [(gone, "module has no attribute 'reduce_per_replica'")])
     monkeypatch.setattr(internals, "_warned", set())

@@ -102,7 +102,7 @@ def test_keras3_distributed_fit_trains_keeps_workers_identical_and_resumes(tmp_p
 
 
 def test_keras3_model_fit_under_mwms_names_both_fixes_where_the_fix_cannot_apply(tmp_path):
-    """Where keras3_mwms cannot apply (here: turned off; else a Keras whose internals moved), the upstream failure
+    """Where compat/keras3/mwms cannot apply (here: turned off; else a Keras whose internals moved), the upstream failure
     becomes KerasFitUnderMultiWorkerError with the old advice. (With the fix: tests/integration/test_keras3_fit.py.)"""
     run = run_cluster(
         GENERATED_DATA

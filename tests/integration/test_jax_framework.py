@@ -13,7 +13,7 @@ imports JAX and Keras cost seconds of CPU each time, and `make test` is CPU-boun
    workers' weights pulled into the kernel are equal.
 2. A worker killed mid-fit: the group restarts and resumes from Keras' own ``BackupAndRestore``, both restarted
    workers loading the programs generation 0 compiled from JAX's persistent cache (worker 1 too: one key for every
-   process on CPU, compat/jax_compile_cache.py); and, in one process with two CPU devices, that key is the same for
+   process on CPU, compat/jax/compile_cache.py); and, in one process with two CPU devices, that key is the same for
    either device and the program loaded for the second computes right.
 3. A JAX session whose cell fails on one worker saves its objects by Keras' own saving, and a rebuild puts them back.
 """
@@ -277,7 +277,7 @@ def test_a_killed_jax_worker_restarts_the_group_which_resumes_from_backup_and_re
     sums = [re.findall(r"^CHECKSUM (\S+)$", log, re.M) for log in logs]
     assert sums[0] and sums[1] and sums[0][-1] == sums[1][-1], sums
     # the restarted workers load the programs generation 0 compiled: worker 1 too, from the entries worker 0 wrote
-    # (JAX writes from process 0 alone; on CPU nbworkers keys them alike in every process: compat/jax_compile_cache.py)
+    # (JAX writes from process 0 alone; on CPU nbworkers keys them alike in every process: compat/jax/compile_cache.py)
     cache = [re.findall(r"^CACHE 1 (\d+) (\d+)$", log, re.M) for log in logs]
     assert all(found and int(found[-1][0]) > 0 for found in cache), f"{cache}\n{tails}"
     assert wait_until(lambda: not processes_of_run_root(run_root), 15)
@@ -289,7 +289,7 @@ def test_a_killed_jax_worker_restarts_the_group_which_resumes_from_backup_and_re
 CACHE_KEYS = """
 import json, sys, tempfile
 import jax, jax.numpy as jnp, numpy as np
-from nbworkers.distlib.compat import jax_compile_cache
+from nbworkers.distlib.compat.jax import compile_cache as jax_compile_cache
 
 jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp())
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -332,7 +332,7 @@ def test_jax_workers_run_on_without_the_cache_when_its_folder_is_unsafe(tmp_path
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # another user could swap what is made there: no cache, said, and the worker goes on
-    code = ("from nbworkers.distlib.compat import jax_compile_cache\n"
+    code = ("from nbworkers.distlib.compat.jax import compile_cache as jax_compile_cache\n"
             "print('FOLDER', jax_compile_cache.enable())\n")
     done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "NBWORKERS_RUNTIME_DIR": str(shared), "JAX_PLATFORMS": "cpu"},

@@ -1,4 +1,4 @@
-"""Keras 3's own ``model.fit`` / ``evaluate`` / ``predict`` under MultiWorkerMirroredStrategy (``keras3_mwms``).
+"""Keras 3's own ``model.fit`` / ``evaluate`` / ``predict`` under MultiWorkerMirroredStrategy (``compat/keras3/mwms``).
 
 Real 2-worker CPU clusters through the worker bootstrap (as under ``%%worker``), a tiny model with fixed
 initial weights, generated data, no shuffling, SGD (not Adam: Adam is scale-invariant and would hide a
@@ -161,7 +161,7 @@ def test_keras3_model_fit_matches_tf_keras_and_one_worker_resumes_evaluates_pred
     resumed = run_cluster(cell, keras3, env=env)
     assert resumed.returncodes == [0, 0], resumed.describe()
     assert not resumed.startup_warnings()
-    # model.fit(dataset) without shuffle: no Keras warning about a `shuffle=True` the cell never passed (keras_compat)
+    # model.fit(dataset) without shuffle: no Keras warning about a `shuffle=True` the cell never passed (compat/keras3/fit_guard)
     assert not [out for out in crashed.outputs + resumed.outputs if "`shuffle=True` was passed" in out], resumed.describe()
     results = [resumed.result(0), resumed.result(1)]
     for result in results:

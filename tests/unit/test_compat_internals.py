@@ -20,7 +20,8 @@ COMPAT = DISTLIB / "compat"
 
 
 def _module_path(group: str) -> Path:
-    """The module of a registry group: ``distlib/compat/<group>.py`` (``<module>.<part>``: that module's part)."""
+    """The module of a registry group: ``distlib/compat/<group>.py``, ``keras3/mwms`` a module of a subpackage
+    (``<module>.<part>``: that module's part)."""
     return COMPAT / f"{group.split('.')[0]}.py"
 
 
@@ -89,15 +90,21 @@ def _names_defined_by_nbworkers() -> set[str]:
     return defined
 
 
+def _group_of(path: Path) -> str:
+    """The registry group of a module of distlib/compat/: its path there without ``.py`` (``keras3/mwms``)."""
+    return path.relative_to(COMPAT).with_suffix("").as_posix()
+
+
 def test_every_private_upstream_symbol_distlib_touches_is_registered_for_its_module():
-    """A private name used on an upstream object in distlib/compat/X.py must be in the registry under group X (or
-    X.*), so that X checks it before patching and this file tests it. Outside distlib/compat/ none is used at all."""
+    """A private name used on an upstream object in distlib/compat/X.py (X may be keras3/mwms) must be in the registry
+    under group X (or X.*), so that X checks it before patching and this file tests it. Outside distlib/compat/ none
+    is used at all."""
     ours = _names_defined_by_nbworkers() | NOT_UPSTREAM
     unregistered = {}
     for path in sorted(DISTLIB.rglob("*.py")):
-        in_compat = path.parent == COMPAT
+        in_compat = COMPAT in path.parents
         registered = {e.attribute.split(".")[-1] for e in internals.REGISTRY
-                      if in_compat and e.group.split(".")[0] == path.stem}
+                      if in_compat and e.group.split(".")[0] == _group_of(path)}
         names = _private_names_used(ast.parse(path.read_text())) - ours - registered
         if names:
             unregistered[str(path.relative_to(REPO))] = sorted(names)
@@ -114,7 +121,8 @@ def test_every_patch_checks_its_symbols_before_installing():
 
 
 def test_every_group_is_a_module_of_compat():
-    assert {_module_path(group).name for group in internals.GROUPS} <= {p.name for p in COMPAT.glob("*.py")}
+    assert {_module_path(group) for group in internals.GROUPS} <= set(COMPAT.rglob("*.py"))
+    assert {"keras3/mwms", "jax/backends"} <= {group.split(".")[0] for group in internals.GROUPS}  # subpackages too
 
 
 def test_wrap_once_wraps_with_wrapt_and_never_twice():
@@ -146,7 +154,7 @@ def _is_dataset(x) -> bool:
 
 
 def test_fit_of_a_dataset_without_shuffle_passes_shuffle_false_so_keras_does_not_warn():
-    from nbworkers.distlib.compat.keras_compat import quiet_dataset_shuffle
+    from nbworkers.distlib.compat.keras3.fit_guard import quiet_dataset_shuffle
 
     data = _Dataset()
     assert quiet_dataset_shuffle((data,), {"epochs": 2}, _is_dataset) == {"epochs": 2, "shuffle": False}

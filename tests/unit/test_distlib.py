@@ -16,7 +16,8 @@ import types
 import pytest
 
 from nbworkers.distlib import cluster, collectives, dirs, reporting
-from nbworkers.distlib.compat import import_hooks, keras_compat
+from nbworkers.distlib.compat import import_hooks
+from nbworkers.distlib.compat.keras3 import fit_guard
 from nbworkers.distlib.worker import leader_wait
 from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.protocol import wire
@@ -219,18 +220,18 @@ def test_when_imported_runs_after_the_module_and_at_once_if_loaded(tmp_path, mon
 def test_use_tf_keras_sets_the_env_or_says_it_is_too_late(monkeypatch):
     # setenv first so monkeypatch records the original (absent) value and use_tf_keras's write is undone:
     # delenv of an absent variable records nothing, and the "1" would leak into every later test's kernel.
-    monkeypatch.setenv(keras_compat.ENV_LEGACY_KERAS, "")
-    monkeypatch.delenv(keras_compat.ENV_LEGACY_KERAS)
+    monkeypatch.setenv(fit_guard.ENV_LEGACY_KERAS, "")
+    monkeypatch.delenv(fit_guard.ENV_LEGACY_KERAS)
     monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
-    with pytest.raises(keras_compat.TfKerasTooLateError, match="TF_USE_LEGACY_KERAS=1"):
-        keras_compat.use_tf_keras()
+    with pytest.raises(fit_guard.TfKerasTooLateError, match="TF_USE_LEGACY_KERAS=1"):
+        fit_guard.use_tf_keras()
     monkeypatch.delitem(sys.modules, "tensorflow")
-    keras_compat.use_tf_keras()
-    assert os.environ[keras_compat.ENV_LEGACY_KERAS] == "1"
+    fit_guard.use_tf_keras()
+    assert os.environ[fit_guard.ENV_LEGACY_KERAS] == "1"
 
 
 def test_fit_error_message_names_both_fixes():
-    message = keras_compat.FIT_UNDER_MWMS_MESSAGE
+    message = fit_guard.FIT_UNDER_MWMS_MESSAGE
     assert "distlib.fit(" in message and "TF_USE_LEGACY_KERAS=1" in message and "20585" in message
 
 

@@ -1,4 +1,4 @@
-"""A JAX run's processes resume from the same epoch (distlib/compat/keras3_backup.py): a process whose Keras backup
+"""A JAX run's processes resume from the same epoch (distlib/compat/keras3/backup.py): a process whose Keras backup
 is ahead of a peer's (killed while they saved) rolls back to its previous backup; one with a backup drops it when a
 peer has none; nothing changes when they agree or when a peer's folder is on another machine."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.distlib.compat import keras3_backup
+from nbworkers.distlib.compat.keras3 import backup as keras3_backup
 
 
 def backup(folder: Path, epoch: int | None, prev: int | None = None) -> dict[str, str]:

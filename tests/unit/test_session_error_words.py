@@ -14,7 +14,7 @@ MISMATCH = ("RuntimeError: pybind11::error_already_set: MISMATCH of original and
             "ORIGINAL UnavailableError REPLACED BY KeyboardInterrupt")
 # what worker 0 sent when the abort reached it inside an all-reduce (before distlib/worker/session.py said "aborted")
 IN_ALL_REDUCE = WorkerEnd(CellEnd.ERROR, MISMATCH, "Traceback (most recent call last):\n  File \"/x/nbworkers/distlib/"
-                          "compat/keras3_mwms.py\", line 80, in train_step\n" + MISMATCH, aborted=True, step=7)
+                          "compat/keras3/mwms.py\", line 80, in train_step\n" + MISMATCH, aborted=True, step=7)
 
 
 def ended_cards(actions: list[ev.Action]) -> dict[int, WorkerEnd]:

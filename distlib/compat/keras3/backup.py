@@ -8,7 +8,7 @@ before the fit, a process whose backup is ahead of the oldest one rolls back to 
 with ``double_checkpoint=True``), or drops its backup when some process has none yet.
 
 The files' paths are the callback's private attributes (``_weights_path``, ``_training_metadata_path`` and their
-``_prev_`` ones; no upstream issue, no public accessor). Group ``keras3_backup`` in ``internals``.
+``_prev_`` ones; no upstream issue, no public accessor). Group ``keras3/backup`` in ``internals``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class BackupsDisagree(RuntimeError):
 
 def files(callback: Any) -> dict[str, str] | None:
     """The callback's weights / metadata paths (``prev_``: the previous backup's), or None when Keras moved them."""
-    if not internals.available("keras3_backup", "a JAX run's processes may resume from different epochs"):
+    if not internals.available("keras3/backup", "a JAX run's processes may resume from different epochs"):
         return None
     return {"weights": callback._weights_path, "metadata": callback._training_metadata_path,
             "prev_weights": callback._prev_weights_path, "prev_metadata": callback._prev_training_metadata_path}

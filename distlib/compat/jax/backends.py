@@ -1,6 +1,6 @@
 """JAX's runtime, as a zygote asks about it: has a backend (CPU/GPU client, its thread pools, perhaps CUDA) been
 initialised in this process? A fork after that may deadlock the child (JAX warns at ``os.fork``: jax-ml/jax#1805),
-so a JAX zygote imports JAX and Keras on JAX and never lists a device. Group ``jax_backends`` in ``internals``.
+so a JAX zygote imports JAX and Keras on JAX and never lists a device. Group ``jax/backends`` in ``internals``.
 Nothing here imports JAX: a process that has not imported it has no backend.
 
 ``store()`` (group ``jax_backends.store``): the coordination service's key-value store, where the workers of a
@@ -24,7 +24,7 @@ BRIDGE = "jax._src.xla_bridge"
 
 def missing() -> list[str]:
     """The names of the check's symbols this JAX lacks (empty: ``started()`` can be trusted)."""
-    return [entry.name for entry, _ in internals.missing("jax_backends")]
+    return [entry.name for entry, _ in internals.missing("jax/backends")]
 
 
 def started() -> bool:
@@ -39,7 +39,7 @@ def started() -> bool:
 def leave_without_shutdown() -> None:
     """Unregister JAX's ``atexit`` shutdown (nothing where JAX is not imported; a warning where its symbols moved:
     the worker then waits out ``bootstrap.ATEXIT_TIMEOUT_S`` or its host's SIGKILL as before)."""
-    if "jax" not in sys.modules or not internals.available("jax_backends.leave", "a stopped JAX worker waits at "
+    if "jax" not in sys.modules or not internals.available("jax/backends.leave", "a stopped JAX worker waits at "
                                                            "JAX's shutdown barrier"):
         return
     for module_name, name in (("jax._src.api", "clean_up"), ("jax._src.dispatch", "wait_for_tokens")):
@@ -51,7 +51,7 @@ def leave_without_shutdown() -> None:
 def store() -> Any | None:
     """JAX's distributed client (its coordination service's key-value store: ``key_value_set``,
     ``blocking_key_value_get``), or None when JAX's processes are not joined or its symbols moved (warned once)."""
-    if "jax" not in sys.modules or not internals.available("jax_backends.store", "a stopped JAX fit ends each "
+    if "jax" not in sys.modules or not internals.available("jax/backends.store", "a stopped JAX fit ends each "
                                                            "worker where its stop found it"):
         return None
     state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)

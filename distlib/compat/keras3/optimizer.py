@@ -8,7 +8,7 @@ and the restore builds the rebuilt optimizer for that object's variables under t
 - ``built_for(optimizer)``: the variables it was built for (``BaseOptimizer._trainable_variables``), or None;
 - ``strategy_of(optimizer)``: the strategy it was created under (``TFOptimizer._distribution_strategy``).
 
-No upstream issue: Keras has no public accessor for either. Group ``keras3_optimizer`` in ``internals``.
+No upstream issue: Keras has no public accessor for either. Group ``keras3/optimizer`` in ``internals``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nbworkers.distlib.compat import internals
 
 def check() -> bool:
     """Warn once when a symbol is gone (a restored optimizer then gets its slots on its next step instead)."""
-    return internals.available("keras3_optimizer", "a restored optimizer's slots come back on its next step only")
+    return internals.available("keras3/optimizer", "a restored optimizer's slots come back on its next step only")
 
 
 def built_for(optimizer: Any) -> list[Any] | None:

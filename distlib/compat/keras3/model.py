@@ -6,7 +6,7 @@
 - ``build_before_tracing(model, strategy, distributed)``: create the optimizer's and metrics' variables from one
   replica's element spec (``Trainer._symbolic_build``, ``PerReplicaSpec._value_specs``), as Keras's fit does.
 
-Group ``keras3_model`` in ``internals``.
+Group ``keras3/model`` in ``internals``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nbworkers.distlib.compat import internals
 
 def check() -> bool:
     """Warn once when a symbol is gone (the fit may then fail to build the model or to see the dataset)."""
-    return internals.available("keras3_model", "distlib.fit may fail to build the model or to recognise the dataset")
+    return internals.available("keras3/model", "distlib.fit may fail to build the model or to recognise the dataset")
 
 
 def strategy_of(model: Any) -> Any:

@@ -256,7 +256,7 @@ def patch_trainer(module: ModuleType) -> str:
     if not enabled():
         _state["trainer"] = "off"
         return "off"
-    missing = internals.missing(group="keras3_mwms")
+    missing = internals.missing(group="keras3/mwms")
     if missing:
         internals.warn_once(missing, "Keras 3's model.fit under MultiWorkerMirroredStrategy stays unpatched (it will"
                             " fail): train with nbworkers.distlib.fit(model, dataset, epochs=..., steps_per_epoch=...)"
@@ -277,7 +277,7 @@ def patch_backup_and_restore(module: ModuleType) -> str:
 
     if _state["backup"] == "patched" or not enabled():
         return _state["backup"] or "off"
-    missing = internals.missing(group="keras3_mwms.backup")
+    missing = internals.missing(group="keras3/mwms.backup")
     if missing:
         internals.warn_once(missing, "Keras 3's BackupAndRestore writes the same files on every worker")
         _state["backup"] = "internals missing"

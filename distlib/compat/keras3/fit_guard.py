@@ -2,7 +2,7 @@
 
 Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy upstream with ``ValueError: Attempt to
 convert a value (PerReplica...)`` (keras-team/keras#20585). ``install_fit_guard()`` installs the fix
-(``keras3_mwms``: Keras 3's own ``fit``/``evaluate``/``predict`` then work) and wraps Keras 3's ``fit`` so
+(``keras3/mwms``: Keras 3's own ``fit``/``evaluate``/``predict`` then work) and wraps Keras 3's ``fit`` so
 that, where the fix could not apply (a Keras whose internals moved, ``NBWORKERS_KERAS3_FIX=0``), the upstream
 failure becomes ``KerasFitUnderMultiWorkerError``, whose message names the two ways that work:
 ``nbworkers.distlib.fit`` (a distributed loop for the same compiled Keras 3 model), or running the tutorial's
@@ -18,8 +18,9 @@ import importlib.util
 import os
 import sys
 
-from nbworkers.distlib.compat import internals, keras3_mwms
+from nbworkers.distlib.compat import internals
 from nbworkers.distlib.compat.import_hooks import when_imported, wrap_once
+from nbworkers.distlib.compat.keras3 import mwms
 from nbworkers.protocol import tf_messages
 
 ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
@@ -102,7 +103,8 @@ def _looks_like_the_upstream_failure(error: BaseException) -> bool:
 
 
 def _guard_trainer_module(module) -> None:
-    if not internals.available("keras_compat", "Keras 3's fit failures under the strategies keep upstream's message"):
+    if not internals.available("keras3/fit_guard",
+                               "Keras 3's fit failures under the strategies keep upstream's message"):
         return
     if getattr(module, "TensorFlowTrainer", None) is not None:
         wrap_once(module.TensorFlowTrainer, "fit", _guarded_fit)
@@ -157,5 +159,5 @@ def install_fit_guard() -> None:
         return
     _installed = True
 
-    keras3_mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
-    when_imported(keras3_mwms.TRAINER_MODULE, keras3_mwms._safely(_guard_trainer_module))  # now if imported
+    mwms.install()  # the fix: Keras 3's own fit/evaluate/predict under the strategy
+    when_imported(mwms.TRAINER_MODULE, mwms._safely(_guard_trainer_module))  # now if imported

@@ -23,7 +23,7 @@ GPU cache). Only where every device is a CPU: GPU and TPU keys are JAX's.
 
 The entries are kept per machine (and boot): a runtime directory on a shared home (``NBWORKERS_RUNTIME_DIR``) must
 not hand one machine's CPU code to another with other instruction sets (the CPU key names no CPU features).
-``NBWORKERS_JAX_COMPILE_CACHE=0`` leaves JAX's cache as the user set it. Group ``jax_compile_cache`` in
+``NBWORKERS_JAX_COMPILE_CACHE=0`` leaves JAX's cache as the user set it. Group ``jax/compile_cache`` in
 ``internals``.
 """
 
@@ -85,7 +85,7 @@ def invariant_keys() -> bool:
     global _installed
     if _installed:
         return True
-    if not internals.available("jax_compile_cache", "a JAX worker other than 0 compiles again the programs that "
+    if not internals.available("jax/compile_cache", "a JAX worker other than 0 compiles again the programs that "
                                                     "process 0 cached"):
         return False
     cache_key: Any = importlib.import_module(CACHE_KEY)
