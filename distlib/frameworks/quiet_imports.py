@@ -7,7 +7,8 @@ TensorFlow's import builds some 600,000 objects and no garbage worth the collect
 (three runs each, user time). ``install(names)`` puts a finder first on ``sys.meta_path`` that watches the imports
 of ``names`` (the modules the framework's zygote preloads, ``WorkerFramework.preload``): when the first of them
 starts, collections stop; when the last one ends, whether it succeeded or raised, what was built is frozen (the
-permanent generation, never walked again; reference counting still frees it) and collections resume. The cell
+permanent generation, never walked again; reference counting still frees it; what the cell made before its import is
+frozen with it, as in a forked worker, where the zygote froze its imports) and collections resume. The cell
 imports them where it does, after whatever it set before (``TF_CPP_MIN_LOG_LEVEL``, ``KERAS_BACKEND``): nothing is
 imported ahead.
 
