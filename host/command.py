@@ -1,7 +1,7 @@
 """The command line of a worker host and its worker: ``host [options] -- python bootstrap``.
 
 One place for the modules both are started from, shared by the local backend (``local``) and the Ray node
-(``ray_node``); neither imports the other for it. Standard library only (the Ray node imports it).
+(``ray/nodes/host_actor``); neither imports the other for it. Standard library only (the Ray node imports it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from nbworkers.protocol.private.dirs import module_command
 
 HOST_MODULE = "nbworkers.host.worker_host"
 BOOTSTRAP_MODULE = "nbworkers.distlib.worker.bootstrap"
-ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"  # a fork server: magics/backends/zygotes.py, ray/node_zygote.py
+ZYGOTE_MODULE = "nbworkers.distlib.worker.zygote"  # a fork server: backends/zygotes.py, ray/nodes/zygote_actor.py
 ZYGOTE_READY = ": ready ("  # the zygote's log line once its imports are done (distlib/worker/zygote.py)
 
 

@@ -4,8 +4,8 @@ For a parent that kills its direct children when it exits: a Ray worker process 
 (``RAY_kill_child_processes_on_worker_exit``: SIGKILL to every process whose parent it is). Started through this,
 CMD is the parent's grandchild: when the parent exits, this process is killed and CMD goes on (its parent becomes
 init or the nearest subreaper), so it can end its own way — a worker host, seeing its stdin pipe from the actor
-close, stops its worker group with the grace a stop has (``ray/node.py``). Setting the variable to false for the
-actor would do the same, but only through the actor's ``runtime_env``, and Ray starts a worker process with a
+close, stops its worker group with the grace a stop has (``ray/nodes/host_actor.py``). Setting the variable to false
+for the actor would do the same, but only through the actor's ``runtime_env``, and Ray starts a worker process with a
 ``runtime_env`` through one more interpreter that imports all of Ray first (``setup_worker.py``: ~2 s of CPU per
 actor, measured: docs/ray.md, "What a first cell costs").
 

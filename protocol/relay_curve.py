@@ -2,10 +2,10 @@
 
 The kernel's relay socket is a CURVE server with a keypair made for the run (its public key goes to the
 workers: ``NBWORKERS_RELAY_SERVERKEY``). Each Ray worker host actor makes a client keypair *on its node*
-(``ray_node.where``); only the public half travels back through Ray, the secret half reaches the node's host and
-worker through their environment there and never crosses the network. The kernel allows exactly those public
-keys (ZAP, ``allow``): whoever learns the run's HMAC key from Ray's traffic still cannot connect to the relay,
-and nobody on the path can read what workers send. A session's command socket (``session_channel``) is the
+(``ray/nodes/host_actor.py``, ``where``); only the public half travels back through Ray, the secret half reaches the
+node's host and worker through their environment there and never crosses the network. The kernel allows exactly
+those public keys (ZAP, ``allow``): whoever learns the run's HMAC key from Ray's traffic still cannot connect to the
+relay, and nobody on the path can read what workers send. A session's command socket (``session_channel``) is the
 relay's twin: ``CurveServer(..., like=relay.curve)``, the same server key and allowed keys. The local backend
 does not use it (its relay listens on loopback only, and encryption would cost every message CPU for nothing).
 

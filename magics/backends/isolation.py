@@ -12,7 +12,7 @@ is not isolated; ``auto``'s fall-back is said once per kernel in the cell that m
 
 ``isolation_fact(backend)``: what a run records in ``state.json`` (``isolation``) and ``%workers`` shows:
 ``{"mode": "namespace"}`` or ``{"mode": "off", "reason": ...}``; a Ray run adds ``ray_tls``, ``"on"`` or ``"off
-(why)"`` (``ray/tls.py``).
+(why)"`` (``ray/nodes/tls.py``).
 """
 
 from __future__ import annotations
@@ -140,4 +140,4 @@ def isolation_text(fact: Any) -> str:
         return "?"
     reason = fact.get("reason")
     text = f"{fact['mode']} ({reason})" if reason else str(fact["mode"])
-    return f"{text}; Ray's TLS: {fact['ray_tls']}" if fact.get("ray_tls") else text  # a Ray run's (ray/tls.py)
+    return f"{text}; Ray's TLS: {fact['ray_tls']}" if fact.get("ray_tls") else text  # a Ray run's (ray/nodes/tls.py)

@@ -1,5 +1,5 @@
 """``python -m nbworkers.procs.grandchild -- CMD``: CMD as a grandchild that outlives a SIGKILL of its parent (what a
-Ray actor's exit does to its direct children: ray/node.py), with CMD's exit seen through it. Real tiny processes,
+Ray actor's exit does to its direct children: ray/nodes/host_actor.py), with CMD's exit seen through it. Real tiny processes,
 no TensorFlow."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A session's save across Ray nodes that do not share the kernel's files (magics/backends/ray/state_copy.py): what a
+"""A session's save across Ray nodes that do not share the kernel's files (magics/backends/ray/nodes/state_copy.py): what a
 node sends back, what the kernel keeps, what it sends to a new worker, the cap and the paths it refuses; the node's
 actor, the kernel's worker handle and the backend's launch around it, with a fake actor and fake Ray calls (no Ray,
 no process). With real nodes: tests/integration/ray/test_ray_sessions.py (no shared directory)."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.backends.ray.backend import RayBackend
-from nbworkers.magics.backends.ray.node import NbworkersWorkerHost
+from nbworkers.magics.backends.ray.nodes import state_copy
+from nbworkers.magics.backends.ray.nodes.host_actor import NbworkersWorkerHost
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.protocol import env_settings
 

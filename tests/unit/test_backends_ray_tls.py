@@ -1,4 +1,4 @@
-"""Ray's TLS as a Ray run's security fact (magics/backends/ray/tls.py): the kernel's environment and each node's, the
+"""Ray's TLS as a Ray run's security fact (magics/backends/ray/nodes/tls.py): the kernel's environment and each node's, the
 fact in ``%workers``' isolation column, and what the first Ray run of a kernel says in its cell."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nbworkers.magics.backends import isolation
-from nbworkers.magics.backends.ray import tls
+from nbworkers.magics.backends.ray.nodes import tls
 
 FILES = {"RAY_TLS_SERVER_CERT": "/c/cert.pem", "RAY_TLS_SERVER_KEY": "/c/key.pem", "RAY_TLS_CA_CERT": "/c/ca.pem"}
 

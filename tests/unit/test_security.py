@@ -79,14 +79,14 @@ def test_the_zygote_directory_planted_by_another_user_is_not_where_zygotes_start
 
 
 def test_the_ray_node_run_dir_is_private_and_never_a_planted_symlink(tmp_path, monkeypatch):
-    from nbworkers.magics.backends.ray import node as ray_node
+    from nbworkers.magics.backends.ray.nodes import host_actor
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     target = tmp_path / "attacker"
     target.mkdir()
     (tmp_path / f"nbworkers-ray-{os.getuid()}").symlink_to(target)
-    run_dir = ray_node.node_run_dir("myrun-host-1")
+    run_dir = host_actor.node_run_dir("myrun-host-1")
     assert not run_dir.resolve().is_relative_to(target.resolve())
     assert os.lstat(run_dir).st_mode & 0o777 == 0o700 and os.lstat(run_dir.parent).st_mode & 0o777 == 0o700
 

@@ -109,7 +109,7 @@ def test_the_host_sends_nothing_to_a_process_that_is_not_the_zygote_it_was_told(
 
 # ---------------------------------------------------------------------------------- 2. a Ray node's cwd and logs
 def test_a_working_directory_others_can_write_or_own_is_not_imported_from(tmp_path):
-    from nbworkers.magics.backends.ray.node import usable_cwd
+    from nbworkers.magics.backends.ray.nodes.host_actor import usable_cwd
 
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
@@ -134,7 +134,7 @@ def test_a_working_directory_others_can_write_or_own_is_not_imported_from(tmp_pa
 
 @as_root
 def test_a_working_directory_another_user_made_on_the_node_is_not_imported_from(tmp_path):
-    from nbworkers.magics.backends.ray.node import usable_cwd
+    from nbworkers.magics.backends.ray.nodes.host_actor import usable_cwd
 
     planted = tmp_path / "home" / "me" / "notebooks"  # made on node B by someone else, mode 0755
     planted.mkdir(parents=True, mode=0o755)
@@ -147,7 +147,7 @@ def test_a_working_directory_another_user_made_on_the_node_is_not_imported_from(
 
 
 def test_a_fifo_or_a_symlink_at_a_log_path_is_refused_at_once(tmp_path):
-    from nbworkers.magics.backends.ray.node import log_probe
+    from nbworkers.magics.backends.ray.nodes.host_actor import log_probe
 
     fifo = tmp_path / "worker-0.log"
     os.mkfifo(fifo)  # a plain open() for reading would wait for a writer forever

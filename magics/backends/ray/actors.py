@@ -8,7 +8,7 @@ import signal
 import threading
 
 from nbworkers.magics.backends.ray.checks import INSTALL_HINT
-from nbworkers.magics.backends.ray.node import NbworkersWorkerHost
+from nbworkers.magics.backends.ray.nodes.host_actor import NbworkersWorkerHost
 
 _remote_class = None
 

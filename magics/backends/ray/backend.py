@@ -1,6 +1,6 @@
 """The Ray backend: ``%%worker --backend ray`` runs each worker on whichever Ray node a placement group puts it.
 
-One Ray actor per worker (``ray_node.NbworkersWorkerHost``), all in one placement group (``--spread``:
+One Ray actor per worker (``nodes/host_actor.NbworkersWorkerHost``), all in one placement group (``--spread``:
 STRICT_SPREAD, one worker per node; else PACK). ``plan()`` places the group and asks every actor for its
 node's address, a free port there and the GPUs Ray gave it: that is each worker's ``TF_CONFIG`` entry.
 ``launch()`` makes the actor start the usual worker host on its node, so logs, relay messages, exit codes,
@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nbworkers.magics.backends.ray import state_copy
 from nbworkers.magics.backends.ray.actors import (
     first_line,
     kill_actor,
@@ -59,11 +58,12 @@ from nbworkers.magics.backends.ray.checks import (  # noqa: F401 (RayBackendErro
 from nbworkers.magics.backends.ray.groups.core import Shape
 from nbworkers.magics.backends.ray.groups.place import Group, let_go, new_group, pooled_group
 from nbworkers.magics.backends.ray.groups.pool import actor_pool
-from nbworkers.magics.backends.ray.node import NbworkersWorkerHost, log_probe
 from nbworkers.magics.backends.ray.node_zygotes import Asked, node_zygotes
+from nbworkers.magics.backends.ray.nodes import state_copy
+from nbworkers.magics.backends.ray.nodes.host_actor import NbworkersWorkerHost, log_probe
+from nbworkers.magics.backends.ray.nodes.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.options import RayOptions
 from nbworkers.magics.backends.ray.ray_settings import RaySettings, ray_settings
-from nbworkers.magics.backends.ray.tls import ray_tls_fact, say_once
 from nbworkers.magics.backends.ray.worker import RayWorkerProcess
 from nbworkers.magics.backends.zygotes import why_not_forked
 from nbworkers.magics.frameworks import registry as frameworks
@@ -110,7 +110,7 @@ class RayBackend:
         self._zygotes_asked: Asked | None = None  # the last launch's: nodes whose zygote starts at the run's end
         self._relay: RelayKeys | None = None  # the run's relay (attach_relay): allows the nodes' client keys
         self._shared_nodes: set[str] = set()  # Ray node ids that write the kernel's run directory themselves
-        self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (tls.py), known once the workers are placed
+        self.ray_tls = ""  # "on" or "off (why)": Ray's own transport (nodes/tls.py), known once the workers are placed
         if self.cpus_per_worker <= 0:
             raise RayBackendError(f"--cpus-per-worker {cpus_per_worker:g}: give a positive number, for example 1.")
 
@@ -181,7 +181,7 @@ class RayBackend:
     def isolation_fact(self) -> dict[str, str]:
         """What ``state.json`` and ``%workers`` say (``backends/isolation.py``): Ray workers use their nodes'
         networks; TensorFlow's servers there listen on every interface, unauthenticated (README, Security model); and
-        ``ray_tls``, whether Ray's own transport is encrypted (tls.py), once the workers are placed."""
+        ``ray_tls``, whether Ray's own transport is encrypted (nodes/tls.py), once the workers are placed."""
         fact = {"mode": "off", "reason": "Ray nodes: each worker's TensorFlow server listens on every interface of "
                                          "its node, unauthenticated; the relay is CurveZMQ"}
         return {**fact, "ray_tls": self.ray_tls} if self.ray_tls else fact
@@ -203,7 +203,7 @@ class RayBackend:
         self._generation += 1
         self.placements = group.where
         self.ray_tls = ray_tls_fact(os.environ, group.where)  # the kernel's and every node's environment
-        say_once(self.ray_tls)  # on, or plain text and what to do: once per kernel, in the cell (tls.py)
+        say_once(self.ray_tls)  # on, or plain text and what to do: once per kernel, in the cell (nodes/tls.py)
         return [Placement(host=w["ip"], port=w["port"], gpus=",".join(w["gpus"]) if gpus else "-1")
                 for w in group.where]
 

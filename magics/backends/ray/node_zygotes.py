@@ -1,6 +1,6 @@
 """This kernel's zygotes on Ray nodes: one per (node, interpreter, import-time environment), so that a cold
 ``%%worker -n N --backend ray`` pays one TensorFlow import per node, and warm runs, restarts after a node loss
-and sessions fork there instead of importing again (``node_zygote.NbworkersNodeZygote`` is the node side).
+and sessions fork there instead of importing again (``nodes/zygote_actor.NbworkersNodeZygote`` is the node side).
 Asked for as soon as Ray placed a group (``ask``), beside the worker hosts' actors. A node with no zygote yet and
 one worker of the launch spawns that worker (a new zygote's import beside the worker's own would only compete
 for the node's cores) and gets its zygote when the run ends (``prewarm``), for the next launches there.
@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbworkers.magics.backends.ray.node_zygote import NbworkersNodeZygote
+from nbworkers.magics.backends.ray.nodes.zygote_actor import NbworkersNodeZygote
 from nbworkers.magics.backends.zygotes import import_env, why_not_forked, zygote_key
 from nbworkers.magics.settings import settings as current_settings
 from nbworkers.protocol import cell_scan, wire
@@ -136,7 +136,7 @@ class NodeZygotes:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return _actor_class(ray).options(
-            num_cpus=0,  # no runtime_env: its process starts without setup_worker.py (node_zygote.py's docstring)
+            num_cpus=0,  # no runtime_env: started without setup_worker.py (nodes/zygote_actor.py's docstring)
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote()
 

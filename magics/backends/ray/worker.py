@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nbworkers.magics.backends.ray import state_copy
+from nbworkers.magics.backends.ray.nodes import state_copy
 from nbworkers.magics.run.core.failures import NODE_LOST_MARKER
 
 
@@ -93,7 +93,8 @@ class RayWorkerProcess:
 
     def note_worker(self, pid: int, zygote_pids: frozenset[int] = frozenset()) -> None:
         """Kept as ``remote_worker_pid``, never signalled from here; the actor records it when it is the worker
-        a zygote on its node forked for it (node.py ``note_worker``), so that its ``kill`` reaches that one too."""
+        a zygote on its node forked for it (nodes/host_actor.py ``note_worker``), so that its ``kill`` reaches that
+        one too."""
         self.worker_pid = pid
         self._sent.append(self.actor.note_worker.remote(pid))
 

@@ -28,7 +28,7 @@ from ray_helpers import (
 )
 
 from nbworkers.host.command import ZYGOTE_MODULE
-from nbworkers.magics.backends.ray.node import GRANDCHILD_MODULE
+from nbworkers.magics.backends.ray.nodes.host_actor import GRANDCHILD_MODULE
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
@@ -86,7 +86,7 @@ def test_one_worker_on_each_of_three_nodes_and_nothing_left_on_any_node_after_th
 
 
 def node_zygote_pids(run_root) -> set[int]:
-    """The zygotes the Ray nodes keep for this test's kernel (node_zygote.py): marked with its run root."""
+    """The zygotes the Ray nodes keep for this test's kernel (magics/backends/ray/nodes/zygote_actor.py): marked with its run root."""
     def node_zygote(proc) -> bool:  # its forked workers carry its command line too, and so does its parent, the
         command = " ".join(proc.cmdline())  # actor's child that makes it a grandchild (procs.grandchild)
         return ZYGOTE_MODULE in command and "nbworkers-ray-zygote" in command and GRANDCHILD_MODULE not in command

@@ -1,5 +1,5 @@
 """A session's saved state on Ray nodes that share no directory (issue 31): the save travels from the node that made
-it to the kernel and on to the new workers (magics/backends/ray/state_copy.py). The nodes of this folder's cluster
+it to the kernel and on to the new workers (magics/backends/ray/nodes/state_copy.py). The nodes of this folder's cluster
 are on this machine, so the kernel makes them believe they do not see its files, as the unshared-logs test of
 test_ray_backend.py does; each node then keeps its own run directory (one per Ray node), where no other node looks.
 The copy's logic is unit-tested with a fake actor (tests/unit/test_backends_ray_state_copy.py)."""

@@ -101,7 +101,7 @@ def _bundle_actor(ray: Any, shape: Shape, group: Any, index: int) -> Any:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return actor_class(ray).options(
-        num_cpus=shape.cpus, num_gpus=shape.gpus,  # no runtime_env: no setup_worker.py first (node.py's docstring)
+        num_cpus=shape.cpus, num_gpus=shape.gpus,  # no runtime_env: no setup_worker.py (host_actor.py's docstring)
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=group, placement_group_bundle_index=index, placement_group_capture_child_tasks=False),
     ).remote()

@@ -59,6 +59,6 @@ def _new_spare(ray: Any, node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return actor_class(ray).options(
-        num_cpus=0,  # no runtime_env: its process starts without setup_worker.py (node.py's docstring)
+        num_cpus=0,  # no runtime_env: its process starts without setup_worker.py (nodes/host_actor.py's docstring)
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote()

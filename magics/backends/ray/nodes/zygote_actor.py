@@ -1,7 +1,7 @@
 """The node side of per-node zygotes: a Ray actor that keeps one zygote (``nbworkers.distlib.worker.zygote``) on
 its node for the kernel, so that workers placed there fork with TensorFlow already imported.
 
-One actor per (node, interpreter, import-time environment) and kernel (``node_zygotes.NodeZygotes``), pinned to
+One actor per (node, interpreter, import-time environment) and kernel (``ray/node_zygotes.NodeZygotes``), pinned to
 its node (``NodeAffinitySchedulingStrategy``, no CPU of its own). ``start`` starts the zygote as the actor's
 child, in a session of its own, holding a pipe to its stdin, and returns its socket (a private directory on the
 node, ``nbworkers-ray-zygote``); a worker's host on that node gets ``--zygote SOCKET`` and asks it for the fork
@@ -11,7 +11,7 @@ Lifetime as on one machine: the zygote exits after ``zygote_idle_timeout`` witho
 one when asked again), and at end of file on its stdin — the actor's death, which the kernel's death (even
 ``kill -9``) brings, since the kernel, the Ray driver, owns the actor — it forks no more and exits once its
 children have ended (their hosts stop them). For that the zygote is the actor's grandchild, as a worker's host is
-(``nbworkers.procs.grandchild`` between them: ray/node.py's docstring): an exiting Ray worker process SIGKILLs its
+(``nbworkers.procs.grandchild`` between them: host_actor.py's docstring): an exiting Ray worker process SIGKILLs its
 direct children. The actor has no ``runtime_env``, so Ray starts it as any worker process, without
 ``setup_worker.py``'s second import of Ray: 1.7-1.8 s of CPU per actor instead of 3.6-3.7 s (traced on the
 benchmark's simulated cluster, jsonschema's IRI grammar installed there). The zygote's own pid, which a host checks
@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from nbworkers.host.command import ZYGOTE_MODULE
-from nbworkers.magics.backends.ray.node import GRANDCHILD_MODULE
+from nbworkers.magics.backends.ray.nodes.host_actor import GRANDCHILD_MODULE
 from nbworkers.magics.backends.run_env import base_env
 from nbworkers.magics.backends.zygotes import child_only
 from nbworkers.procs.ownership import RUN_ID_ENV, ZYGOTE_MARKER_ENV

@@ -6,7 +6,7 @@ process of the cluster, the kernel (Ray's driver) included, runs with ``RAY_USE_
 ``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY`` and ``RAY_TLS_CA_CERT`` (Ray's ``ray._common.tls_utils``).
 
 ``tls_of(environ)``: whether one environment asks for TLS, and what is missing. ``ray_tls_fact(kernel, nodes)``:
-``"on"`` when the kernel's environment and every node's (each actor reports its own: ``node.where``) have it, else
+``"on"`` when the kernel's environment and every node's (each actor reports its own: ``host_actor.where``) have it, else
 ``"off (why)"``; a node that does not say (an older actor, a malformed answer) counts as off: ``"off (node IP: the
 node did not say)"``, said in the cell as any other off. ``say_once(fact)``: said once per kernel in the cell that
 launched the run (stderr) and in the log: that it is on, or that it is off, what crosses in plain text, and what to

@@ -13,7 +13,7 @@ KILL), exactly as when a local kernel dies. For that the host is the actor's gra
 its direct children (``RAY_kill_child_processes_on_worker_exit``, on by default), which kills that small process and
 leaves the host to stop its worker its own way. (Setting that variable to false in the actor's ``runtime_env`` did
 the same, but Ray starts a process with a ``runtime_env`` through ``setup_worker.py``, one more interpreter that
-imports all of Ray: ~2 s of CPU per actor. The node zygotes' actors do without it too: node_zygote.py.)
+imports all of Ray: ~2 s of CPU per actor. The node zygotes' actors do without it too: zygote_actor.py.)
 
 This module is imported on the nodes (Ray unpickles the actor class by reference: nbworkers must be
 installed there). It imports neither TensorFlow nor IPython, and Ray only inside the actor's methods.
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from nbworkers.host.command import ZYGOTE_MODULE, host_command
-from nbworkers.magics.backends.ray import state_copy
-from nbworkers.magics.backends.ray.tls import tls_of
+from nbworkers.magics.backends.ray.nodes import state_copy
+from nbworkers.magics.backends.ray.nodes.tls import tls_of
 from nbworkers.magics.rundir.layout import cell_path, push_path
 from nbworkers.procs.kill import kill_group
 from nbworkers.procs.ownership import RUN_ID_ENV, started_since_boot
@@ -188,7 +188,7 @@ class NbworkersWorkerHost:
                 for note in notes:
                     if note:
                         log.write(note.encode())
-            zygote = request.get("zygote")  # [socket, fork timeout, connect timeout, pid or None]: node_zygote.py
+            zygote = request.get("zygote")  # [socket, fork timeout, connect timeout, pid or None]: zygote_actor.py
             command = host_command(python, [
                 "--log", str(log_path), "--grace", str(request["grace"]), "--role", request["role"],
                 *(["--zygote", zygote[0], "--zygote-timeout", str(zygote[1]), "--zygote-connect-timeout",
@@ -246,7 +246,7 @@ class NbworkersWorkerHost:
 
     def note_worker(self, pid: int) -> bool:
         """The pid the worker reported (its ``hello``, relayed by the kernel): recorded with its create time when it
-        is this host's forked worker — a child of a zygote (node_zygote.py) carrying this run's id in its
+        is this host's forked worker — a child of a zygote (zygote_actor.py) carrying this run's id in its
         environment — so that ``kill`` reaches it too (a spawned worker is the host's own child)."""
         try:
             import psutil

@@ -2,8 +2,8 @@
 
 A session worker saves what its namespace holds into ``<run dir>/session-state/gen-<g>/worker-<i>/``
 (``distlib/saved_state/``): TensorFlow checkpoint files, ``.npz`` arrays (no pickle) and JSON. On a node that does
-not share the kernel's run directory (``node.same_file``: the node writes into a private run directory of its own),
-that folder is on the node only. So, as the node's log is:
+not share the kernel's run directory (``host_actor.same_file``: the node writes into a private run directory of its
+own), that folder is on the node only. So, as the node's log is:
 
 - **back to the kernel**: when the worker's group is gone, before its actor is released, the kernel asks the actor
   for its worker's save of that generation (``read_worker_save``: this user's own regular files of that one folder,
