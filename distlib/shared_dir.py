@@ -16,7 +16,7 @@ import secrets
 import socket
 
 from nbworkers.distlib.cluster import TaskInfo, task
-from nbworkers.distlib.worker import worker_facts
+from nbworkers.distlib.worker.mwms import worker_facts
 
 PROBE_PREFIX = ".nbworkers-shared-probe-"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat.keras3 import fit_guard
-from nbworkers.distlib.worker import strategy_setup
+from nbworkers.distlib.worker.mwms import strategy_setup
 from nbworkers.distlib.worker.roles import role_strategy
 from nbworkers.protocol import env_settings
 

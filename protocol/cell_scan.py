@@ -9,7 +9,7 @@ Three parts of nbworkers decide by what a cell's code mentions; they all read on
   or calls ``use_tf_keras()`` (``backends/zygotes.py``: which cells may run in a forked worker; nothing
   reads ``uses_tensorflow`` since the warm pool it served was removed);
 - ``multi_worker``: the cell or any ``.py`` file of its directory mentions a multi-worker strategy or distlib
-  (``distlib/worker/collective_startup.py``: which workers configure collectives when their first op runs).
+  (``distlib/worker/mwms/collective_startup.py``: which workers configure collectives when their first op runs).
 
 ``scan(code, cwd)`` reads the cell and its directory once (at launch: ``launch.build_spec``, or the first
 time a cluster asks, ``of_spec``). The workers get the result in ``NBWORKERS_CELL_SCAN`` (``to_env`` /

@@ -10,7 +10,7 @@ checks the registry.
 - ``eager_context``: has the eager context started (the one reader of ``Context._context_handle``), abort the
   collectives, the coordination service's key-value store;
 - ``collectives_at_start``: collectives configured when the first op starts the context;
-- ``mwms_patch``: the wrapper of MultiWorkerMirroredStrategy's multi-worker setup (``worker/strategy_setup.py``
+- ``mwms_patch``: the wrapper of MultiWorkerMirroredStrategy's multi-worker setup (``worker/mwms/strategy_setup.py``
   decides what happens around it: status, leader wait, device check);
 - ``evaluator``: the evaluator task's local strategy and its Estimator evaluations;
 - ``preemption_handler``: TensorFlow's PreemptionCheckpointHandler;

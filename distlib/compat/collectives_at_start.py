@@ -1,5 +1,5 @@
 """Configure collective ops and the coordination service when TensorFlow's eager context starts, exactly as
-MultiWorkerMirroredStrategy would: the private half of ``distlib.worker.collective_startup`` (which decides
+MultiWorkerMirroredStrategy would: the private half of ``distlib.worker.mwms.collective_startup`` (which decides
 whether a cell wants it, and reports status around it).
 
 ``arm(task, before_connect, after_connect, on_configured)`` replaces ``ensure_initialized`` on the one context

@@ -1,5 +1,5 @@
 """Wrap MultiWorkerMirroredStrategy's multi-worker setup, ``CollectiveAllReduceExtended._initialize_multi_worker``,
-with the worker side's hooks (``distlib.worker.strategy_setup``: status reports, leader wait, device check), and
+with the worker side's hooks (``distlib.worker.mwms.strategy_setup``: status reports, leader wait, device check), and
 read or set what those hooks need of the strategy's private state. Group ``mwms_patch`` in ``internals``.
 """
 

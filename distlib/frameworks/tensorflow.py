@@ -20,8 +20,8 @@ PRELOAD = (
     "zmq",
     "jupyter_client.session",
     "nbworkers.distlib.worker.startup",
-    "nbworkers.distlib.worker.strategy_setup",
-    "nbworkers.distlib.worker.collective_startup",
+    "nbworkers.distlib.worker.mwms.strategy_setup",
+    "nbworkers.distlib.worker.mwms.collective_startup",
     "nbworkers.distlib.compat.keras3.fit_guard",
     "nbworkers.distlib.reporting",
 )

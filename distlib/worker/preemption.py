@@ -40,7 +40,8 @@ from typing import Any, Callable
 from nbworkers.distlib.cluster import task
 from nbworkers.distlib.compat import preemption_handler
 from nbworkers.distlib.reporting import flush_reports
-from nbworkers.distlib.worker import stop_signal, worker_facts
+from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker.mwms import worker_facts
 from nbworkers.protocol import env_settings, wire
 from nbworkers.protocol.private.dirs import runtime_dir
 

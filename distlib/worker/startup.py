@@ -19,7 +19,7 @@ from types import ModuleType
 from nbworkers.distlib import dirs, reporting
 from nbworkers.distlib.compat.import_hooks import when_imported
 from nbworkers.distlib.compat.keras3 import fit_guard
-from nbworkers.distlib.worker import collective_startup, strategy_setup
+from nbworkers.distlib.worker.mwms import collective_startup, strategy_setup
 
 
 def _on_tensorflow_imported(module: ModuleType) -> None:

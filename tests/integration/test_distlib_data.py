@@ -19,7 +19,7 @@ DATA_CELL = """
 import json, types
 from nbworkers import distlib
 from nbworkers.distlib import collectives
-from nbworkers.distlib.worker import strategy_setup
+from nbworkers.distlib.worker.mwms import strategy_setup
 import tensorflow as tf
 
 info = distlib.task()

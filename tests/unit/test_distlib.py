@@ -18,7 +18,7 @@ import pytest
 from nbworkers.distlib import cluster, collectives, dirs, reporting
 from nbworkers.distlib.compat import import_hooks
 from nbworkers.distlib.compat.keras3 import fit_guard
-from nbworkers.distlib.worker import leader_wait
+from nbworkers.distlib.worker.mwms import leader_wait
 from nbworkers.magics.run.relay import RelayReceiver
 from nbworkers.protocol import wire
 
@@ -239,7 +239,7 @@ def test_fit_error_message_names_both_fixes():
 
 
 def test_early_collectives_only_for_cells_that_use_a_multi_worker_strategy(tmp_path):
-    from nbworkers.distlib.worker import collective_startup
+    from nbworkers.distlib.worker.mwms import collective_startup
 
     info = cluster.task(tf_config(TWO_WORKERS))
     cell = tmp_path / "cell.py"

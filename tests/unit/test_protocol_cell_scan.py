@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 from argparse import Namespace
 
-from nbworkers.distlib.worker import collective_startup
+from nbworkers.distlib.worker.mwms import collective_startup
 from nbworkers.magics.backends import run_env, zygotes
 from nbworkers.magics.launch import roles
 from nbworkers.magics.notebook.parse import build_spec

@@ -109,7 +109,8 @@ def test_good_values_parse(setting, text, value):
 def test_the_modules_read_their_variables_through_the_table(monkeypatch):
     from nbworkers.distlib import data
     from nbworkers.distlib.compat.keras3 import mwms as keras3_mwms
-    from nbworkers.distlib.worker import collective_startup, leader_wait, preemption, worker_facts
+    from nbworkers.distlib.worker import preemption
+    from nbworkers.distlib.worker.mwms import collective_startup, leader_wait, worker_facts
     from nbworkers.host import worker_host as host
 
     monkeypatch.setenv("NBWORKERS_FACTS_TIMEOUT", "not-a-number")  # crashed the worker before the table

@@ -18,7 +18,8 @@ from typing import Any
 from nbworkers.distlib import collectives
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo
 from nbworkers.distlib.compat import eager_context, mwms_patch
-from nbworkers.distlib.worker import collective_startup, leader_wait, stop_signal, worker_facts
+from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker.mwms import collective_startup, leader_wait, worker_facts
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol.statuses import WorkerStatus
 

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 
 from nbworkers.distlib.cluster import TRAINING_JOBS, TaskInfo, TFConfigError, task
 from nbworkers.distlib.compat import collectives_at_start
-from nbworkers.distlib.worker import leader_wait, stop_signal
+from nbworkers.distlib.worker import stop_signal
+from nbworkers.distlib.worker.mwms import leader_wait
 from nbworkers.distlib.worker.status import send_status
 from nbworkers.protocol import (
     cell_scan,  # standard library only: no kernel machinery
