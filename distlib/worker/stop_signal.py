@@ -19,22 +19,32 @@ raised until the caller raises it at a step every worker agreed on (``take_pendi
 
 A worker ended this way exits with ``STOPPED_EXIT_CODE`` and reports no failure (the bootstrap): the kernel, which
 asked for the stop, records it as stopped.
+
+Python runs a signal's handler wherever the main thread is, a garbage collection's callback included, and drops an
+exception raised there ("Exception ignored in ..."): JAX registers one (``_xla_gc_callback``), and TensorFlow 2.21's
+import imports JAX whenever it is installed. A stop's ``KeyboardInterrupt`` that landed there was lost, and the
+worker ran on until SIGKILL at the stop grace (CI, 2026-11-29: ``test_worker_stop``'s forked report() loop, its
+``finally:`` never run). ``install()`` also hooks ``sys.unraisablehook``: a dropped interrupt of ``on_sigint``'s
+comes again ``REDELIVERY_DELAY_S`` later, from a timer thread, once the main thread is back in the cell.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 STOPPED_EXIT_CODE = 128 + signal.SIGINT  # as a shell reports a process ended by SIGINT (the kernel reads -2)
+REDELIVERY_DELAY_S = 0.05  # a dropped interrupt comes again after this (the main thread out of the callback)
 
 _stop_requested = False
 _own_interrupts = 0  # SIGINTs the session worker announced for its own cell interrupts
 _deferring = 0  # inside deferred(): a SIGINT is noted (_pending), not raised
 _pending = False
+_raised = ""  # what on_sigint's last KeyboardInterrupt was: "stop", or "own" (a session's interrupt of its cell)
 _lock = threading.Lock()
 
 
@@ -49,6 +59,28 @@ def install() -> None:
     started there passes the mask on, a node zygote to every worker it forks)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGINT, on_sigint)
+    if sys.unraisablehook is not _on_unraisable:
+        _on_unraisable.previous = sys.unraisablehook  # type: ignore[attr-defined]
+        sys.unraisablehook = _on_unraisable
+
+
+def _on_unraisable(unraisable: Any) -> None:
+    """A ``KeyboardInterrupt`` of ``on_sigint``'s that Python dropped (raised in a garbage collection's callback, a
+    ``__del__``, a weakref's callback): say so in the log and interrupt the main thread again shortly, as the same
+    kind (a stop, or the session's own interrupt). Anything else: the hook there was before."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _raised:
+        where = getattr(unraisable.object, "__qualname__", None) or type(unraisable.object).__name__
+        print(f"--- nbworkers: the interrupt landed in {where}, where Python drops it: interrupting again",
+              file=sys.stderr, flush=True)
+        threading.Timer(REDELIVERY_DELAY_S, _interrupt_again, args=(_raised,)).start()
+        return
+    getattr(_on_unraisable, "previous", sys.__unraisablehook__)(unraisable)
+
+
+def _interrupt_again(kind: str) -> None:
+    if kind == "own":
+        own_interrupt()
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
 
 def own_interrupt() -> None:
@@ -97,12 +129,14 @@ def reassert_sigterm() -> None:
 def on_sigint(signum: int, frame: Any) -> None:
     """SIGINT's handler: a stop (``KeyboardInterrupt`` now); an announced interrupt of the process's own raises
     ``KeyboardInterrupt`` too, without the stop. Inside ``deferred()`` it is only noted (``pending``)."""
-    global _pending
-    if not take_own_interrupt():
+    global _pending, _raised
+    own = take_own_interrupt()
+    if not own:
         note_stop()
     if _deferring:
         _pending = True
         return
+    _raised = "own" if own else "stop"
     raise KeyboardInterrupt
 
 

@@ -51,3 +51,44 @@ def test_a_stop_runs_every_workers_finally_and_atexit_and_reads_stopped(kernel, 
         assert not processes_of_run_root(run_root)
     waited = kernel.run("%workers wait reporting")  # a user's stop is not a failure: the wait does not raise
     assert not waited.error, waited.error
+
+
+DROPPED_INTERRUPT = """
+import gc, signal, sys, threading, time
+from nbworkers.distlib.worker import stop_signal
+stop_signal.install()
+inside = threading.Event()
+
+def slow_callback(phase, info):  # as JAX's _xla_gc_callback: Python code that a collection runs
+    if phase == "start" and not inside.is_set():
+        inside.set()
+        spin = time.monotonic()
+        while time.monotonic() - spin < 0.5:  # the SIGINT's handler runs here, and Python drops what it raises
+            pass
+
+gc.callbacks.append(slow_callback)
+threading.Thread(target=lambda: inside.wait() and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT),
+                 daemon=True).start()
+start = time.monotonic()
+try:
+    while time.monotonic() - start < 20:
+        gc.collect()
+        time.sleep(0.01)
+    print("RAN ON", flush=True)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED stop={stop_signal.requested()} after {time.monotonic() - start:.1f} s", flush=True)
+"""
+
+
+def test_a_stops_interrupt_that_python_drops_in_a_gc_callback_comes_again(tmp_path):
+    """A SIGINT whose handler ran inside a garbage collection's callback (JAX registers one; TensorFlow 2.21 imports
+    JAX when installed) raised a KeyboardInterrupt Python dropped: the worker ran on to SIGKILL (CI, 2026-11-29).
+    The stop's interrupt now comes again and reaches the code."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-P", "-c", DROPPED_INTERRUPT], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert "INTERRUPTED stop=True" in done.stdout, (done.stdout, done.stderr)
+    assert "the interrupt landed in slow_callback, where Python drops it: interrupting again" in done.stderr
+    assert "Exception ignored" not in done.stderr  # said once, in the worker's words, not as a traceback
