@@ -277,15 +277,24 @@ def test_an_idle_zygote_exits_and_the_next_run_starts_a_new_one_quietly(kernel, 
         assert f"FORKED {second}" in text and "died" not in text, text  # a new zygote, not a fallback with a note
 
 
-def test_the_zygote_prewarmed_at_load_serves_the_first_run(tmp_path, kernel_env, run_root):
+def prewarming_kernel(notebook_dir: Path, kernel_env: dict):
+    """A kernel of its own with the prewarm on (conftest's kernels have it off), nbworkers loaded."""
     from conftest import Kernel
 
-    notebook_dir = tmp_path / "prewarm-notebook"
     notebook_dir.mkdir()
     k = Kernel(notebook_dir, {**kernel_env, "NBWORKERS_ZYGOTE_PREWARM": "1"},
                kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
     try:
         run_ok(k, "%load_ext nbworkers\nimport nbworkers")
+    except BaseException:
+        k.shutdown()
+        raise
+    return k
+
+
+def test_the_zygote_prewarmed_at_load_serves_the_first_run(tmp_path, kernel_env, run_root):
+    k = prewarming_kernel(tmp_path / "prewarm-notebook", kernel_env)
+    try:
         [prewarmed] = zygote_pids(k)  # started by %load_ext, before any %%worker
         assert k.value("'tensorflow' in __import__('sys').modules") is False  # imported there, not here
         run_ok(k, PID_CELL.format(name="first-run"))
@@ -301,14 +310,8 @@ def test_the_zygote_prewarmed_at_load_serves_the_first_run(tmp_path, kernel_env,
 def test_a_run_elsewhere_stops_the_prewarm_still_importing_and_nothing_of_it_is_left(tmp_path, kernel_env, run_root):
     """What a first ``--backend ray`` cell does before it imports Ray (``build_spec``: the backend does not run here):
     the zygote that ``%load_ext`` started, still in TensorFlow's import, is SIGKILLed with its group and reaped."""
-    from conftest import Kernel
-
-    notebook_dir = tmp_path / "yield-notebook"
-    notebook_dir.mkdir()
-    k = Kernel(notebook_dir, {**kernel_env, "NBWORKERS_ZYGOTE_PREWARM": "1"},
-               kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    k = prewarming_kernel(tmp_path / "yield-notebook", kernel_env)
     try:
-        run_ok(k, "%load_ext nbworkers\nimport nbworkers")
         [prewarmed] = zygote_pids(k)
         assert k.value("__import__('nbworkers.magics.backends.zygotes', fromlist=['z']).zygotes().yield_prewarm()") == 1
         assert zygote_pids(k) == [] and not psutil.pid_exists(prewarmed)  # gone and reaped
