@@ -3,7 +3,7 @@ its node for the kernel, so that workers placed there fork with TensorFlow alrea
 
 One actor per (node, interpreter, import-time environment) and kernel (``ray/node_zygotes.NodeZygotes``), pinned to
 its node (``NodeAffinitySchedulingStrategy``, no CPU of its own). ``start`` starts the zygote as the actor's
-child, in a session of its own, holding a pipe to its stdin, and returns its socket (a private directory on the
+grandchild (below), in a session of its own, holding a pipe to its stdin, and returns its socket (a private directory on the
 node, ``nbworkers-ray-zygote``); a worker's host on that node gets ``--zygote SOCKET`` and asks it for the fork
 as a local host does (host/zygote_client.py; when it cannot, the host spawns the worker, noted in its log).
 
