@@ -72,7 +72,9 @@ def _on_unraisable(unraisable: Any) -> None:
         where = getattr(unraisable.object, "__qualname__", None) or type(unraisable.object).__name__
         print(f"--- nbworkers: the interrupt landed in {where}, where Python drops it: interrupting again",
               file=sys.stderr, flush=True)
-        threading.Timer(REDELIVERY_DELAY_S, _interrupt_again, args=(_raised,)).start()
+        again = threading.Timer(REDELIVERY_DELAY_S, _interrupt_again, args=(_raised,))
+        again.daemon = True  # (nothing waits for it at the interpreter's exit)
+        again.start()
         return
     getattr(_on_unraisable, "previous", sys.__unraisablehook__)(unraisable)
 
