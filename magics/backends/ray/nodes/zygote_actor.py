@@ -3,9 +3,10 @@ its node for the kernel, so that workers placed there fork with TensorFlow alrea
 
 One actor per (node, interpreter, import-time environment) and kernel (``ray/node_zygotes.NodeZygotes``), pinned to
 its node (``NodeAffinitySchedulingStrategy``, no CPU of its own). ``start`` starts the zygote as the actor's
-grandchild (below), in a session of its own, holding a pipe to its stdin, and returns its socket (a private directory on the
-node, ``nbworkers-ray-zygote``); a worker's host on that node gets ``--zygote SOCKET`` and asks it for the fork
-as a local host does (host/zygote_client.py; when it cannot, the host spawns the worker, noted in its log).
+grandchild (below), in a session of its own, holding a pipe to its stdin, and returns its socket (a private
+directory on the node, ``nbworkers-ray-zygote``); a worker's host on that node gets ``--zygote SOCKET`` and asks it
+for the fork as a local host does (host/zygote_client.py; when it cannot, the host spawns the worker, noted in its
+log).
 
 Lifetime as on one machine: the zygote exits after ``zygote_idle_timeout`` without work (``start`` starts a new
 one when asked again), and at end of file on its stdin — the actor's death, which the kernel's death (even
